@@ -1,0 +1,190 @@
+"""``ChatAgent``: the class a developer subclasses to build an agent.
+
+One ``ChatAgent`` object serves one turn (like a Django class-based view serves one request):
+the engine builds it, fills in the turn's state (``messages``, ``request_id``, ``body``,
+``abort_signal``) and calls ``on_chat_message()``. Outside a turn, ``await MyAgent.aget(name)``
+gives a handle for programmatic turns (``save_messages``).
+"""
+
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from channels.db import database_sync_to_async
+from pydantic import TypeAdapter
+from pydantic_ai import Agent, CancellationToken, DeferredToolRequests
+from pydantic_ai.models import Model
+from pydantic_ai.ui.vercel_ai import VercelAIAdapter, VercelAIEventStream
+from pydantic_ai.ui.vercel_ai.request_types import UIMessage as PydanticUIMessage
+from pydantic_ai.usage import UsageLimits
+
+from . import conf, llm
+from .messages import UIMessage
+from .registry import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
+
+# What on_chat_message may return: UI message chunks (dicts), plain-text pieces (str), a whole
+# plain-text reply, or None for "no response".
+ChatResponse = AsyncIterable[dict[str, Any] | str] | Iterable[dict[str, Any] | str] | str | None
+
+_UI_MESSAGES = TypeAdapter(list[PydanticUIMessage])
+
+
+class AbortSignal:
+    """Fires when the turn is cancelled (stop button, ``cancel_chat``, clear, timeout)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.reason: str | None = None
+        self._callbacks: list[Callable[[], Any]] = []
+
+    @property
+    def aborted(self) -> bool:
+        return self._event.is_set()
+
+    def abort(self, reason: str = "Aborted") -> None:
+        if self._event.is_set():
+            return
+        self.reason = reason
+        self._event.set()
+        for callback in self._callbacks:
+            callback()
+
+    def add_callback(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback`` on abort (at once if already aborted)."""
+        if self.aborted:
+            callback()
+        else:
+            self._callbacks.append(callback)
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+@dataclass(kw_only=True)
+class ChatResponseResult:
+    """What ``on_chat_response`` receives after a turn's reply is persisted."""
+
+    message: UIMessage | None
+    request_id: str
+    continuation: bool
+    status: str
+    error: str | None = None
+
+
+@dataclass(kw_only=True)
+class SaveMessagesResult:
+    """Result of a programmatic turn (``save_messages``)."""
+
+    request_id: str
+    status: str
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _is_encoder_internal(chunk: dict[str, Any]) -> bool:
+    """Chunks of the SSE encoding that the WebSocket protocol does not carry.
+
+    ``done`` is the SSE ``[DONE]`` line (the protocol has its own terminal frame), and
+    pydantic-ai's per-run ``message-metadata`` holds only its internal timestamp.
+    """
+    if chunk["type"] == "done":
+        return True
+    return chunk["type"] == "message-metadata" and set(chunk.get("messageMetadata") or {}) <= {"pydantic_ai"}
+
+
+class ChatAgent:
+    """Base class of every agent. Override what you need; the defaults run ``AGENT_MODEL``.
+
+    Class attributes (``None`` means "use the setting"):
+
+    * ``shared``: any logged-in user may open any instance (default: owner and staff only).
+    * ``model``: a model string overriding ``AGENT_MODEL`` for this class.
+    * ``system_prompt``: the instructions given to the model.
+    """
+
+    shared: ClassVar[bool] = False
+    model: ClassVar[str | None] = None
+    system_prompt: ClassVar[str] = "You are a helpful assistant."
+
+    def __init__(self, instance: Any) -> None:
+        self.instance = instance
+        self.name: str = instance.name
+        # Turn state, set by the engine before on_chat_message() runs.
+        self.messages: list[UIMessage] = []
+        self.request_id: str = ""
+        self.body: dict[str, Any] | None = None
+        self.client_tools: list[dict[str, Any]] | None = None
+        self.continuation: bool = False
+        self.abort_signal = AbortSignal()
+
+    # --- identity -----------------------------------------------------------------------------
+    @classmethod
+    def slug(cls) -> str:
+        """URL slug: the class name in Cloudflare's kebab case (``SupportAgent`` → ``support-agent``)."""
+        return camel_case_to_kebab_case(cls.__name__)
+
+    # --- what to override ---------------------------------------------------------------------
+    def get_system_prompt(self) -> str:
+        return self.system_prompt
+
+    def get_tools(self) -> list[Any]:
+        """Server tools: plain functions (sync or async) or ``pydantic_ai.Tool`` objects."""
+        return []
+
+    def get_model(self) -> Model:
+        return llm.get_model(self.model)
+
+    async def on_chat_message(self) -> ChatResponse:
+        """Produce the reply of this turn. The default streams the model over the transcript."""
+        return self.stream_model_reply()
+
+    async def on_chat_response(self, result: ChatResponseResult) -> None:
+        """Called after each turn's reply is persisted (errors are logged, never raised)."""
+
+    # --- the default model turn -----------------------------------------------------------------
+    def build_pydantic_agent(self) -> Agent[None, Any]:
+        return Agent(
+            self.get_model(),
+            instructions=self.get_system_prompt(),
+            tools=self.get_tools(),
+            output_type=[str, DeferredToolRequests],
+        )
+
+    async def stream_model_reply(self) -> AsyncIterator[dict[str, Any]]:
+        """Run the model over ``self.messages`` and yield AI SDK UI message chunks."""
+        agent = self.build_pydantic_agent()
+        history = VercelAIAdapter.load_messages(_UI_MESSAGES.validate_python(self.messages))
+        token = CancellationToken()
+        self.abort_signal.add_callback(token.cancel)
+        encoder: VercelAIEventStream[Any, Any] = VercelAIEventStream(None, sdk_version=6)
+        limits = UsageLimits(request_limit=conf.get("AGENT_MAX_STEPS"))
+        async with agent.run_stream_events(
+            message_history=history, cancellation_token=token, usage_limits=limits
+        ) as events:
+            async for chunk in encoder.transform_stream(events):
+                data = chunk.model_dump(mode="json", by_alias=True, exclude_none=True)
+                if not _is_encoder_internal(data):
+                    yield data
+
+    # --- handles outside a turn -----------------------------------------------------------------
+    @classmethod
+    async def aget(cls, name: str = DEFAULT_INSTANCE_NAME, *, owner: Any = None) -> "ChatAgent":
+        """A handle on instance ``name`` of this class (created on first use, owned by ``owner``)."""
+        from .models import AgentInstance
+
+        instance, _ = await database_sync_to_async(AgentInstance.objects.get_or_create)(
+            slug=cls.slug(), name=name, defaults={"owner": owner}
+        )
+        return cls(instance)
+
+    async def save_messages(self, messages: list[UIMessage | str]) -> SaveMessagesResult:
+        """Append messages to the transcript and run a turn on them; wait for it to finish.
+
+        ``messages`` are UIMessages (plain strings become user text messages). The turn queues
+        behind any running turn of the instance, and every connection of the instance, on any
+        server process, sees its reply stream.
+        """
+        from . import turns
+
+        return await turns.save_messages(self.instance, messages)

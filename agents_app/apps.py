@@ -1,0 +1,20 @@
+from django.apps import AppConfig
+from django.core.signals import setting_changed
+
+
+def _reset_registry(*, setting: str, **kwargs: object) -> None:
+    if setting == "AGENT_CLASSES":
+        from .registry import agent_classes
+
+        agent_classes.cache_clear()
+
+
+class AgentsAppConfig(AppConfig):
+    name = "agents_app"
+    verbose_name = "Agents"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401 - registers the system checks
+
+        setting_changed.connect(_reset_registry)

@@ -1,0 +1,65 @@
+"""System checks for the agents configuration (``manage.py check``)."""
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+
+E001 = "agents_app.E001"
+E004 = "agents_app.E004"
+W001 = "agents_app.W001"
+W002 = "agents_app.W002"
+
+
+@register(Tags.compatibility)
+def check_agent_classes(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """E001: every AGENT_CLASSES entry imports, is a ChatAgent, and has its own slug."""
+    from .errors import AgentConfigurationError
+    from .registry import agent_classes
+
+    agent_classes.cache_clear()
+    try:
+        agent_classes()
+    except AgentConfigurationError as exc:
+        return [Error(str(exc), hint="Fix AGENT_CLASSES in settings.py.", id=E001)]
+    return []
+
+
+@register(Tags.compatibility)
+def check_agent_model(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """E004: AGENT_MODEL names a model this installation can build."""
+    from .errors import AgentConfigurationError
+    from .llm import get_model
+
+    try:
+        get_model()
+    except AgentConfigurationError as exc:
+        return [Error(str(exc), hint="Set AGENT_MODEL=demo to run offline.", id=E004)]
+    return []
+
+
+@register(Tags.compatibility, deploy=True)
+def check_channel_layer(app_configs: Any, **kwargs: Any) -> list[Warning]:
+    """W001: the in-memory channel layer cannot fan out across processes."""
+    backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")
+    if backend.endswith("InMemoryChannelLayer"):
+        return [Warning("The in-memory channel layer only reaches connections of one process.",
+                        hint="Use channels_redis in production.", id=W001)]
+    return []
+
+
+@register(Tags.database)
+def check_sqlite_concurrency(app_configs: Any, **kwargs: Any) -> list[Warning]:
+    """W002: SQLite shared by Daphne and Celery needs WAL mode and IMMEDIATE transactions."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] != "django.db.backends.sqlite3":
+        return []
+    options = db.get("OPTIONS", {})
+    if options.get("transaction_mode") != "IMMEDIATE" or "journal_mode=WAL" not in options.get("init_command", ""):
+        return [Warning("SQLite without WAL and IMMEDIATE transactions will report 'database is locked'.",
+                        hint="Set OPTIONS transaction_mode='IMMEDIATE' and init_command with journal_mode=WAL.",
+                        id=W002)]
+    return []
+
+

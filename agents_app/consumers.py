@@ -1,0 +1,93 @@
+"""``ChatConsumer``: the WebSocket adapter. It parses frames and calls services; nothing more.
+
+Each connection joins its instance's group and relays the ``chat.frames`` events that the turn
+engine publishes from any process.
+"""
+
+import logging
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from . import conf, registry, turns
+from .errors import AgentAccessError
+from .models import AgentInstance
+from .protocol import frames, parse
+from .streaming import fanout
+
+logger = logging.getLogger("agents_app.consumers")
+
+
+class ChatConsumer(AsyncWebsocketConsumer):
+    """``/agents/<slug>/<name>``: the ``cf_agent_*`` protocol for one agent instance."""
+
+    instance: AgentInstance | None = None
+
+    async def connect(self) -> None:
+        kwargs = self.scope["url_route"]["kwargs"]
+        await self.accept()
+        try:
+            self.instance = await database_sync_to_async(registry.open_instance)(
+                kwargs["slug"], kwargs["name"], self.scope.get("user")
+            )
+        except AgentAccessError as exc:
+            await self.send_frame(frames.error(message=str(exc), code=type(exc).__name__))
+            await self.close(code=exc.close_code)
+            return
+        await self.channel_layer.group_add(fanout.group_name(self.instance.pk), self.channel_name)
+        await self.send_frame(frames.identity(name=self.instance.name, agent=self.instance.slug))
+        await self.send_frame(frames.mcp_servers())
+
+    async def disconnect(self, code: int) -> None:
+        if self.instance is not None:
+            await self.channel_layer.group_discard(fanout.group_name(self.instance.pk), self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.instance is None:
+            return
+        raw = text_data if text_data is not None else bytes_data or b""
+        try:
+            event = parse.parse(raw, max_bytes=conf.get("AGENT_MAX_FRAME_BYTES"))
+        except parse.ProtocolError as exc:
+            await self.send_frame(frames.error(message=str(exc), code=exc.code, request_id=exc.request_id))
+            return
+        await self.dispatch_event(event)
+
+    async def dispatch_event(self, event: parse.InboundEvent) -> None:  # noqa: C901 - a flat switch
+        instance = self.instance
+        assert instance is not None
+        match event:
+            case parse.ChatRequest():
+                await turns.submit_chat(instance, event, self.channel_name)
+            case parse.Cancel():
+                await turns.cancel(instance, event.request_id)
+            case parse.Clear():
+                await turns.clear(instance, self.channel_name)
+            case parse.ReplaceMessages():
+                await turns.replace_messages(instance, event.messages, self.channel_name)
+            case parse.ResumeRequest():
+                await self.send_frame(frames.stream_resume_none(probe_id=event.probe_id))
+            case parse.ResumeAck():
+                await self.send_frame(frames.done(request_id=event.request_id, replay=True))
+            case parse.Ignored(type="rpc"):
+                await self.send_frame(frames.rpc_error(call_id=event.extra["id"], method=event.extra["method"]))
+            case parse.Ignored():
+                pass  # client state frames: this server keeps no client-writable state
+            case _:
+                await self.send_frame(
+                    frames.error(message=f"{type(event).__name__} is not supported yet", code="unsupported")
+                )
+
+    async def send_frame(self, frame: dict[str, Any]) -> None:
+        await self.send(text_data=frames.encode(frame))
+
+    async def chat_frames(self, event: dict[str, Any]) -> None:
+        """Relay a batch published by the turn engine (``streaming.fanout``)."""
+        for entry in event["items"]:
+            only = entry.get("only")
+            if (only and only != self.channel_name) or self.channel_name in entry.get("exclude", ()):
+                continue
+            await self.send(text_data=entry["text"])
+
+

@@ -1,0 +1,1 @@
+"""The demo agent that ``make run`` serves."""

@@ -1,0 +1,155 @@
+"""The offline demo model: deterministic, no key, no network.
+
+It is a pydantic-ai ``FunctionModel`` whose reply is a pure function of the message history, so
+it exercises the real streaming, tool and approval paths. Its prompt grammar (the last user
+message) lets people and scripts drive it:
+
+``/tool NAME {json}``
+    Call tool NAME with the JSON arguments (``{}`` when omitted).
+``/slow N [MS]``
+    Stream N numbered words, MS milliseconds apart (default 50): long enough to watch, cancel,
+    or drop the connection mid-reply.
+``/burst N``
+    Stream N numbered words with no delay (benchmarks).
+``/fail``
+    Stream a few words, then fail in-band (the client sees an error after partial text).
+anything else
+    If it names a tool (its name or a word of 4+ letters of it), call that tool with arguments
+    made from its JSON schema; otherwise echo: ``(demo model, offline) You said: ...``.
+
+After tool results come back it summarises them: ``get_weather returned Sunny in Oslo.``
+"""
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+
+MODEL_NAME = "demo-offline"
+ECHO_PREFIX = "(demo model, offline) You said: "
+_TOOL = re.compile(r"^/tool\s+([\w\-]+)\s*(\{.*\})?\s*$", re.S)
+_SLOW = re.compile(r"^/slow\s+(\d+)(?:\s+(\d+))?\s*$")
+_BURST = re.compile(r"^/burst\s+(\d+)\s*$")
+_SCHEMA_DEFAULTS = {"string": "demo", "integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}}
+# Upper bound on generated words, so a typo cannot stream forever.
+MAX_WORDS = 100_000
+
+
+class DemoModelError(RuntimeError):
+    """The in-band failure that ``/fail`` asks for."""
+
+
+def numbered_word(i: int) -> str:
+    """Word i of /slow and /burst: distinct and checkable, like the reference peer's deltas."""
+    return f"w{i} "
+
+
+def _synth_args(schema: dict[str, Any]) -> dict[str, Any]:
+    props = schema.get("properties", {})
+    return {
+        key: props[key].get("default", _SCHEMA_DEFAULTS.get(props[key].get("type", "string"), "demo"))
+        for key in schema.get("required", [])
+    }
+
+
+def _summarise(parts: list[Any]) -> str:
+    lines = []
+    for part in parts:
+        if isinstance(part, ToolReturnPart):
+            if part.outcome == "denied":
+                lines.append(f"The call to {part.tool_name} was denied: {part.model_response_str()}")
+            else:
+                lines.append(f"{part.tool_name} returned {part.model_response_str()}")
+        elif isinstance(part, RetryPromptPart) and part.tool_name:
+            lines.append(f"{part.tool_name} failed: {part.model_response()}")
+    return " ".join(lines) + "."
+
+
+class Plan:
+    """What the next response is: text words, tool calls, a delay, and whether it fails."""
+
+    def __init__(self, *, words: list[str] | None = None, calls: list[tuple[str, str, str]] | None = None,
+                 delay: float = 0.0, fail: bool = False) -> None:
+        self.words = words or []
+        self.calls = calls or []
+        self.delay = delay
+        self.fail = fail
+
+
+def plan(messages: list[ModelMessage], info: AgentInfo, default_delay: float) -> Plan:
+    """The response to the history: deterministic in the messages and the tool schemas."""
+    last = messages[-1]
+    parts = list(last.parts) if isinstance(last, ModelRequest) else []
+    if any(isinstance(p, ToolReturnPart | RetryPromptPart) for p in parts):
+        return Plan(words=re.findall(r"\S+\s*", _summarise(parts)), delay=default_delay)
+    prompt = " ".join(
+        p.content if isinstance(p.content, str) else " ".join(str(c) for c in p.content)
+        for p in parts
+        if isinstance(p, UserPromptPart)
+    ).strip()
+    tools = {t.name: t for t in info.function_tools}
+    # Call ids are unique within a conversation: the number of responses so far, then the index.
+    turn = sum(isinstance(m, ModelResponse) for m in messages)
+    if m := _TOOL.match(prompt):
+        name, raw = m.group(1), m.group(2) or "{}"
+        if name in tools:
+            return Plan(calls=[(name, raw, f"demo_{turn}_0")])
+        available = ", ".join(sorted(tools)) or "none"
+        return Plan(words=re.findall(r"\S+\s*", f"Unknown tool {name!r}. Available: {available}."))
+    if m := _SLOW.match(prompt):
+        count = min(int(m.group(1)), MAX_WORDS)
+        delay = int(m.group(2)) / 1000 if m.group(2) else 0.05
+        return Plan(words=[numbered_word(i) for i in range(count)], delay=delay)
+    if m := _BURST.match(prompt):
+        return Plan(words=[numbered_word(i) for i in range(min(int(m.group(1)), MAX_WORDS))])
+    if prompt == "/fail":
+        return Plan(words=["This ", "reply ", "will ", "fail "], delay=default_delay, fail=True)
+    words = set(re.findall(r"[a-z0-9]+", prompt.lower()))
+    for name, tool in tools.items():
+        lowered = name.lower()
+        if lowered in prompt.lower() or any(
+            len(token) >= 4 and token in words for token in re.split(r"[_\-]", lowered)
+        ):
+            args = json.dumps(_synth_args(tool.parameters_json_schema))
+            return Plan(calls=[(name, args, f"demo_{turn}_0")])
+    return Plan(words=re.findall(r"\S+\s*", ECHO_PREFIX + (prompt or "nothing")), delay=default_delay)
+
+
+def build_demo_model(delay: float = 0.0) -> FunctionModel:
+    """The demo model; ``delay`` (seconds between words) makes streaming visible in a browser."""
+
+    def request(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        p = plan(messages, info, 0.0)
+        if p.fail:
+            raise DemoModelError("The demo model failed on purpose (/fail).")
+        if p.calls:
+            return ModelResponse(parts=[ToolCallPart(n, a, tool_call_id=c) for n, a, c in p.calls])
+        return ModelResponse(parts=[TextPart("".join(p.words))])
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        p = plan(messages, info, delay)
+        for index, (name, args, call_id) in enumerate(p.calls):
+            yield {index: DeltaToolCall(name=name, tool_call_id=call_id)}
+            for piece in re.findall(r".{1,8}", args, re.S):
+                yield {index: DeltaToolCall(json_args=piece)}
+        for word in p.words:
+            if p.delay:
+                await asyncio.sleep(p.delay)
+            yield word
+        if p.fail:
+            raise DemoModelError("The demo model failed on purpose (/fail).")
+
+    return FunctionModel(request, stream_function=stream, model_name=MODEL_NAME)

@@ -1,0 +1,69 @@
+"""``AGENT_MODEL`` → a pydantic-ai model.
+
+Accepted values:
+
+* ``demo`` (default): the offline demo model (``llm/demo.py``).
+* any pydantic-ai model string: ``openai-chat:gpt-4o``, ``openai:gpt-5.2`` (Responses API),
+  ``anthropic:claude-sonnet-4-5``; keys come from the provider's usual environment variable
+  (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
+* ``ollama:<model>``: a local Ollama server (``OLLAMA_BASE_URL``, default
+  ``http://127.0.0.1:11434/v1``).
+* ``openai-compatible:<model>`` with ``AGENT_MODEL_BASE_URL`` (and ``AGENT_MODEL_API_KEY`` if the
+  server wants one): any server that speaks OpenAI chat completions (vLLM, LM Studio, llama.cpp).
+  ``AGENT_MODEL_BASE_URL`` also redirects ``openai-chat:`` models.
+"""
+
+import os
+
+from pydantic_ai.models import Model, infer_model
+from pydantic_ai.models.function import FunctionModel
+
+from .. import conf
+from ..errors import AgentConfigurationError
+from .demo import MODEL_NAME, build_demo_model
+
+DEMO = "demo"
+OLLAMA_DEFAULT_URL = "http://127.0.0.1:11434/v1"
+
+
+def get_model(spec: str | None = None) -> Model:
+    """The model for ``spec`` (default: the ``AGENT_MODEL`` setting).
+
+    Raises:
+        AgentConfigurationError: the string names no known provider, or its provider cannot be
+            built (a missing key, a missing extra).
+    """
+    spec = spec or conf.get("AGENT_MODEL")
+    if spec == DEMO:
+        return build_demo_model(delay=conf.get("AGENT_DEMO_DELAY_MS") / 1000)
+    provider, _, name = spec.partition(":")
+    base_url = conf.get("AGENT_MODEL_BASE_URL")
+    try:
+        if provider == "openai-compatible" or (provider == "openai-chat" and base_url):
+            return _openai_compatible(name, base_url)
+        if provider == "ollama":
+            from pydantic_ai.models.openai import OpenAIChatModel
+            from pydantic_ai.providers.ollama import OllamaProvider
+
+            url = os.environ.get("OLLAMA_BASE_URL", OLLAMA_DEFAULT_URL)
+            return OpenAIChatModel(name, provider=OllamaProvider(base_url=url))
+        return infer_model(spec)
+    except AgentConfigurationError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every provider failure is a configuration problem here
+        raise AgentConfigurationError(f"AGENT_MODEL {spec!r} cannot be used: {exc}") from exc
+
+
+def _openai_compatible(name: str, base_url: str | None) -> Model:
+    if not base_url:
+        raise AgentConfigurationError("AGENT_MODEL 'openai-compatible:<model>' needs AGENT_MODEL_BASE_URL")
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    api_key = conf.get("AGENT_MODEL_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
+    return OpenAIChatModel(name, provider=OpenAIProvider(base_url=base_url, api_key=api_key))
+
+
+def is_demo(model: Model) -> bool:
+    """True for the offline demo model: the chat page labels it so nobody mistakes it for an LLM."""
+    return isinstance(model, FunctionModel) and model.model_name == MODEL_NAME

@@ -1,0 +1,219 @@
+"""UIMessage helpers: build an assistant message from UIMessageChunks, and transcript rules.
+
+``MessageBuilder.apply`` is the Python counterpart of ``applyChunkToParts`` in
+``agents/src/chat/message-builder.ts`` (spec cloudflare-agents.md §3.1): the same function
+rebuilds a live reply, a cancelled partial and (later) an orphaned stream from stored chunks, so
+all three persist identical parts.
+"""
+
+import copy
+import secrets
+import string
+from typing import Any
+
+UIMessage = dict[str, Any]
+Chunk = dict[str, Any]
+
+TERMINAL_TOOL_STATES = frozenset({"output-available", "output-error", "output-denied"})
+_ID_ALPHABET = string.ascii_letters + string.digits
+
+
+def new_message_id() -> str:
+    """A 16-character id like the AI SDK's ``generateId()``."""
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(16))
+
+
+def new_request_id() -> str:
+    """A server-generated request id (continuations and programmatic turns; 21 chars, nanoid-like)."""
+    return "".join(secrets.choice(_ID_ALPHABET + "_-") for _ in range(21))
+
+
+def is_tool_part(part: dict[str, Any]) -> bool:
+    kind = part.get("type", "")
+    return isinstance(kind, str) and (kind.startswith("tool-") or kind == "dynamic-tool")
+
+
+class MessageBuilder:
+    """Accumulates chunks into one assistant ``UIMessage``.
+
+    Invariant: ``message`` is always a valid UIMessage that can be persisted as a partial reply.
+    """
+
+    def __init__(self, message: UIMessage) -> None:
+        self.message = message
+
+    @classmethod
+    def new(cls, message_id: str) -> "MessageBuilder":
+        return cls({"id": message_id, "role": "assistant", "parts": []})
+
+    @property
+    def parts(self) -> list[dict[str, Any]]:
+        parts: list[dict[str, Any]] = self.message["parts"]
+        return parts
+
+    def has_content(self) -> bool:
+        return any(p.get("type") != "step-start" for p in self.parts)
+
+    def _tool_part(self, tool_call_id: Any) -> dict[str, Any] | None:
+        for part in self.parts:
+            if is_tool_part(part) and part.get("toolCallId") == tool_call_id:
+                return part
+        return None
+
+    def _last(self, kind: str) -> dict[str, Any] | None:
+        for part in reversed(self.parts):
+            if part.get("type") == kind:
+                return part
+        return None
+
+    def apply(self, chunk: Chunk) -> None:  # noqa: C901 - one branch per chunk type, as the table
+        """Apply one chunk; unknown types leave the parts unchanged (they are still streamed)."""
+        kind = chunk.get("type")
+        if kind == "start":
+            if chunk.get("messageMetadata") is not None:
+                self._merge_metadata(chunk["messageMetadata"])
+        elif kind in ("start-step", "step-start"):
+            self.parts.append({"type": "step-start"})
+        elif kind in ("text-start", "reasoning-start"):
+            part_type = kind.split("-")[0]
+            part: dict[str, Any] = {"type": part_type, "text": "", "state": "streaming"}
+            if chunk.get("providerMetadata") is not None:
+                part["providerMetadata"] = chunk["providerMetadata"]
+            self.parts.append(part)
+        elif kind in ("text-delta", "reasoning-delta"):
+            part_type = kind.split("-")[0]
+            target = self._last(part_type)
+            if target is None or target.get("state") == "done":
+                target = {"type": part_type, "text": "", "state": "streaming"}
+                self.parts.append(target)
+            target["text"] += str(chunk.get("delta", ""))
+        elif kind in ("text-end", "reasoning-end"):
+            target = self._last(kind.split("-")[0])
+            if target is not None:
+                target["state"] = "done"
+        elif kind == "file":
+            self.parts.append({"type": "file", "mediaType": chunk.get("mediaType"),
+                               "url": chunk.get("url")})
+        elif kind in ("source-url", "source-document"):
+            self.parts.append({k: v for k, v in chunk.items()})
+        elif kind == "tool-input-start":
+            if self._tool_part(chunk.get("toolCallId")) is None:
+                part = {
+                    "type": "dynamic-tool" if chunk.get("dynamic") else f"tool-{chunk.get('toolName')}",
+                    "toolCallId": chunk.get("toolCallId"),
+                    "toolName": chunk.get("toolName"),
+                    "state": "input-streaming",
+                }
+                for key in ("providerExecuted", "title"):
+                    if key in chunk:
+                        part[key] = chunk[key]
+                self.parts.append(part)
+        elif kind == "tool-input-delta":
+            pass  # the input is only final at tool-input-available
+        elif kind == "tool-input-available":
+            part = self._tool_part(chunk.get("toolCallId"))
+            raw_input = chunk.get("input")
+            tool_input = raw_input if isinstance(raw_input, dict) else {}
+            if part is None:
+                part = {
+                    "type": f"tool-{chunk.get('toolName')}",
+                    "toolCallId": chunk.get("toolCallId"),
+                    "toolName": chunk.get("toolName"),
+                    "state": "input-available",
+                    "input": tool_input,
+                }
+                self.parts.append(part)
+            elif part.get("state") == "input-streaming":
+                part["state"] = "input-available"
+                part["input"] = tool_input
+        elif kind == "tool-input-error":
+            part = self._tool_part(chunk.get("toolCallId"))
+            if part is None:
+                part = {"type": f"tool-{chunk.get('toolName')}", "toolCallId": chunk.get("toolCallId"),
+                        "toolName": chunk.get("toolName")}
+                self.parts.append(part)
+            if part.get("state") not in TERMINAL_TOOL_STATES:
+                part.update(state="output-error", input=chunk.get("input"),
+                            errorText=chunk.get("errorText", ""))
+        elif kind == "tool-approval-request":
+            part = self._tool_part(chunk.get("toolCallId"))
+            if part is not None and part.get("state") not in TERMINAL_TOOL_STATES | {
+                "approval-responded"
+            }:
+                approval: dict[str, Any] = {"id": chunk.get("approvalId")}
+                if chunk.get("approvalDescriptor") is not None:
+                    approval["descriptor"] = chunk["approvalDescriptor"]
+                part.update(state="approval-requested", approval=approval)
+        elif kind == "tool-output-available":
+            part = self._tool_part(chunk.get("toolCallId"))
+            if part is not None:
+                part.update(state="output-available", output=chunk.get("output"))
+                if chunk.get("preliminary"):
+                    part["preliminary"] = True
+                else:
+                    part.pop("preliminary", None)
+                if chunk.get("approvalDescriptor") is not None:
+                    part["approvalDescriptor"] = chunk["approvalDescriptor"]
+        elif kind == "tool-output-error":
+            part = self._tool_part(chunk.get("toolCallId"))
+            if part is not None:
+                part.update(state="output-error", errorText=chunk.get("errorText", ""))
+        elif kind == "tool-output-denied":
+            part = self._tool_part(chunk.get("toolCallId"))
+            if part is not None and part.get("state") not in TERMINAL_TOOL_STATES | {
+                "approval-responded"
+            }:
+                part["state"] = "output-denied"
+        elif isinstance(kind, str) and kind.startswith("data-"):
+            self._apply_data(chunk)
+        elif kind == "finish":
+            if chunk.get("messageMetadata") is not None:
+                self._merge_metadata(chunk["messageMetadata"])
+        elif kind == "message-metadata":
+            if chunk.get("messageMetadata") is not None:
+                self._merge_metadata(chunk["messageMetadata"])
+
+    def _apply_data(self, chunk: Chunk) -> None:
+        if chunk.get("transient"):
+            return
+        data_id = chunk.get("id")
+        if data_id is not None:
+            for part in self.parts:
+                if part.get("type") == chunk["type"] and part.get("id") == data_id:
+                    part["data"] = chunk.get("data")
+                    return
+        part: dict[str, Any] = {"type": chunk["type"]}
+        if data_id is not None:
+            part["id"] = data_id
+        part["data"] = chunk.get("data")
+        self.parts.append(part)
+
+    def _merge_metadata(self, metadata: Any) -> None:
+        if isinstance(metadata, dict):
+            merged = dict(self.message.get("metadata") or {})
+            merged.update(metadata)
+            self.message["metadata"] = merged
+
+
+def rewrite_finish(chunk: Chunk, default_reason: str) -> Chunk:
+    """``finish{finishReason}`` → ``finish{messageMetadata:{finishReason}}`` as AIChatAgent does (#677).
+
+    The client reads ``metadata.finishReason`` from the merged message metadata.
+    """
+    metadata = dict(chunk.get("messageMetadata") or {})
+    metadata.setdefault("finishReason", chunk.get("finishReason") or default_reason)
+    return {"type": "finish", "messageMetadata": metadata}
+
+
+def trailing_user_ids(messages: list[UIMessage]) -> list[str]:
+    """Ids of the user messages at the end of a request: the ``messageIds`` of its done frame."""
+    ids: list[str] = []
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            break
+        ids.append(message["id"])
+    return list(reversed(ids))
+
+
+def clone(message: UIMessage) -> UIMessage:
+    return copy.deepcopy(message)

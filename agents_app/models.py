@@ -1,0 +1,143 @@
+"""Database tables of the agents app.
+
+Every query made per frame or per turn has an index named after it. Statuses are ``TextChoices``
+holding the spec's strings, so the database, the wire and the admin say the same thing.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class AgentInstance(models.Model):
+    """One named instance of an agent class: ``/agents/<slug>/<name>``.
+
+    The owner is the user who opened it first; only they (and staff) may use it unless the agent
+    class is shared (``ChatAgent.shared = True``).
+    """
+
+    slug = models.CharField(max_length=100)
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="agent_instances",
+    )
+    # Bumped by every clear: queued turns accepted before it are skipped, not run.
+    generation = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["slug", "name"], name="unique_agent_instance"),
+        ]
+        indexes = [models.Index(fields=["owner", "-updated_at"], name="instance_owner_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.slug}/{self.name}"
+
+    @property
+    def group_name(self) -> str:
+        """Channel-layer group of this instance's connections (never user-typed text)."""
+        return f"agent.{self.pk}"
+
+
+class ChatMessage(models.Model):
+    """One UIMessage of an instance's transcript, stored whole as JSON.
+
+    ``position`` orders the transcript; a message keeps its position when it is updated in place
+    (tool results, approvals), and new messages go after the last one.
+    """
+
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="messages")
+    message_id = models.CharField(max_length=200)
+    role = models.CharField(max_length=20)
+    position = models.PositiveIntegerField()
+    data = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["instance", "message_id"], name="unique_message_id"),
+        ]
+        indexes = [models.Index(fields=["instance", "position"], name="message_transcript_order")]
+
+    def __str__(self) -> str:
+        return f"{self.role} {self.message_id}"
+
+
+class RequestContext(models.Model):
+    """The last custom body and client tool schemas of an instance (used by continuations)."""
+
+    instance = models.OneToOneField(
+        AgentInstance, on_delete=models.CASCADE, related_name="request_context", primary_key=True
+    )
+    body = models.JSONField(null=True, blank=True)
+    client_tools = models.JSONField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+
+class Turn(models.Model):
+    """A durable record of one turn, from the moment it is accepted.
+
+    At most one turn per instance is ``running`` at a time, across every process: a partial
+    unique constraint enforces it on SQLite and PostgreSQL alike, so claiming a turn is a single
+    conditional UPDATE that either wins or raises ``IntegrityError``.
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        COMPLETED = "completed"
+        ERROR = "error"
+        ABORTED = "aborted"
+        SKIPPED = "skipped"
+
+    class Kind(models.TextChoices):
+        CHAT = "chat", "chat request"
+        CONTINUATION = "continuation"
+        PROGRAMMATIC = "programmatic", "save_messages"
+
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="turns")
+    request_id = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.CHAT)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    continuation = models.BooleanField(default=False)
+    # The clear "generation" the turn was accepted in; a clear skips older queued turns.
+    generation = models.PositiveIntegerField(default=0)
+    # Channel name of the connection that sent the request (excluded from its own broadcasts).
+    origin_channel = models.CharField(max_length=200, blank=True, default="")
+    body = models.JSONField(null=True, blank=True)
+    client_tools = models.JSONField(null=True, blank=True)
+    message_ids = models.JSONField(default=list, blank=True)
+    assistant_message_id = models.CharField(max_length=200, blank=True, default="")
+    cancel_requested = models.BooleanField(default=False)
+    # Which process runs it (host:pid), for crash detection by the recovery sweep.
+    worker = models.CharField(max_length=200, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["instance"], condition=Q(status="running"),
+                name="one_running_turn_per_instance",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["instance", "status", "id"], name="turn_queue"),
+            models.Index(fields=["instance", "request_id"], name="turn_by_request"),
+            models.Index(fields=["status", "created_at"], name="turn_sweep"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status not in (self.Status.QUEUED, self.Status.RUNNING)

@@ -1,0 +1,276 @@
+"""Inbound frames: ``parse(raw)`` validates a client frame into a typed event or raises.
+
+Unlike Cloudflare's ``parseProtocolMessage`` (which trusts casts) every field is validated here,
+because a Python server must not crash on a frame a browser or script made up. Unknown extra keys
+are ignored: the real client adds fields between releases.
+"""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .types import REGENERATE_TRIGGER, SUBMIT_TRIGGER, MessageType
+
+
+class ProtocolError(ValueError):
+    """A client frame that cannot be acted on; becomes an error frame, never a crash."""
+
+    def __init__(self, message: str, *, code: str = "bad_frame", request_id: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.request_id = request_id
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatRequest:
+    """``cf_agent_use_chat_request``: one user submit or regenerate (spec §2.2)."""
+
+    request_id: str
+    messages: list[dict[str, Any]]
+    trigger: str
+    client_tools: list[dict[str, Any]] | None
+    body: dict[str, Any] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cancel:
+    """``cf_agent_chat_request_cancel``."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Clear:
+    """``cf_agent_chat_clear``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplaceMessages:
+    """Client-pushed ``cf_agent_chat_messages`` (``setMessages``)."""
+
+    messages: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumeRequest:
+    """``cf_agent_stream_resume_request``."""
+
+    probe_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumeAck:
+    """``cf_agent_stream_resume_ack``."""
+
+    request_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolResult:
+    """``cf_agent_tool_result``: the browser's answer to a client tool call (spec §2.8)."""
+
+    tool_call_id: str
+    tool_name: str
+    output: Any
+    state: str = "output-available"
+    error_text: str | None = None
+    auto_continue: bool = False
+    client_tools: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolApproval:
+    """``cf_agent_tool_approval``: Approve/Reject of a tool call awaiting approval."""
+
+    tool_call_id: str
+    approved: bool
+    auto_continue: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ignored:
+    """A well-formed frame of a type this server accepts but does nothing with."""
+
+    type: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+InboundEvent = (
+    ChatRequest
+    | Cancel
+    | Clear
+    | ReplaceMessages
+    | ResumeRequest
+    | ResumeAck
+    | ToolResult
+    | ToolApproval
+    | Ignored
+)
+
+
+def parse(raw: str | bytes, *, max_bytes: int) -> InboundEvent:
+    """Validate one client text frame.
+
+    Raises:
+        ProtocolError: the frame is too large, not JSON, not an object, of an unknown type, or
+            misses a field the type needs. The message says which, for the error frame.
+    """
+    if len(raw) > max_bytes:
+        raise ProtocolError(
+            f"Frame of {len(raw)} bytes exceeds the limit of {max_bytes} bytes",
+            code="frame_too_large",
+        )
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"Frame is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(data, dict):
+        raise ProtocolError("Frame must be a JSON object", code="invalid_frame")
+    kind = data.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError("Frame has no string 'type'", code="invalid_frame")
+    parser = _PARSERS.get(kind)
+    if parser is None:
+        raise ProtocolError(f"Unknown frame type {kind!r}", code="unknown_type")
+    return parser(data)
+
+
+def _str(data: dict[str, Any], key: str, *, kind: str, request_id: str | None = None) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise ProtocolError(
+            f"{kind} needs a non-empty string {key!r}", code="missing_field", request_id=request_id
+        )
+    return value
+
+
+def _messages(value: Any, *, kind: str, request_id: str | None = None) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise ProtocolError(
+            f"{kind} needs a 'messages' array", code="missing_field", request_id=request_id
+        )
+    for message in value:
+        if (
+            not isinstance(message, dict)
+            or not isinstance(message.get("id"), str)
+            or not message["id"]
+            or message.get("role") not in ("user", "assistant", "system")
+            or not isinstance(message.get("parts"), list)
+        ):
+            raise ProtocolError(
+                "Each message needs a string 'id', a 'role' of user/assistant/system and a "
+                "'parts' array",
+                code="invalid_message",
+                request_id=request_id,
+            )
+    return value
+
+
+def _client_tools(value: Any, *, request_id: str | None = None) -> list[dict[str, Any]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"] for t in value
+    ):
+        raise ProtocolError(
+            "'clientTools' must be an array of objects with a string 'name'",
+            code="invalid_client_tools",
+            request_id=request_id,
+        )
+    return value or None
+
+
+def _parse_chat_request(data: dict[str, Any]) -> ChatRequest:
+    kind = MessageType.USE_CHAT_REQUEST
+    request_id = _str(data, "id", kind=kind)
+    init = data.get("init")
+    if not isinstance(init, dict):
+        raise ProtocolError(f"{kind} needs an 'init' object", code="missing_field",
+                            request_id=request_id)
+    if str(init.get("method", "")).upper() != "POST":
+        raise ProtocolError(f"{kind} init.method must be POST", code="invalid_method",
+                            request_id=request_id)
+    raw_body = init.get("body")
+    if not isinstance(raw_body, str) or not raw_body:
+        raise ProtocolError(f"{kind} needs a JSON string init.body", code="missing_field",
+                            request_id=request_id)
+    try:
+        body = json.loads(raw_body)
+    except ValueError as exc:
+        raise ProtocolError(f"init.body is not valid JSON: {exc}", code="invalid_json",
+                            request_id=request_id) from exc
+    if not isinstance(body, dict):
+        raise ProtocolError("init.body must be a JSON object", code="invalid_frame",
+                            request_id=request_id)
+    messages = _messages(body.pop("messages", None), kind=kind, request_id=request_id)
+    trigger = body.pop("trigger", SUBMIT_TRIGGER)
+    client_tools = _client_tools(body.pop("clientTools", None), request_id=request_id)
+    return ChatRequest(
+        request_id=request_id,
+        messages=messages,
+        # Any trigger other than regenerate is a submit (spec §2.2).
+        trigger=REGENERATE_TRIGGER if trigger == REGENERATE_TRIGGER else SUBMIT_TRIGGER,
+        client_tools=client_tools,
+        body=body or None,
+    )
+
+
+def _parse_tool_result(data: dict[str, Any]) -> ToolResult:
+    kind = MessageType.TOOL_RESULT
+    state = data.get("state", "output-available")
+    if state not in ("output-available", "output-error"):
+        raise ProtocolError(f"{kind} state must be output-available or output-error",
+                            code="invalid_frame")
+    error_text = data.get("errorText")
+    tool_name = data.get("toolName", "")
+    return ToolResult(
+        tool_call_id=_str(data, "toolCallId", kind=kind),
+        tool_name=tool_name if isinstance(tool_name, str) else "",
+        output=data.get("output"),
+        state=state,
+        error_text=error_text if isinstance(error_text, str) else None,
+        auto_continue=data.get("autoContinue") is True,
+        client_tools=_client_tools(data.get("clientTools")),
+    )
+
+
+def _parse_tool_approval(data: dict[str, Any]) -> ToolApproval:
+    kind = MessageType.TOOL_APPROVAL
+    approved = data.get("approved")
+    if not isinstance(approved, bool):
+        raise ProtocolError(f"{kind} needs a boolean 'approved'", code="missing_field")
+    return ToolApproval(
+        tool_call_id=_str(data, "toolCallId", kind=kind),
+        approved=approved,
+        auto_continue=data.get("autoContinue") is True,
+    )
+
+
+def _optional_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+_PARSERS = {
+    MessageType.USE_CHAT_REQUEST: _parse_chat_request,
+    MessageType.CHAT_REQUEST_CANCEL: lambda d: Cancel(
+        request_id=_str(d, "id", kind=MessageType.CHAT_REQUEST_CANCEL)
+    ),
+    MessageType.CHAT_CLEAR: lambda d: Clear(),
+    MessageType.CHAT_MESSAGES: lambda d: ReplaceMessages(
+        messages=_messages(d.get("messages"), kind=MessageType.CHAT_MESSAGES)
+    ),
+    MessageType.STREAM_RESUME_REQUEST: lambda d: ResumeRequest(
+        probe_id=_optional_str(d.get("probeId"))
+    ),
+    MessageType.STREAM_RESUME_ACK: lambda d: ResumeAck(
+        request_id=_str(d, "id", kind=MessageType.STREAM_RESUME_ACK)
+    ),
+    MessageType.TOOL_RESULT: _parse_tool_result,
+    MessageType.TOOL_APPROVAL: _parse_tool_approval,
+    # State and RPC frames of the base Agent are accepted and ignored: this server keeps no
+    # client-writable state and exposes no RPC methods yet.
+    MessageType.STATE: lambda d: Ignored(type=MessageType.STATE),
+    "rpc": lambda d: Ignored(
+        type="rpc", extra={"id": _optional_str(d.get("id")), "method": _optional_str(d.get("method"))}
+    ),
+}

@@ -1,0 +1,1 @@
+"""Getting frames to every connection of an instance, on any server process."""

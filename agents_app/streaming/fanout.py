@@ -1,0 +1,85 @@
+"""Fan-out of frames to the connections of an instance through the channel layer.
+
+Every connection of an instance joins the group ``agent.<instance pk>``. A publisher batches the
+frames it is given and sends them as one group event ``chat.frames`` whenever the event loop gets
+a chance (or when a batch is full): one Redis round trip carries many chunks, which is what keeps
+a fast reply fast across processes. Order is preserved: batches are sent one at a time, in order.
+
+Each item carries its text already encoded (once, not once per connection) and says who must
+not get it (``exclude``: channel names) or who alone gets it (``only``).
+"""
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+from ..protocol.frames import Frame, encode
+
+EVENT_TYPE = "chat.frames"
+# Frames per group event before the publisher flushes without waiting for the event loop.
+MAX_BATCH = 64
+
+
+def group_name(instance_pk: int) -> str:
+    return f"agent.{instance_pk}"
+
+
+def item(frame: Frame, *, exclude: Iterable[str] = (), only: str | None = None,
+         request_id: str | None = None) -> dict[str, Any]:
+    """One fan-out item. ``request_id`` marks live response frames (resuming sockets skip them)."""
+    entry: dict[str, Any] = {"text": encode(frame)}
+    excluded = [c for c in exclude if c]
+    if excluded:
+        entry["exclude"] = excluded
+    if only:
+        entry["only"] = only
+    if request_id is not None:
+        entry["rid"] = request_id
+    return entry
+
+
+class Publisher:
+    """Ordered, batched sender of frames to one instance's group."""
+
+    def __init__(self, instance_pk: int) -> None:
+        self.group = group_name(instance_pk)
+        self.layer = get_channel_layer()
+        self._pending: list[dict[str, Any]] = []
+        self._lock = asyncio.Lock()
+        self._flush_task: asyncio.Task[None] | None = None
+
+    async def send(self, frame: Frame, **options: Any) -> None:
+        """Queue a frame; it leaves with the next batch."""
+        self._pending.append(item(frame, **options))
+        if len(self._pending) >= MAX_BATCH:
+            await self.flush()
+        elif self._flush_task is None:
+            self._flush_task = asyncio.ensure_future(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        try:
+            await self.flush()
+        finally:
+            self._flush_task = None
+
+    async def flush(self) -> None:
+        """Send everything queued so far, after any batch already on its way."""
+        async with self._lock:
+            batch, self._pending = self._pending, []
+            if batch:
+                await self.layer.group_send(self.group, {"type": EVENT_TYPE, "items": batch})
+
+    async def close(self) -> None:
+        """Flush and wait for the background flush, so nothing is left behind."""
+        await self.flush()
+        task = self._flush_task
+        if task is not None:
+            await task
+
+
+async def publish(instance_pk: int, frame: Frame, **options: Any) -> None:
+    """Send one frame right away (outside a streaming turn)."""
+    layer = get_channel_layer()
+    await layer.group_send(group_name(instance_pk), {"type": EVENT_TYPE, "items": [item(frame, **options)]})

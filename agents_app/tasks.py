@@ -1,0 +1,26 @@
+"""Celery tasks: thin, id-based, each calling one service."""
+
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from celery import shared_task
+
+from . import registry, turns
+
+
+@shared_task(name="agents_app.save_messages")
+def save_messages(slug: str, name: str, texts: list[str]) -> dict[str, Any]:
+    """Run a programmatic turn on ``slug/name`` with user messages ``texts`` (scheduled prompts)."""
+    agent_class = registry.get_agent_class(slug)
+    agent = async_to_sync(agent_class.aget)(name)
+    result = async_to_sync(agent.save_messages)(list(texts))
+    return {"request_id": result.request_id, "status": result.status, "error": result.error}
+
+
+@shared_task(name="agents_app.drain_stalled_instances")
+def drain_stalled_instances() -> dict[str, int]:
+    """Run queued turns that no process is running (their submitter exited before draining)."""
+    instance_ids = turns.queued_instances()
+    for instance_id in instance_ids:
+        async_to_sync(turns.drain)(instance_id)
+    return {"instances": len(instance_ids)}

@@ -1,0 +1,152 @@
+"""Transport-agnostic entry points of the turn engine.
+
+Consumers, Celery tasks, the REST API and Python code all call these; none of them runs a model
+or touches the transcript directly. Every turn is a ``Turn`` row from the moment it is accepted,
+and runs through the per-instance queue (``turns.lock``): one at a time, in order, on whichever
+process claims it.
+"""
+
+import asyncio
+
+from channels.db import database_sync_to_async
+from django.db import transaction
+from django.db.models import F
+
+from .. import transcript
+from ..agent import SaveMessagesResult
+from ..messages import UIMessage, new_message_id, new_request_id, trailing_user_ids
+from ..models import AgentInstance, Turn
+from ..protocol import frames
+from ..protocol.parse import ChatRequest
+from ..streaming import fanout
+from . import control
+from .engine import drain, start_drain
+
+__all__ = ["cancel", "clear", "drain", "replace_messages", "save_messages", "submit_chat"]
+
+
+async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str) -> None:
+    """Accept a ``cf_agent_use_chat_request``: persist the user's messages, queue the turn.
+
+    Order of frames as the reference server (spec §2.4): the other connections see the incoming
+    transcript at once and again once persisted; the reply streams to everyone.
+    """
+    await fanout.publish(instance.pk, frames.chat_messages(request.messages), exclude=[origin_channel])
+    merged = await database_sync_to_async(_accept_chat)(instance, request, origin_channel)
+    await fanout.publish(instance.pk, frames.chat_messages(merged), exclude=[origin_channel])
+    start_drain(instance.pk)
+
+
+def _accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str) -> list[UIMessage]:
+    with transaction.atomic():
+        merged = transcript.persist(instance, request.messages, delete_stale=True)
+        transcript.store_request_context(instance, request.body, request.client_tools)
+        Turn.objects.create(
+            instance=instance, request_id=request.request_id, kind=Turn.Kind.CHAT,
+            generation=_generation(instance), origin_channel=origin_channel,
+            body=request.body, client_tools=request.client_tools,
+            message_ids=trailing_user_ids(request.messages),
+            assistant_message_id=new_message_id(),
+        )
+    return merged
+
+
+def _generation(instance: AgentInstance) -> int:
+    return AgentInstance.objects.values_list("generation", flat=True).get(pk=instance.pk)
+
+
+async def save_messages(instance: AgentInstance, messages: list[UIMessage | str]) -> SaveMessagesResult:
+    """Append messages and run a programmatic turn on them; return when it has finished.
+
+    The turn runs here, or on the process that holds the instance's queue (then this waits for
+    its durable status), so the result is the same wherever it ran.
+    """
+    ui_messages = [
+        {"id": new_message_id(), "role": "user", "parts": [{"type": "text", "text": m}]}
+        if isinstance(m, str) else m
+        for m in messages
+    ]
+    turn, merged = await database_sync_to_async(_accept_programmatic)(instance, ui_messages)
+    await fanout.publish(instance.pk, frames.chat_messages(merged))
+    await drain(instance.pk)
+    return await _wait_finished(turn.pk, turn.request_id)
+
+
+def _accept_programmatic(instance: AgentInstance, messages: list[UIMessage]) -> tuple[Turn, list[UIMessage]]:
+    with transaction.atomic():
+        merged = transcript.persist(instance, messages)
+        body, client_tools = transcript.request_context(instance)
+        turn = Turn.objects.create(
+            instance=instance, request_id=new_request_id(), kind=Turn.Kind.PROGRAMMATIC,
+            generation=_generation(instance), body=body, client_tools=client_tools,
+            message_ids=[m["id"] for m in messages], assistant_message_id=new_message_id(),
+        )
+    return turn, merged
+
+
+# How often a caller waiting on a turn run by another process re-reads its status (seconds).
+WAIT_POLL_SECONDS = 0.05
+
+
+async def _wait_finished(turn_pk: int, request_id: str) -> SaveMessagesResult:
+    while True:
+        turn = await Turn.objects.only("status", "error").aget(pk=turn_pk)
+        if turn.is_finished:
+            return SaveMessagesResult(request_id=request_id, status=turn.status, error=turn.error or None)
+        await asyncio.sleep(WAIT_POLL_SECONDS)
+
+
+async def cancel(instance: AgentInstance, request_id: str) -> bool:
+    """Cancel a queued or running turn by request id; False when there is no such turn."""
+    turn = await database_sync_to_async(_mark_cancel)(instance, request_id)
+    if turn is None:
+        return False
+    if turn.status == Turn.Status.RUNNING:
+        await control.cancel_running(_control_channel(turn))
+    return True
+
+
+def _mark_cancel(instance: AgentInstance, request_id: str) -> Turn | None:
+    active = Turn.objects.filter(
+        instance=instance, request_id=request_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
+    )
+    active.update(cancel_requested=True)
+    return active.first()
+
+
+def _control_channel(turn: Turn) -> str | None:
+    from .lock import control_channel_of
+
+    return control_channel_of(turn)
+
+
+async def clear(instance: AgentInstance, origin_channel: str) -> None:
+    """Delete the transcript; skip queued turns, abort the running one; tell other connections."""
+    running = await database_sync_to_async(_clear)(instance)
+    for turn in running:
+        await control.cancel_running(_control_channel(turn), "Chat cleared")
+    await fanout.publish(instance.pk, frames.chat_clear(), exclude=[origin_channel])
+
+
+def _clear(instance: AgentInstance) -> list[Turn]:
+    with transaction.atomic():
+        AgentInstance.objects.filter(pk=instance.pk).update(generation=F("generation") + 1)
+        transcript.clear(instance)
+        running = list(Turn.objects.filter(instance=instance, status=Turn.Status.RUNNING))
+        Turn.objects.filter(instance=instance, status=Turn.Status.RUNNING).update(cancel_requested=True)
+    return running
+
+
+async def replace_messages(instance: AgentInstance, messages: list[UIMessage], origin_channel: str) -> None:
+    """Client-pushed ``cf_agent_chat_messages`` (``setMessages``): persist, tell the others."""
+    merged = await database_sync_to_async(transcript.persist)(instance, messages)
+    await fanout.publish(instance.pk, frames.chat_messages(merged), exclude=[origin_channel])
+
+
+def queued_instances() -> list[int]:
+    """Instances with queued turns: the beat task re-drains them in case no process is on it."""
+    return list(
+        Turn.objects.filter(status=Turn.Status.QUEUED).values_list("instance_id", flat=True).distinct()
+    )
+
+

@@ -1,0 +1,71 @@
+"""Shared fixtures: users, a logged-in WebSocket communicator, frame helpers."""
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from pydantic_ai import models
+
+from thinkproject.asgi import application
+
+# No test may reach a real model provider.
+models.ALLOW_MODEL_REQUESTS = False
+
+ORIGIN = (b"origin", b"http://localhost")
+
+
+@pytest.fixture
+def make_user(db: None) -> Callable[..., Any]:
+    def make(username: str = "alice", **extra: Any) -> Any:
+        return get_user_model().objects.create_user(username=username, password="pw", **extra)  # noqa: S106
+
+    return make
+
+
+@pytest.fixture
+def user(make_user: Callable[..., Any]) -> Any:
+    return make_user("alice")
+
+
+async def connect(
+    path: str, user: Any = None, *, origin: bool = True
+) -> tuple[WebsocketCommunicator, bool, int | None]:
+    """Open a WebSocket to ``path`` as ``user`` (session auth through a real session cookie)."""
+    headers = [ORIGIN] if origin else []
+    if user is not None:
+        from django.conf import settings
+        from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+        from django.contrib.sessions.backends.db import SessionStore
+
+        def make_session() -> str:
+            session = SessionStore()
+            session[SESSION_KEY] = str(user.pk)
+            session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+            session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+            session.save()
+            return session.session_key or ""
+
+        key = await database_sync_to_async(make_session)()
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={key}".encode()))
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    connected, code = await communicator.connect()
+    return communicator, connected, code
+
+
+@pytest.fixture
+async def ws(user: Any) -> AsyncIterator[Callable[..., Any]]:
+    """Factory of connected communicators for ``user``; all are closed at the end of the test."""
+    opened: list[WebsocketCommunicator] = []
+
+    async def open_ws(path: str = "/agents/demo-agent/default", as_user: Any = None) -> WebsocketCommunicator:
+        communicator, connected, _ = await connect(path, as_user or user)
+        assert connected
+        opened.append(communicator)
+        return communicator
+
+    yield open_ws
+    for communicator in opened:
+        await communicator.disconnect()

@@ -1,0 +1,44 @@
+"""Helpers to drive the protocol in tests: request frames, reading until done, id normalising."""
+
+import json
+from typing import Any
+
+from channels.testing import WebsocketCommunicator
+
+RESP = "cf_agent_use_chat_response"
+
+
+def user_message(message_id: str, text: str) -> dict[str, Any]:
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+def chat_request(request_id: str, messages: list[dict[str, Any]], trigger: str = "submit-message",
+                 **custom: Any) -> dict[str, Any]:
+    body = {"messages": messages, "trigger": trigger, **custom}
+    return {"type": "cf_agent_use_chat_request", "id": request_id,
+            "init": {"method": "POST", "body": json.dumps(body)}}
+
+
+async def receive_until(communicator: WebsocketCommunicator, predicate: Any,
+                        timeout: float = 5) -> list[dict[str, Any]]:
+    """Frames received up to and including the first one matching ``predicate``."""
+    received = []
+    while True:
+        frame = await communicator.receive_json_from(timeout=timeout)
+        received.append(frame)
+        if predicate(frame):
+            return received
+
+
+def is_done(request_id: str) -> Any:
+    return lambda f: f.get("type") == RESP and f.get("id") == request_id and f.get("done") is True
+
+
+def chunks(received: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Decoded chunk bodies of the response frames (error/done frames excluded)."""
+    return [json.loads(f["body"]) for f in received
+            if f.get("type") == RESP and f.get("body") and not f.get("done") and not f.get("error")]
+
+
+def text_of(received: list[dict[str, Any]]) -> str:
+    return "".join(c.get("delta", "") for c in chunks(received) if c["type"] == "text-delta")

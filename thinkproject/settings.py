@@ -1,0 +1,169 @@
+"""Settings for the Think-for-Django project.
+
+Everything that differs between machines comes from the environment, with a documented default
+that runs the whole system on one machine with no configuration (see README "Configuration").
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from celery.schedules import crontab
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Where the embedded SQLite database, logs and pid files live (default: ./var).
+VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+# A development key is generated per checkout; production must set SECRET_KEY.
+SECRET_KEY = os.environ.get("SECRET_KEY", "dev-insecure-" + str(BASE_DIR))
+
+DEBUG = os.environ.get("DEBUG", "0") == "1"
+
+# Comma-separated host names. The WebSocket Origin check uses the same list.
+ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_celery_beat",
+    "agents_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "thinkproject.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "thinkproject.asgi.application"
+
+# Database: DATABASE_URL (e.g. postgres://user:pass@host/db); default an SQLite file in VAR_DIR.
+# SQLite runs in WAL mode with a busy timeout and IMMEDIATE transactions so that Daphne and a
+# Celery worker can write at the same time without "database is locked" errors.
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
+        conn_max_age=0,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        # Seconds a writer waits for the lock before failing.
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "agents_app:instance-list"
+LOGOUT_REDIRECT_URL = "login"
+
+# Redis: channel layer (cross-process fan-out) and Celery broker.
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# CHANNEL_LAYER=memory keeps everything in one process (unit tests); the default is Redis.
+if os.environ.get("CHANNEL_LAYER", "redis") == "memory":
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # A long reply is thousands of frames; the default capacity (100) would drop them.
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 60},
+        }
+    }
+
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "0") == "1"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULE = {
+    "agents-recover-queued-turns": {
+        "task": "agents_app.drain_stalled_instances",
+        "schedule": crontab(minute="*"),
+    },
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Think for Django API",
+    "DESCRIPTION": "Durable AI chat agents: transcripts, turns and approvals.",
+    "VERSION": "0.1.0",
+}
+
+# --- agents_app settings (documented defaults in agents_app/conf.py) -----------------------------
+# Import strings of the agent classes this site serves; each gets a URL slug from its class name.
+AGENT_CLASSES = [
+    "agents_app.demo.agents.DemoAgent",
+]
+# The model every agent uses unless it overrides get_model(): "demo" (offline), or a provider
+# string such as "openai-chat:gpt-4o", "anthropic:claude-sonnet-4-5", "ollama:llama3.2", or
+# "openai-compatible:<model>@<base URL>".
+AGENT_MODEL = os.environ.get("AGENT_MODEL", "demo")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "agents_app": {"handlers": ["console"], "level": os.environ.get("AGENT_LOG_LEVEL", "INFO")},
+    },
+}

@@ -1,0 +1,12 @@
+"""Settings for the test suite: in-process channel layer, no demo delay, fast password hashing.
+
+Tests that need several processes (``tests/crossprocess``) start real servers with the normal
+settings and a real Redis instead.
+"""
+
+from .settings import *  # noqa: F403
+
+CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+AGENT_DEMO_DELAY_MS = 0
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+CELERY_TASK_ALWAYS_EAGER = True
