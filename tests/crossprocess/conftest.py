@@ -1,0 +1,22 @@
+"""Fixtures for tests that run real servers: one Redis per module, one stack per test."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.live import LiveStack, RedisServer
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def stack(tmp_path: Path, redis: RedisServer) -> Iterator[LiveStack]:
+    live = LiveStack(tmp_path, redis.url)
+    yield live
+    live.stop()

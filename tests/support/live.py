@@ -1,0 +1,222 @@
+"""Real processes for tests that cross process boundaries: Redis, Daphne, Celery, PostgreSQL.
+
+A ``LiveStack`` owns a database of its own (a SQLite file, or PostgreSQL when asked), migrated
+by ``manage.py migrate`` in a subprocess, and starts servers against it with the production
+settings module. Tests talk to it only over HTTP and WebSockets, like a browser would.
+"""
+
+import contextlib
+import http.cookiejar
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+STARTUP_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(
+    port: int, proc: subprocess.Popen[Any] | None = None, timeout: float = STARTUP_TIMEOUT
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
+
+
+def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 10) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout)
+
+
+class RedisServer:
+    """A throwaway redis-server on a free port, no persistence."""
+
+    def __init__(self, workdir: Path) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        wait_for_port(self.port, self.proc)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL cluster (initdb into a temp dir), on a free port."""
+
+    def __init__(self, workdir: Path) -> None:
+        bindir = _postgres_bindir()
+        self.datadir = workdir / "pgdata"
+        self.port = free_port()
+        run_as = _pg_user_prefix()
+        if run_as:
+            subprocess.run(["chown", "-R", "postgres", str(workdir)], check=True)
+        subprocess.run([*run_as, str(bindir / "initdb"), "-D", str(self.datadir), "-U", "postgres",
+                        "--auth=trust", "-E", "UTF8"], check=True, stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [*run_as, str(bindir / "postgres"), "-D", str(self.datadir), "-p", str(self.port),
+             "-k", str(workdir), "-h", "127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        wait_for_port(self.port, self.proc)
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
+    def stop(self) -> None:
+        stop_process(self.proc, signal.SIGINT)
+
+
+def _postgres_bindir() -> Path:
+    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (candidate / "initdb").exists():
+            return candidate
+    raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
+
+
+def _pg_user_prefix() -> list[str]:
+    """initdb refuses to run as root; run the server as the 'postgres' system user then."""
+    if os.geteuid() != 0:
+        return []
+    return ["runuser", "-u", "postgres", "--"]
+
+
+class LiveStack:
+    """Servers of the project, sharing one database and one Redis."""
+
+    def __init__(self, workdir: Path, redis_url: str, database_url: str | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.workdir = workdir
+        self.database_url = database_url or f"sqlite:///{workdir / 'db.sqlite3'}"
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "thinkproject.settings",
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": redis_url,
+            "VAR_DIR": str(workdir),
+            "AGENT_DEMO_DELAY_MS": "0",
+            "PYTHONUNBUFFERED": "1",
+            **(extra_env or {}),
+        }
+        self.procs: list[subprocess.Popen[Any]] = []
+        self.manage("migrate", "--noinput")
+
+    def manage(self, *args: str) -> str:
+        result = subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, env=self.env,
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        return result.stdout
+
+    def create_user(self, username: str, password: str = "pw", *, staff: bool = False) -> None:
+        code = (
+            "from django.contrib.auth import get_user_model as g;"
+            f"u=g().objects.create_user({username!r}, password={password!r});"
+            f"u.is_staff=u.is_superuser={staff!r}; u.save()"
+        )
+        self.manage("shell", "-c", code)
+
+    def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[Any]:
+        log = open(self.workdir / log_name, "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def start_daphne(self) -> "Daphne":
+        port = free_port()
+        proc = self._spawn([PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                            "thinkproject.asgi:application"], f"daphne-{port}.log")
+        wait_for_port(port, proc)
+        return Daphne(proc, port)
+
+    def start_celery_worker(self, name: str = "w1") -> subprocess.Popen[Any]:
+        proc = self._spawn([PYTHON, "-m", "celery", "-A", "thinkproject", "worker", "--pool", "solo",
+                            "-n", f"{name}@%h", "--without-heartbeat", "--without-gossip",
+                            "--without-mingle", "-l", "info"], f"celery-{name}.log")
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        log = self.workdir / f"celery-{name}.log"
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"celery worker exited:\n{log.read_text()}")
+            if log.exists() and "ready." in log.read_text():
+                return proc
+            time.sleep(0.1)
+        raise TimeoutError(f"celery worker not ready:\n{log.read_text()}")
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            stop_process(proc)
+        self.procs.clear()
+
+
+class Daphne:
+    def __init__(self, proc: subprocess.Popen[Any], port: int) -> None:
+        self.proc, self.port = proc, port
+        self.http = f"http://127.0.0.1:{port}"
+        self.ws = f"ws://127.0.0.1:{port}"
+
+    def login(self, username: str, password: str = "pw") -> str:
+        """Log in through the real login form; returns the ``Cookie`` header value."""
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        opener.open(f"{self.http}/accounts/login/", timeout=10).read()
+        csrf = next(c.value for c in jar if c.name == "csrftoken")
+        data = urllib.parse.urlencode({"username": username, "password": password,
+                                       "csrfmiddlewaretoken": csrf}).encode()
+        request = urllib.request.Request(f"{self.http}/accounts/login/", data=data,
+                                         headers={"Referer": f"{self.http}/accounts/login/"})
+        opener.open(request, timeout=10).read()
+        cookies = {c.name: c.value for c in jar}
+        if "sessionid" not in cookies:
+            raise RuntimeError(f"login of {username!r} failed")
+        return "; ".join(f"{k}={v}" for k, v in cookies.items())
+
+    def get_json(self, path: str, cookie: str) -> Any:
+        request = urllib.request.Request(f"{self.http}{path}", headers={"Cookie": cookie})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+
+@contextlib.contextmanager
+def redis_server(workdir: Path) -> Iterator[RedisServer]:
+    server = RedisServer(workdir)
+    try:
+        yield server
+    finally:
+        server.stop()
