@@ -5,7 +5,6 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-
 E001 = "agents_app.E001"
 E004 = "agents_app.E004"
 W001 = "agents_app.W001"

@@ -54,7 +54,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         await self.dispatch_event(event)
 
-    async def dispatch_event(self, event: parse.InboundEvent) -> None:  # noqa: C901 - a flat switch
+    async def dispatch_event(self, event: parse.InboundEvent) -> None:
         instance = self.instance
         assert instance is not None
         match event:

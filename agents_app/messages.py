@@ -66,7 +66,7 @@ class MessageBuilder:
                 return part
         return None
 
-    def apply(self, chunk: Chunk) -> None:  # noqa: C901 - one branch per chunk type, as the table
+    def apply(self, chunk: Chunk) -> None:
         """Apply one chunk; unknown types leave the parts unchanged (they are still streamed)."""
         kind = chunk.get("type")
         if kind == "start":
@@ -95,7 +95,7 @@ class MessageBuilder:
             self.parts.append({"type": "file", "mediaType": chunk.get("mediaType"),
                                "url": chunk.get("url")})
         elif kind in ("source-url", "source-document"):
-            self.parts.append({k: v for k, v in chunk.items()})
+            self.parts.append(dict(chunk.items()))
         elif kind == "tool-input-start":
             if self._tool_part(chunk.get("toolCallId")) is None:
                 part = {
@@ -166,12 +166,8 @@ class MessageBuilder:
                 part["state"] = "output-denied"
         elif isinstance(kind, str) and kind.startswith("data-"):
             self._apply_data(chunk)
-        elif kind == "finish":
-            if chunk.get("messageMetadata") is not None:
-                self._merge_metadata(chunk["messageMetadata"])
-        elif kind == "message-metadata":
-            if chunk.get("messageMetadata") is not None:
-                self._merge_metadata(chunk["messageMetadata"])
+        elif kind == "message-metadata" and chunk.get("messageMetadata") is not None:
+            self._merge_metadata(chunk["messageMetadata"])
 
     def _apply_data(self, chunk: Chunk) -> None:
         if chunk.get("transient"):

@@ -78,6 +78,9 @@ class RequestContext(models.Model):
     client_tools = models.JSONField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    def __str__(self) -> str:
+        return f"request context of {self.instance_id}"
+
 
 class Turn(models.Model):
     """A durable record of one turn, from the moment it is accepted.

@@ -20,7 +20,7 @@ ORIGIN = (b"origin", b"http://localhost")
 @pytest.fixture
 def make_user(db: None) -> Callable[..., Any]:
     def make(username: str = "alice", **extra: Any) -> Any:
-        return get_user_model().objects.create_user(username=username, password="pw", **extra)  # noqa: S106
+        return get_user_model().objects.create_user(username=username, password="pw", **extra)
 
     return make
 

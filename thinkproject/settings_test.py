@@ -10,3 +10,11 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 AGENT_DEMO_DELAY_MS = 0
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
+AGENT_CLASSES = [
+    "agents_app.demo.agents.DemoAgent",
+    "tests.agents.BodyEchoAgent",
+    "tests.agents.SilentAgent",
+    "tests.agents.BrokenAgent",
+    "tests.agents.ChunkAgent",
+    "tests.agents.SharedRoomAgent",
+]

@@ -50,7 +50,7 @@ def get_model(spec: str | None = None) -> Model:
         return infer_model(spec)
     except AgentConfigurationError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every provider failure is a configuration problem here
+    except Exception as exc:
         raise AgentConfigurationError(f"AGENT_MODEL {spec!r} cannot be used: {exc}") from exc
 
 

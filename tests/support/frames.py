@@ -42,3 +42,37 @@ def chunks(received: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def text_of(received: list[dict[str, Any]]) -> str:
     return "".join(c.get("delta", "") for c in chunks(received) if c["type"] == "text-delta")
+
+
+def normalize(frames: list[dict[str, Any]], known: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Frames with server-made ids replaced by ``<id:n>`` in order of appearance (decoded bodies).
+
+    Client-chosen ids (``u1``, ``r1``) stay as they are; ``known`` maps further literal values.
+    """
+    names: dict[str, str] = dict(known or {})
+
+    def name(value: str) -> str:
+        if value not in names:
+            names[value] = f"<id:{len(names) + 1}>"
+        return names[value]
+
+    def walk(value: Any, key: str = "") -> Any:
+        if isinstance(value, dict):
+            return {k: walk(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, key) for v in value]
+        if isinstance(value, str) and key in _SERVER_ID_KEYS and not _CLIENT_ID.match(value):
+            return name(value)
+        return value
+
+    out = []
+    for frame in frames:
+        frame = dict(frame)
+        if frame.get("type") == RESP and frame.get("body") and not frame.get("error"):
+            frame["body"] = json.loads(frame["body"])
+        out.append(walk(frame))
+    return out
+
+
+_SERVER_ID_KEYS = {"messageId", "id", "approvalId", "toolCallId", "executionId"}
+_CLIENT_ID = __import__("re").compile(r"^(u|r|a|p|c|q|v|tc|dp)\d+$")
