@@ -14,7 +14,7 @@ from . import conf, registry, turns
 from .errors import AgentAccessError
 from .models import AgentInstance
 from .protocol import frames, parse
-from .streaming import fanout
+from .streaming import fanout, handshake
 
 logger = logging.getLogger("agents_app.consumers")
 
@@ -23,6 +23,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     """``/agents/<slug>/<name>``: the ``cf_agent_*`` protocol for one agent instance."""
 
     instance: AgentInstance | None = None
+    resume: handshake.ResumeDriver | None = None
 
     async def connect(self) -> None:
         kwargs = self.scope["url_route"]["kwargs"]
@@ -36,10 +37,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.close(code=exc.close_code)
             return
         await self.channel_layer.group_add(fanout.group_name(self.instance.pk), self.channel_name)
+        self.resume = handshake.ResumeDriver(self.instance, self.channel_name, self.send_frame, self.send_text)
+        # An active or coming stream is announced first, before identity (cf-golden-frames R1).
+        await self.resume.connect()
         await self.send_frame(frames.identity(name=self.instance.name, agent=self.instance.slug))
         await self.send_frame(frames.mcp_servers())
 
     async def disconnect(self, code: int) -> None:
+        if self.resume is not None:
+            self.resume.close()
         if self.instance is not None:
             await self.channel_layer.group_discard(fanout.group_name(self.instance.pk), self.channel_name)
 
@@ -67,9 +73,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             case parse.ReplaceMessages():
                 await turns.replace_messages(instance, event.messages, self.channel_name)
             case parse.ResumeRequest():
-                await self.send_frame(frames.stream_resume_none(probe_id=event.probe_id))
+                await self.resume.request(event.probe_id)
             case parse.ResumeAck():
-                await self.send_frame(frames.done(request_id=event.request_id, replay=True))
+                await self.resume.ack(event.request_id)
             case parse.Ignored(type="rpc"):
                 await self.send_frame(frames.rpc_error(call_id=event.extra["id"], method=event.extra["method"]))
             case parse.Ignored():
@@ -82,12 +88,26 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def send_frame(self, frame: dict[str, Any]) -> None:
         await self.send(text_data=frames.encode(frame))
 
+    async def send_text(self, text: str) -> None:
+        await self.send(text_data=text)
+
     async def chat_frames(self, event: dict[str, Any]) -> None:
         """Relay a batch published by the turn engine (``streaming.fanout``)."""
+        if self.resume is None:
+            return
         for entry in event["items"]:
             only = entry.get("only")
             if (only and only != self.channel_name) or self.channel_name in entry.get("exclude", ()):
                 continue
-            await self.send(text_data=entry["text"])
+            await self.resume.deliver(entry)
+
+    async def stream_flushed(self, event: dict[str, Any]) -> None:
+        """The turn's writer stored its chunks: the replay can go out (``streaming.handshake``)."""
+        if self.resume is not None:
+            await self.resume.flushed(event["token"])
+
+    async def stream_flush_check(self, event: dict[str, Any]) -> None:
+        if self.resume is not None:
+            await self.resume.flush_overdue(event["token"])
 
 

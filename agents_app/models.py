@@ -24,6 +24,10 @@ class AgentInstance(models.Model):
     )
     # Bumped by every clear: queued turns accepted before it are skipped, not run.
     generation = models.PositiveIntegerField(default=0)
+    # The last turn that failed, delivered to clients through the resume handshake until a
+    # later turn completes (spec §2.7, ACK case 3). Empty when there is none.
+    terminal_request_id = models.CharField(max_length=200, blank=True, default="")
+    terminal_error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -119,6 +123,8 @@ class Turn(models.Model):
     cancel_requested = models.BooleanField(default=False)
     # Which process runs it (host:pid), for crash detection by the recovery sweep.
     worker = models.CharField(max_length=200, blank=True, default="")
+    # Refreshed while the turn runs; a running turn whose heartbeat is stale was orphaned.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -144,3 +150,56 @@ class Turn(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status not in (self.Status.QUEUED, self.Status.RUNNING)
+
+
+class StreamRecord(models.Model):
+    """The resumable buffer of one turn's reply: metadata, with chunks in ``StreamSegment`` rows.
+
+    A reconnecting client replays it from here, on any process. ``last_chunk_at`` drives the
+    retention sweep of abandoned buffers.
+    """
+
+    class Status(models.TextChoices):
+        STREAMING = "streaming"
+        COMPLETED = "completed"
+        ERROR = "error"
+
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="streams")
+    turn = models.OneToOneField(Turn, null=True, blank=True, on_delete=models.SET_NULL, related_name="stream")
+    request_id = models.CharField(max_length=200)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.STREAMING)
+    message_id = models.CharField(max_length=200, blank=True, default="")
+    continuation = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_chunk_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["instance", "status", "-id"], name="stream_active"),
+            models.Index(fields=["instance", "request_id"], name="stream_by_request"),
+            models.Index(fields=["status", "completed_at"], name="stream_sweep_finished"),
+            models.Index(fields=["status", "last_chunk_at"], name="stream_sweep_abandoned"),
+        ]
+
+    def __str__(self) -> str:
+        return f"stream {self.request_id} ({self.status})"
+
+
+class StreamSegment(models.Model):
+    """Consecutive chunks of a stream, packed in one row (chunk ``first_index`` onwards)."""
+
+    stream = models.ForeignKey(StreamRecord, on_delete=models.CASCADE, related_name="segments")
+    first_index = models.PositiveIntegerField()
+    # JSON array of the chunk bodies (each already a JSON-encoded UIMessageChunk string).
+    bodies = models.TextField()
+
+    class Meta:
+        ordering = ["first_index"]
+        constraints = [
+            models.UniqueConstraint(fields=["stream", "first_index"], name="unique_stream_segment"),
+        ]
+
+    def __str__(self) -> str:
+        return f"segment {self.stream_id}@{self.first_index}"

@@ -5,7 +5,8 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from celery import shared_task
 
-from . import registry, turns
+from . import recovery, registry, turns
+from .streaming import buffer
 
 
 @shared_task(name="agents_app.save_messages")
@@ -24,3 +25,15 @@ def drain_stalled_instances() -> dict[str, int]:
     for instance_id in instance_ids:
         async_to_sync(turns.drain)(instance_id)
     return {"instances": len(instance_ids)}
+
+
+@shared_task(name="agents_app.sweep_stream_buffers")
+def sweep_stream_buffers() -> dict[str, int]:
+    """Remove finished stream buffers past retention and abandoned ones (``streaming.buffer``)."""
+    return {"deleted": buffer.sweep_expired()}
+
+
+@shared_task(name="agents_app.recover_interrupted_turns")
+def recover_interrupted_turns() -> dict[str, int]:
+    """Finalise turns whose process died, and run what was queued behind them (``recovery``)."""
+    return {"recovered": async_to_sync(recovery.sweep_interrupted)()}

@@ -7,7 +7,7 @@ in one transaction so a reader never sees half a transcript.
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import F, Max
 from django.utils import timezone
 
 from .messages import UIMessage, is_tool_part
@@ -91,17 +91,27 @@ def _keep_server_tool_results(stored: UIMessage, incoming: UIMessage) -> UIMessa
     return {**incoming, "parts": parts}
 
 
-def save_message(instance: AgentInstance, message: UIMessage) -> None:
-    """Insert or replace one message (the server's own writes: replies, tool results)."""
+def save_message(instance: AgentInstance, message: UIMessage, *, after: str | None = None) -> None:
+    """Insert or replace one message (the server's own writes: replies, tool results).
+
+    A new message goes at the end, or right after message ``after`` when that one is stored
+    (a recovered reply goes after the request it answers, before messages sent since).
+    """
     with transaction.atomic():
         updated = ChatMessage.objects.filter(instance=instance, message_id=message["id"]).update(
             data=message, role=message["role"], updated_at=timezone.now()
         )
-        if not updated:
-            ChatMessage.objects.create(
-                instance=instance, message_id=message["id"], role=message["role"],
-                position=_next_position(instance), data=message,
-            )
+        if updated:
+            return
+        anchor = ChatMessage.objects.filter(instance=instance, message_id=after).first() if after else None
+        if anchor is None:
+            position = _next_position(instance)
+        else:
+            position = anchor.position + 1
+            ChatMessage.objects.filter(instance=instance, position__gte=position).update(position=F("position") + 1)
+        ChatMessage.objects.create(
+            instance=instance, message_id=message["id"], role=message["role"], position=position, data=message,
+        )
 
 
 def clear(instance: AgentInstance) -> None:

@@ -126,10 +126,20 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "0") == "1"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Periodic maintenance (Celery beat): every minute, run turns no process picked up and finalise
+# turns whose process died; every five minutes, drop expired stream buffers.
 CELERY_BEAT_SCHEDULE = {
-    "agents-recover-queued-turns": {
+    "agents-drain-stalled-instances": {
         "task": "agents_app.drain_stalled_instances",
         "schedule": crontab(minute="*"),
+    },
+    "agents-recover-interrupted-turns": {
+        "task": "agents_app.recover_interrupted_turns",
+        "schedule": crontab(minute="*"),
+    },
+    "agents-sweep-stream-buffers": {
+        "task": "agents_app.sweep_stream_buffers",
+        "schedule": crontab(minute="*/5"),
     },
 }
 

@@ -28,8 +28,14 @@ def group_name(instance_pk: int) -> str:
 
 def item(frame: Frame, *, exclude: Iterable[str] = (), only: str | None = None,
          request_id: str | None = None) -> dict[str, Any]:
-    """One fan-out item. ``request_id`` marks live response frames (resuming sockets skip them)."""
+    """One fan-out item.
+
+    ``rid`` marks live response frames (a socket waiting for its resume ACK skips them) and
+    ``seq`` their chunk index (a socket finishing a replay skips those it replayed).
+    """
     entry: dict[str, Any] = {"text": encode(frame)}
+    if "seq" in frame and not frame.get("replay"):
+        entry["seq"] = frame["seq"]
     excluded = [c for c in exclude if c]
     if excluded:
         entry["exclude"] = excluded
@@ -52,7 +58,10 @@ class Publisher:
 
     async def send(self, frame: Frame, **options: Any) -> None:
         """Queue a frame; it leaves with the next batch."""
-        self._pending.append(item(frame, **options))
+        await self.send_item(item(frame, **options))
+
+    async def send_item(self, entry: dict[str, Any]) -> None:
+        self._pending.append(entry)
         if len(self._pending) >= MAX_BATCH:
             await self.flush()
         elif self._flush_task is None:
@@ -79,7 +88,15 @@ class Publisher:
             await task
 
 
+def event(name: str, **data: Any) -> dict[str, Any]:
+    """A control item for the connections themselves (e.g. ``stream-start``), sent as no frame."""
+    return {"event": name, **data}
+
+
 async def publish(instance_pk: int, frame: Frame, **options: Any) -> None:
     """Send one frame right away (outside a streaming turn)."""
-    layer = get_channel_layer()
-    await layer.group_send(group_name(instance_pk), {"type": EVENT_TYPE, "items": [item(frame, **options)]})
+    await publish_item(instance_pk, item(frame, **options))
+
+
+async def publish_item(instance_pk: int, entry: dict[str, Any]) -> None:
+    await get_channel_layer().group_send(group_name(instance_pk), {"type": EVENT_TYPE, "items": [entry]})

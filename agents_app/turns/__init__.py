@@ -18,11 +18,11 @@ from ..messages import UIMessage, new_message_id, new_request_id, trailing_user_
 from ..models import AgentInstance, Turn
 from ..protocol import frames
 from ..protocol.parse import ChatRequest
-from ..streaming import fanout
+from ..streaming import buffer, fanout
 from . import control
 from .engine import drain, start_drain
 
-__all__ = ["cancel", "clear", "drain", "replace_messages", "save_messages", "submit_chat"]
+__all__ = ["cancel", "clear", "drain", "replace_messages", "save_messages", "start_drain", "submit_chat"]
 
 
 async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str) -> None:
@@ -130,8 +130,11 @@ async def clear(instance: AgentInstance, origin_channel: str) -> None:
 
 def _clear(instance: AgentInstance) -> list[Turn]:
     with transaction.atomic():
-        AgentInstance.objects.filter(pk=instance.pk).update(generation=F("generation") + 1)
+        AgentInstance.objects.filter(pk=instance.pk).update(
+            generation=F("generation") + 1, terminal_request_id="", terminal_error=""
+        )
         transcript.clear(instance)
+        buffer.delete_all(instance)
         running = list(Turn.objects.filter(instance=instance, status=Turn.Status.RUNNING))
         Turn.objects.filter(instance=instance, status=Turn.Status.RUNNING).update(cancel_requested=True)
     return running

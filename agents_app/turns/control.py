@@ -1,13 +1,14 @@
-"""Cancelling a turn wherever it runs.
+"""Reaching a running turn from any process: cancel it, or ask it to flush its stream buffer.
 
 A running turn listens on its own channel-layer channel, whose name is recorded in
-``Turn.worker`` when the turn is claimed; a cancel from any process sends ``turn.cancel`` there.
-A turn running in this process is reached directly, without the channel layer.
+``Turn.worker`` when the turn is claimed. A turn running in this process is also reached
+directly for cancels, without the channel layer.
 """
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from channels.layers import get_channel_layer
 
@@ -19,8 +20,10 @@ _local: dict[str, AbortSignal] = {}
 
 
 @contextlib.asynccontextmanager
-async def listening(channel: str, signal: AbortSignal) -> AsyncIterator[None]:
-    """While the turn runs, abort ``signal`` on a ``turn.cancel`` sent to ``channel``."""
+async def listening(
+    channel: str, signal: AbortSignal, on_message: Callable[[dict[str, Any]], Awaitable[None]]
+) -> AsyncIterator[None]:
+    """While the turn runs: abort ``signal`` on ``turn.cancel``; hand anything else to ``on_message``."""
     layer = get_channel_layer()
     _local[channel] = signal
 
@@ -29,6 +32,8 @@ async def listening(channel: str, signal: AbortSignal) -> AsyncIterator[None]:
             message = await layer.receive(channel)
             if message.get("type") == CANCEL_EVENT:
                 signal.abort(message.get("reason") or "Cancelled")
+            else:
+                await on_message(message)
 
     task = asyncio.ensure_future(receive())
     try:

@@ -21,6 +21,7 @@ from ..messages import MessageBuilder, clone, new_message_id, rewrite_finish
 from ..models import AgentInstance, Turn
 from ..protocol import frames
 from ..protocol.types import Outcome
+from ..streaming import buffer, fanout, handshake
 from ..streaming.fanout import Publisher
 from . import control, lock
 
@@ -47,31 +48,39 @@ async def drain(instance_pk: int) -> None:
         channel = await layer.new_channel()
         claim = await database_sync_to_async(lock.claim_next)(instance_pk, channel)
         if claim is None:
-            return
+            break
         if claim.skipped:
             await _report_skipped(claim.turn)
             continue
-        signal = AbortSignal()
-        async with control.listening(channel, signal):
-            await TurnRun(claim.turn, signal).run()
+        await TurnRun(claim.turn, channel).run()
+    # Connections parked on "a turn is coming" learn that none is (spec §2.7, pre-stream window),
+    # unless the queue stopped here only because another process runs the instance's next turn.
+    if not await Turn.objects.filter(
+        instance_id=instance_pk, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
+    ).aexists():
+        await fanout.publish_item(instance_pk, fanout.event(handshake.TURNS_IDLE))
 
 
 async def _report_skipped(turn: Turn) -> None:
-    publisher = Publisher(turn.instance_id)
-    await publisher.send(
+    """Tell the connection that asked for a turn a clear made stale that it will not run."""
+    if not turn.origin_channel:
+        return
+    await fanout.publish(
+        turn.instance_id,
         frames.done(request_id=turn.request_id, outcome=Outcome.SKIPPED, message_ids=turn.message_ids),
-        only=turn.origin_channel or None,
+        only=turn.origin_channel,
     )
-    await publisher.close()
 
 
 class TurnRun:
     """One claimed turn, from its first chunk to its persisted reply."""
 
-    def __init__(self, turn: Turn, signal: AbortSignal) -> None:
+    def __init__(self, turn: Turn, control_channel: str) -> None:
         self.turn = turn
-        self.signal = signal
+        self.control_channel = control_channel
+        self.signal = AbortSignal()
         self.publisher = Publisher(turn.instance_id)
+        self.writer: buffer.StreamWriter | None = None
         self.seq = 0
         self.status = Turn.Status.COMPLETED
         self.error: str | None = None
@@ -79,6 +88,27 @@ class TurnRun:
         self.text_id: str | None = None
 
     async def run(self) -> ChatResponseResult:
+        async with control.listening(self.control_channel, self.signal, self._on_control):
+            heartbeat = asyncio.ensure_future(self._heartbeat())
+            try:
+                return await self._run()
+            finally:
+                heartbeat.cancel()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(lock.HEARTBEAT_SECONDS)
+            await database_sync_to_async(lock.heartbeat)(self.turn.pk)
+
+    async def _on_control(self, message: dict[str, Any]) -> None:
+        """A reader about to replay asks for every chunk sent so far to be stored."""
+        if message.get("type") == handshake.FLUSH_REQUEST and self.writer is not None:
+            last = await self.writer.flush()
+            await get_channel_layer().send(message["reply_to"], {
+                "type": handshake.FLUSHED, "token": message["token"], "seq": last,
+            })
+
+    async def _run(self) -> ChatResponseResult:
         turn = self.turn
         instance, messages = await database_sync_to_async(_load)(turn)
         agent = registry.get_agent_class(instance.slug)(instance)
@@ -89,6 +119,10 @@ class TurnRun:
         if not turn.message_ids:
             turn.message_ids = _request_message_ids(messages)
         self.builder = self._builder_for(messages)
+        stream = await database_sync_to_async(buffer.start)(turn, self.builder.message["id"])
+        self.stream_pk = stream.pk
+        self.writer = buffer.StreamWriter(stream.pk)
+        await self.publisher.send_item(fanout.event(handshake.STREAM_START, rid=turn.request_id))
         if turn.cancel_requested:
             self.signal.abort("Cancelled before it started")
         try:
@@ -188,19 +222,23 @@ class TurnRun:
         return False
 
     async def _emit(self, chunk: dict[str, Any]) -> None:
-        assert self.builder is not None
+        assert self.builder is not None and self.writer is not None
         self.builder.apply(chunk)
-        frame = frames.chunk(
-            request_id=self.turn.request_id, body=json.dumps(chunk, separators=(",", ":"), ensure_ascii=False),
-            seq=self.seq, continuation=self.turn.continuation,
-        )
+        body = json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)
+        frame = frames.chunk(request_id=self.turn.request_id, body=body, seq=self.seq,
+                             continuation=self.turn.continuation)
+        # Stored (or buffered for storage) before it is sent: a reader that asks the writer to
+        # flush then has every chunk it could have missed (see streaming.handshake).
+        if not chunk.get("transient"):
+            await self.writer.append(self.seq, body)
         self.seq += 1
         await self.publisher.send(frame, request_id=self.turn.request_id)
 
     async def _finish(self, instance: AgentInstance, *, thrown: bool) -> None:
         """Persist the reply, send the final transcript, then the terminal frame (golden order)."""
         turn, builder = self.turn, self.builder
-        assert builder is not None
+        assert builder is not None and self.writer is not None
+        await self.writer.flush()
         await sync_to_async(self._persist_and_finish, thread_sensitive=True)(instance)
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]
         if self.final_transcript is not None:
@@ -222,6 +260,7 @@ class TurnRun:
         await self.publisher.close()
 
     final_transcript: list[dict[str, Any]] | None = None
+    stream_pk: int = 0
 
     def _persist_and_finish(self, instance: AgentInstance) -> None:
         assert self.builder is not None
@@ -233,6 +272,13 @@ class TurnRun:
         if self.builder.has_content() and not cleared:
             transcript.save_message(instance, self.builder.message)
             self.final_transcript = transcript.load(instance)
+        failed = self.status == Turn.Status.ERROR
+        buffer.finish(self.stream_pk, error=failed)
+        # The last failure is replayed to clients that were away, until a later turn supersedes it.
+        AgentInstance.objects.filter(pk=instance.pk).update(
+            terminal_request_id=self.turn.request_id if failed else "",
+            terminal_error=(self.error or "Error") if failed else "",
+        )
         lock.finish(self.turn, self.status, self.error or "")
 
 

@@ -8,6 +8,7 @@ process already runs a turn of that instance (that process drains the queue when
 import os
 import socket
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -59,6 +60,25 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
             # Another process claimed this row between our read and update: look again.
 
 
+# A running turn refreshes its heartbeat this often; three missed beats mean it was orphaned.
+HEARTBEAT_SECONDS = 5.0
+HEARTBEAT_STALE = timedelta(seconds=3 * HEARTBEAT_SECONDS)
+
+
+def is_orphaned(turn: Turn, now: datetime | None = None) -> bool:
+    """A turn whose process is gone: not running any more, dead on this host, or silent too long."""
+    if turn.status != Turn.Status.RUNNING:
+        return True
+    if not _alive(turn.worker):
+        return True
+    beat = turn.heartbeat_at or turn.started_at
+    return beat is not None and beat < (now or timezone.now()) - HEARTBEAT_STALE
+
+
+def heartbeat(turn_pk: int) -> None:
+    Turn.objects.filter(pk=turn_pk, status=Turn.Status.RUNNING).update(heartbeat_at=timezone.now())
+
+
 def _alive(worker: str) -> bool:
     """False only when ``worker`` is a process on this host that no longer exists."""
     host, _, rest = worker.partition(":")
@@ -75,20 +95,19 @@ def _alive(worker: str) -> bool:
 
 
 def release_dead(instance_id: int) -> bool:
-    """Mark the running turn of a dead local process as interrupted; True if one was freed.
+    """Finalise the running turn of a dead local process; True if the instance was freed.
 
-    Full recovery (finalising its partial reply, resuming it) is ``recovery``'s job; this only
-    keeps one crashed process from locking an instance forever.
+    This keeps one crashed process from locking an instance until the periodic sweep runs.
     """
+    from ..recovery import interrupt
+
     running = Turn.objects.filter(instance_id=instance_id, status=Turn.Status.RUNNING).first()
-    if running is None or _alive(running.worker):
-        return running is None
-    return bool(
-        Turn.objects.filter(pk=running.pk, status=Turn.Status.RUNNING).update(
-            status=Turn.Status.ERROR, error="Interrupted: the process running it exited",
-            finished_at=timezone.now(),
-        )
-    )
+    if running is None:
+        return True
+    if _alive(running.worker):
+        return False
+    interrupt(running)
+    return True
 
 
 def finish(turn: Turn, status: str, error: str = "") -> None:

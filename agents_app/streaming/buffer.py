@@ -1,0 +1,131 @@
+"""The resumable stream buffer: a turn's chunks, stored in the database for every process.
+
+Chunks are packed ``CHUNK_BUFFER_SIZE`` to a row (fewer rows, one INSERT per ten chunks), a row
+is written early when it reaches ``SEGMENT_MAX_BYTES``, and a single chunk above
+``CHUNK_MAX_BYTES`` is broadcast but not stored (spec cloudflare-agents.md §2.7). Unflushed
+chunks live in the writer's memory; a reconnecting reader asks the writer to flush first
+(``turns.control``), so it never sees a gap.
+"""
+
+import asyncio
+import json
+from datetime import datetime, timedelta
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ..models import AgentInstance, StreamRecord, StreamSegment, Turn
+
+# Chunks per stored row.
+CHUNK_BUFFER_SIZE = 10
+# A row is written early when its chunks reach this many bytes (UTF-8 of the bodies).
+SEGMENT_MAX_BYTES = 512_000
+# A chunk bigger than this is sent to clients but not stored (row-size headroom).
+CHUNK_MAX_BYTES = 1_800_000
+# Finished buffers are kept this long after completion, for late reconnects (10 minutes).
+COMPLETED_RETENTION = timedelta(minutes=10)
+# A streaming buffer with no chunk for this long is abandoned and removed (1 hour).
+ABANDONED_RETENTION = timedelta(hours=1)
+
+
+class StreamWriter:
+    """Appends one turn's chunks to its ``StreamRecord``, packed into rows."""
+
+    def __init__(self, stream_pk: int) -> None:
+        self.stream_pk = stream_pk
+        self._bodies: list[str] = []
+        self._bytes = 0
+        self._first_index = 0
+        self._lock = asyncio.Lock()
+        # Index of the last chunk handed to append(), stored or not.
+        self.last_index = -1
+
+    async def append(self, index: int, body: str) -> None:
+        """Buffer chunk ``index``; writes a row when the buffer is full."""
+        self.last_index = index
+        size = len(body.encode())
+        if size > CHUNK_MAX_BYTES:
+            await self.flush()
+            self._first_index = index + 1
+            return
+        if self._bodies and self._bytes + size > SEGMENT_MAX_BYTES:
+            await self.flush()
+        if not self._bodies:
+            self._first_index = index
+        self._bodies.append(body)
+        self._bytes += size
+        if len(self._bodies) >= CHUNK_BUFFER_SIZE or self._bytes >= SEGMENT_MAX_BYTES:
+            await self.flush()
+
+    async def flush(self) -> int:
+        """Write the buffered chunks; returns the index of the last chunk appended so far."""
+        async with self._lock:
+            if self._bodies:
+                bodies, first = self._bodies, self._first_index
+                self._bodies, self._bytes = [], 0
+                self._first_index = first + len(bodies)
+                await sync_to_async(_write_segment, thread_sensitive=True)(self.stream_pk, first, bodies)
+            return self.last_index
+
+
+def _write_segment(stream_pk: int, first_index: int, bodies: list[str]) -> None:
+    with transaction.atomic():
+        # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
+        if StreamRecord.objects.filter(pk=stream_pk).update(last_chunk_at=timezone.now()):
+            StreamSegment.objects.create(stream_id=stream_pk, first_index=first_index, bodies=json.dumps(bodies))
+
+
+def start(turn: Turn, message_id: str) -> StreamRecord:
+    """Open the buffer of a turn that starts streaming."""
+    return StreamRecord.objects.create(
+        instance_id=turn.instance_id, turn=turn, request_id=turn.request_id,
+        message_id=message_id, continuation=turn.continuation,
+    )
+
+
+def finish(stream_pk: int, *, error: bool) -> None:
+    StreamRecord.objects.filter(pk=stream_pk, status=StreamRecord.Status.STREAMING).update(
+        status=StreamRecord.Status.ERROR if error else StreamRecord.Status.COMPLETED,
+        completed_at=timezone.now(),
+    )
+
+
+def read(stream: StreamRecord) -> list[tuple[int, str]]:
+    """Every stored chunk of the stream as (index, body), in order."""
+    chunks: list[tuple[int, str]] = []
+    for segment in StreamSegment.objects.filter(stream=stream).only("first_index", "bodies"):
+        chunks.extend(enumerate(json.loads(segment.bodies), start=segment.first_index))
+    return chunks
+
+
+def active_stream(instance: AgentInstance) -> StreamRecord | None:
+    return StreamRecord.objects.filter(instance=instance, status=StreamRecord.Status.STREAMING).last()
+
+
+def by_request(instance: AgentInstance, request_id: str) -> StreamRecord | None:
+    return StreamRecord.objects.filter(instance=instance, request_id=request_id).last()
+
+
+def delete_all(instance: AgentInstance) -> None:
+    """Clear: every buffer of the instance goes (cascade deletes the segments)."""
+    StreamRecord.objects.filter(instance=instance).delete()
+
+
+def sweep_expired(*, now: datetime | None = None, batch_size: int = 1000) -> int:
+    """Delete finished buffers past retention and abandoned streaming ones; returns how many.
+
+    Idempotent and batched, so the periodic task never holds a long transaction.
+    """
+    now = now or timezone.now()
+    expired = Q(status__in=[StreamRecord.Status.COMPLETED, StreamRecord.Status.ERROR],
+                completed_at__lt=now - COMPLETED_RETENTION)
+    expired |= Q(status=StreamRecord.Status.STREAMING, last_chunk_at__lt=now - ABANDONED_RETENTION)
+    deleted = 0
+    while True:
+        ids = list(StreamRecord.objects.filter(expired).values_list("pk", flat=True)[:batch_size])
+        if not ids:
+            return deleted
+        StreamRecord.objects.filter(pk__in=ids).delete()
+        deleted += len(ids)

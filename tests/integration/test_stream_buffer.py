@@ -1,0 +1,80 @@
+"""The stream buffer's packing, reading and retention (spec §2.7 storage, §6.10 chunk buffer)."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.utils import timezone
+
+from agents_app.models import AgentInstance, StreamRecord, StreamSegment, Turn
+from agents_app.streaming import buffer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def stream(user):
+    instance = AgentInstance.objects.create(slug="demo-agent", name="buf", owner=user)
+    turn = Turn.objects.create(instance=instance, request_id="r1")
+    return buffer.start(turn, "m1")
+
+
+def write(stream, bodies, start=0):
+    writer = buffer.StreamWriter(stream.pk)
+
+    async def run():
+        for index, body in enumerate(bodies, start=start):
+            await writer.append(index, body)
+        return await writer.flush()
+
+    return async_to_sync(run)()
+
+
+def body(i, size=0):
+    return json.dumps({"type": "text-delta", "id": "t", "delta": f"d{i}" + "x" * size})
+
+
+def test_many_chunks_are_read_back_in_order_from_few_rows(stream):
+    bodies = [body(i) for i in range(45)]
+    assert write(stream, bodies) == 44
+    assert [b for _, b in buffer.read(stream)] == bodies
+    assert [i for i, _ in buffer.read(stream)] == list(range(45))
+    assert StreamSegment.objects.filter(stream=stream).count() == 5
+
+
+def test_a_big_chunk_starts_its_own_row(stream):
+    bodies = [body(0), body(1, size=buffer.SEGMENT_MAX_BYTES), body(2)]
+    write(stream, bodies)
+    assert [b for _, b in buffer.read(stream)] == bodies
+    assert StreamSegment.objects.filter(stream=stream).count() == 3
+
+
+def test_a_chunk_over_the_row_limit_is_not_stored(stream):
+    bodies = [body(0), body(1, size=buffer.CHUNK_MAX_BYTES), body(2)]
+    write(stream, bodies)
+    assert buffer.read(stream) == [(0, bodies[0]), (2, bodies[2])]
+
+
+def test_sweep_removes_expired_buffers_only(stream, user):
+    now = timezone.now()
+    instance = stream.instance
+    old_done = StreamRecord.objects.create(instance=instance, request_id="old", status="completed",
+                                           completed_at=now - timedelta(minutes=11))
+    fresh_done = StreamRecord.objects.create(instance=instance, request_id="fresh", status="error",
+                                             completed_at=now - timedelta(minutes=9))
+    abandoned = StreamRecord.objects.create(instance=instance, request_id="abandoned")
+    StreamRecord.objects.filter(pk=abandoned.pk).update(last_chunk_at=now - timedelta(hours=1, minutes=1))
+    write(stream, [body(0)])
+    assert buffer.sweep_expired(now=now, batch_size=1) == 2
+    assert set(StreamRecord.objects.values_list("request_id", flat=True)) == {"r1", "fresh"}
+    assert buffer.sweep_expired(now=now) == 0
+    assert old_done.pk and fresh_done.pk
+
+
+def test_retention_task_runs_the_sweep(stream):
+    from agents_app.tasks import sweep_stream_buffers
+
+    StreamRecord.objects.filter(pk=stream.pk).update(status="completed",
+                                                     completed_at=timezone.now() - timedelta(hours=1))
+    assert sweep_stream_buffers.delay().get() == {"deleted": 1}
