@@ -82,6 +82,22 @@ class SaveMessagesResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _for_pydantic_ai(messages: list[UIMessage]) -> list[UIMessage]:
+    """The transcript as pydantic-ai's UIMessage model accepts it.
+
+    The stored ``tool-<name>`` parts carry ``toolName`` (as Cloudflare persists them); the AI SDK
+    type pydantic-ai validates against allows it only on ``dynamic-tool`` parts.
+    """
+    return [
+        {**m, "parts": [
+            {k: v for k, v in p.items() if k != "toolName"}
+            if str(p.get("type", "")).startswith("tool-") else p
+            for p in m.get("parts", [])
+        ]}
+        for m in messages
+    ]
+
+
 def _is_encoder_internal(chunk: dict[str, Any]) -> bool:
     """Chunks of the SSE encoding that the WebSocket protocol does not carry.
 
@@ -154,12 +170,13 @@ class ChatAgent:
     async def stream_model_reply(self) -> AsyncIterator[dict[str, Any]]:
         """Run the model over ``self.messages`` and yield AI SDK UI message chunks."""
         agent = self.build_pydantic_agent()
-        history = VercelAIAdapter.load_messages(_UI_MESSAGES.validate_python(self.messages))
+        history = VercelAIAdapter.load_messages(_UI_MESSAGES.validate_python(_for_pydantic_ai(self.messages)))
         token = CancellationToken()
         self.abort_signal.add_callback(token.cancel)
         encoder: VercelAIEventStream[Any, Any] = VercelAIEventStream(None, sdk_version=6)
         limits = UsageLimits(request_limit=conf.get("AGENT_MAX_STEPS"))
-        async with agent.run_stream_events(
+        # Entering the agent opens (and leaving closes) the provider's HTTP client.
+        async with agent, agent.run_stream_events(
             message_history=history, cancellation_token=token, usage_limits=limits
         ) as events:
             async for chunk in encoder.transform_stream(events):

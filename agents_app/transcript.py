@@ -42,6 +42,7 @@ def persist(
     """
     with transaction.atomic():
         rows = {row.message_id: row for row in ChatMessage.objects.filter(instance=instance)}
+        known = set(rows)
         by_tool_call = {cid: mid for mid, row in rows.items() for cid in _tool_call_ids(row.data)}
         position = max((row.position for row in rows.values()), default=-1) + 1
         seen: list[str] = []
@@ -66,7 +67,7 @@ def persist(
                     row.data = merged
                     row.role = merged["role"]
                     row.save(update_fields=["data", "role", "updated_at"])
-        if delete_stale and incoming and all(mid in rows for mid in seen):
+        if delete_stale and incoming and all(mid in known for mid in seen):
             stale = set(rows) - set(seen)
             if stale:
                 ChatMessage.objects.filter(instance=instance, message_id__in=stale).delete()

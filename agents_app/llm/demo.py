@@ -69,7 +69,11 @@ def _summarise(parts: list[Any]) -> str:
     lines = []
     for part in parts:
         if isinstance(part, ToolReturnPart):
-            if part.outcome == "denied":
+            if part.outcome == "retried":
+                content = part.content
+                reason = content["error"] if isinstance(content, dict) and "error" in content else content
+                lines.append(f"{part.tool_name} failed: {reason}")
+            elif part.outcome == "denied":
                 lines.append(f"The call to {part.tool_name} was denied: {part.model_response_str()}")
             else:
                 lines.append(f"{part.tool_name} returned {part.model_response_str()}")

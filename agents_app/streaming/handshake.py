@@ -102,6 +102,8 @@ class ResumeSession:
         self.awaiting_ack: str | None = None
         self.parked = False
         self.replay: Replay | None = None
+        # (request id, last replayed seq): live chunks the replay already sent, arriving late.
+        self.replayed: tuple[str, int] | None = None
 
     def note_sent(self, frame: dict[str, Any] | None) -> None:
         """Record what a handshake frame we sent obliges us to."""
@@ -117,7 +119,14 @@ class ResumeSession:
         if self.replay is not None:
             self.replay.held.append(item)
             return False
-        return not self.awaiting_ack
+        if self.awaiting_ack:
+            return False
+        return not self._already_replayed(item)
+
+    def _already_replayed(self, item: dict[str, Any]) -> bool:
+        if self.replayed is None or item.get("rid") != self.replayed[0]:
+            return False
+        return 0 <= item.get("seq", -1) <= self.replayed[1]
 
     def start_replay(self, request_id: str) -> Replay:
         self.awaiting_ack = None
@@ -129,10 +138,8 @@ class ResumeSession:
         replay, self.replay = self.replay, None
         if replay is None:
             return []
-        return [
-            item for item in replay.held
-            if not (item.get("rid") == replay.request_id and item.get("seq", -1) >= 0 and item["seq"] <= last_seq)
-        ]
+        self.replayed = (replay.request_id, last_seq)
+        return [item for item in replay.held if not self._already_replayed(item)]
 
 
 class ResumeDriver:

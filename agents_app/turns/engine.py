@@ -222,7 +222,8 @@ class TurnRun:
         return False
 
     async def _emit(self, chunk: dict[str, Any]) -> None:
-        assert self.builder is not None and self.writer is not None
+        assert self.builder is not None
+        assert self.writer is not None
         self.builder.apply(chunk)
         body = json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)
         frame = frames.chunk(request_id=self.turn.request_id, body=body, seq=self.seq,
@@ -237,7 +238,8 @@ class TurnRun:
     async def _finish(self, instance: AgentInstance, *, thrown: bool) -> None:
         """Persist the reply, send the final transcript, then the terminal frame (golden order)."""
         turn, builder = self.turn, self.builder
-        assert builder is not None and self.writer is not None
+        assert builder is not None
+        assert self.writer is not None
         await self.writer.flush()
         await sync_to_async(self._persist_and_finish, thread_sensitive=True)(instance)
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]

@@ -228,7 +228,8 @@
       for (const probe of probes.values()) clearTimeout(probe.timer);
       probes.clear();
       // Streams of the dead socket are kept (partial text stays) until the resume handshake
-      // of the next socket says whether they go on.
+      // of the next socket says whether they go on; so is a request that had no reply yet.
+      if (ownRequestId && !streams.has(ownRequestId)) newStream(ownRequestId, { own: true });
       for (const s of streams.values()) s.interrupted = true;
       if (ev.code === 1008 || (ev.code >= 4000 && ev.code <= 4999)) {
         terminal = true;
@@ -296,14 +297,20 @@
       return;
     }
     // Nothing to resume: streams cut off by a dropped socket have ended meanwhile.
+    const lost = dropInterrupted(null);
+    if (probe.purpose === "reconnect" || lost) refreshHistory();
+  }
+
+  /** End the streams a dropped socket cut off (except `keepId`); true if there were any. */
+  function dropInterrupted(keepId) {
     let lost = false;
     for (const s of [...streams.values()]) {
-      if (s.interrupted) {
+      if (s.interrupted && s.id !== keepId) {
         lost = true;
         endStream(s, "interrupted");
       }
     }
-    if (probe.purpose === "reconnect" || lost) refreshHistory();
+    return lost;
   }
 
   function onResuming(frame) {
@@ -311,6 +318,8 @@
     if (typeof id !== "string" || !id) return;
     const probeId = probeFor(frame.probeId);
     if (probeId) probeSettled(probeId, true);
+    // One stream is active per instance: any other cut-off stream has finished meanwhile.
+    if (dropInterrupted(id)) refreshHistory();
     if (ignored.has(id)) return;
     let s = streams.get(id);
     if (!s) {
