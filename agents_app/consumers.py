@@ -34,7 +34,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             )
         except AgentAccessError as exc:
             await self.send_frame(frames.error(message=str(exc), code=type(exc).__name__))
-            await self.close(code=exc.close_code)
+            await self.close(code=int(exc.close_code))
             return
         await self.channel_layer.group_add(fanout.group_name(self.instance.pk), self.channel_name)
         self.resume = handshake.ResumeDriver(self.instance, self.channel_name, self.send_frame, self.send_text)

@@ -1,21 +1,43 @@
 """Celery tasks: thin, id-based, each calling one service."""
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync
 from celery import shared_task
 
 from . import recovery, registry, turns
 from .streaming import buffer
+from .turns import control
+
+T = TypeVar("T")
+
+
+def run_async(function: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Run async engine code from a (sync) Celery task, on a loop that ends with the call.
+
+    The loop's turn-control receiver is stopped before the loop closes (``turns.control``).
+    """
+
+    async def main() -> T:
+        try:
+            return await function(*args)
+        finally:
+            await control.shutdown()
+
+    return async_to_sync(main)()
+
+
+async def _save_messages(slug: str, name: str, texts: list[str]) -> dict[str, Any]:
+    agent = await registry.get_agent_class(slug).aget(name)
+    result = await agent.save_messages(list(texts))
+    return {"request_id": result.request_id, "status": result.status, "error": result.error}
 
 
 @shared_task(name="agents_app.save_messages")
 def save_messages(slug: str, name: str, texts: list[str]) -> dict[str, Any]:
     """Run a programmatic turn on ``slug/name`` with user messages ``texts`` (scheduled prompts)."""
-    agent_class = registry.get_agent_class(slug)
-    agent = async_to_sync(agent_class.aget)(name)
-    result = async_to_sync(agent.save_messages)(list(texts))
-    return {"request_id": result.request_id, "status": result.status, "error": result.error}
+    return run_async(_save_messages, slug, name, texts)
 
 
 @shared_task(name="agents_app.drain_stalled_instances")
@@ -23,7 +45,7 @@ def drain_stalled_instances() -> dict[str, int]:
     """Run queued turns that no process is running (their submitter exited before draining)."""
     instance_ids = turns.queued_instances()
     for instance_id in instance_ids:
-        async_to_sync(turns.drain)(instance_id)
+        run_async(turns.drain, instance_id)
     return {"instances": len(instance_ids)}
 
 
@@ -36,4 +58,4 @@ def sweep_stream_buffers() -> dict[str, int]:
 @shared_task(name="agents_app.recover_interrupted_turns")
 def recover_interrupted_turns() -> dict[str, int]:
     """Finalise turns whose process died, and run what was queued behind them (``recovery``)."""
-    return {"recovered": async_to_sync(recovery.sweep_interrupted)()}
+    return {"recovered": run_async(recovery.sweep_interrupted)}

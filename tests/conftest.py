@@ -69,3 +69,11 @@ async def ws(user: Any) -> AsyncIterator[Callable[..., Any]]:
     yield open_ws
     for communicator in opened:
         await communicator.disconnect()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the test item, so fixtures can tell whether the test failed."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

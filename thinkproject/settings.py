@@ -100,6 +100,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Serve /static/ from the ASGI app (default on): right for the embedded setup; a production
+# deployment runs collectstatic, serves STATIC_ROOT from its proxy and sets SERVE_STATIC=0.
+SERVE_STATIC = os.environ.get("SERVE_STATIC", "1") == "1"
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "agents_app:instance-list"
@@ -116,7 +119,10 @@ else:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # A long reply is thousands of frames; the default capacity (100) would drop them.
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 60},
+            # redis-py 8 reads with a 5 s socket timeout, the same as channels_redis's 5 s blocking
+            # pop: an idle consumer's read would then time out and kill it (close 1011). A longer
+            # socket timeout lets the pop return first.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 5000, "expiry": 60},
         }
     }
 
@@ -165,8 +171,18 @@ AGENT_CLASSES = [
 ]
 # The model every agent uses unless it overrides get_model(): "demo" (offline), or a provider
 # string such as "openai-chat:gpt-4o", "anthropic:claude-sonnet-4-5", "ollama:llama3.2", or
-# "openai-compatible:<model>@<base URL>".
+# "openai-compatible:<model>" with AGENT_MODEL_BASE_URL (any OpenAI-compatible server).
 AGENT_MODEL = os.environ.get("AGENT_MODEL", "demo")
+AGENT_MODEL_BASE_URL = os.environ.get("AGENT_MODEL_BASE_URL") or None
+AGENT_MODEL_API_KEY = os.environ.get("AGENT_MODEL_API_KEY") or None
+# Milliseconds between words of the offline demo model (0 in tests and benchmarks).
+AGENT_DEMO_DELAY_MS = int(os.environ.get("AGENT_DEMO_DELAY_MS", "15"))
+
+# Daphne refuses WebSocket messages above 1 MiB by closing the socket; accept up to 16 MiB so an
+# oversized chat frame reaches the app and gets a clear error frame (AGENT_MAX_FRAME_BYTES is the
+# real limit). Plain `daphne` needs --websocket-max-message-size/--websocket-max-frame-size.
+DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
+DAPHNE_WEBSOCKET_MAX_FRAME_SIZE = 16 * 1024 * 1024
 
 LOGGING = {
     "version": 1,

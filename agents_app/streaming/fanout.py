@@ -68,8 +68,10 @@ class Publisher:
             self._flush_task = asyncio.ensure_future(self._flush_soon())
 
     async def _flush_soon(self) -> None:
+        # Items queued while a batch was on its way go out with the next one, not with close().
         try:
-            await self.flush()
+            while self._pending:
+                await self.flush()
         finally:
             self._flush_task = None
 

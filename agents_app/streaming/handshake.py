@@ -18,7 +18,8 @@ from channels.db import database_sync_to_async
 from ..models import AgentInstance, StreamRecord, Turn
 from ..protocol import frames
 from ..protocol.types import Outcome, StreamResumeNoneReason
-from ..turns.lock import is_orphaned
+from ..turns import control
+from ..turns.lock import control_channel_of, is_orphaned
 from . import buffer
 
 # How long a reader waits for the writer to flush before looking at the database again.
@@ -33,6 +34,7 @@ class ResumeState:
     active_continuation: bool = False
     active_orphaned: bool = False
     control_channel: str | None = None
+    turn_pk: int | None = None
     terminal_request_id: str | None = None
     pending_request_id: str | None = None
 
@@ -54,7 +56,8 @@ def load_state(instance: AgentInstance) -> ResumeState:
         active_request_id=stream.request_id,
         active_continuation=stream.continuation,
         active_orphaned=turn is None or is_orphaned(turn),
-        control_channel=turn.worker.partition(" ")[2] or None if turn else None,
+        control_channel=control_channel_of(turn) if turn else None,
+        turn_pk=turn.pk if turn else None,
         terminal_request_id=instance.terminal_request_id or None,
         pending_request_id=pending,
     )
@@ -192,8 +195,8 @@ class ResumeDriver:
 
         A check is scheduled too: without an answer in time, ``flush_overdue`` looks again.
         """
-        if state.control_channel:
-            await self.channel_layer.send(state.control_channel, {
+        if state.turn_pk is not None:
+            await control.send(state.control_channel, state.turn_pk, {
                 "type": FLUSH_REQUEST, "reply_to": self.channel_name, "token": replay.token,
             })
         timer = asyncio.ensure_future(self._check_later(replay.token))

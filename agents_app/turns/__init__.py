@@ -21,6 +21,7 @@ from ..protocol.parse import ChatRequest
 from ..streaming import buffer, fanout
 from . import control
 from .engine import drain, start_drain
+from .lock import control_channel_of
 
 __all__ = ["cancel", "clear", "drain", "replace_messages", "save_messages", "start_drain", "submit_chat"]
 
@@ -102,7 +103,7 @@ async def cancel(instance: AgentInstance, request_id: str) -> bool:
     if turn is None:
         return False
     if turn.status == Turn.Status.RUNNING:
-        await control.cancel_running(_control_channel(turn))
+        await control.cancel_running(control_channel_of(turn), turn.pk)
     return True
 
 
@@ -114,17 +115,11 @@ def _mark_cancel(instance: AgentInstance, request_id: str) -> Turn | None:
     return active.first()
 
 
-def _control_channel(turn: Turn) -> str | None:
-    from .lock import control_channel_of
-
-    return control_channel_of(turn)
-
-
 async def clear(instance: AgentInstance, origin_channel: str) -> None:
     """Delete the transcript; skip queued turns, abort the running one; tell other connections."""
     running = await database_sync_to_async(_clear)(instance)
     for turn in running:
-        await control.cancel_running(_control_channel(turn), "Chat cleared")
+        await control.cancel_running(control_channel_of(turn), turn.pk, "Chat cleared")
     await fanout.publish(instance.pk, frames.chat_clear(), exclude=[origin_channel])
 
 

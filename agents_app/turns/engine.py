@@ -42,17 +42,15 @@ def start_drain(instance_pk: int) -> asyncio.Task[None]:
 
 async def drain(instance_pk: int) -> None:
     """Run queued turns of the instance until none is left or another process holds the lock."""
-    layer = get_channel_layer()
+    channel = await control.channel_name()
     while True:
-        # Naming a channel costs no I/O; cancels sent before the turn listens wait in the layer.
-        channel = await layer.new_channel()
         claim = await database_sync_to_async(lock.claim_next)(instance_pk, channel)
         if claim is None:
             break
         if claim.skipped:
             await _report_skipped(claim.turn)
             continue
-        await TurnRun(claim.turn, channel).run()
+        await TurnRun(claim.turn).run()
     # Connections parked on "a turn is coming" learn that none is (spec §2.7, pre-stream window),
     # unless the queue stopped here only because another process runs the instance's next turn.
     if not await Turn.objects.filter(
@@ -75,9 +73,8 @@ async def _report_skipped(turn: Turn) -> None:
 class TurnRun:
     """One claimed turn, from its first chunk to its persisted reply."""
 
-    def __init__(self, turn: Turn, control_channel: str) -> None:
+    def __init__(self, turn: Turn) -> None:
         self.turn = turn
-        self.control_channel = control_channel
         self.signal = AbortSignal()
         self.publisher = Publisher(turn.instance_id)
         self.writer: buffer.StreamWriter | None = None
@@ -88,7 +85,7 @@ class TurnRun:
         self.text_id: str | None = None
 
     async def run(self) -> ChatResponseResult:
-        async with control.listening(self.control_channel, self.signal, self._on_control):
+        async with control.listening(self.turn.pk, self.signal, self._on_control):
             heartbeat = asyncio.ensure_future(self._heartbeat())
             try:
                 return await self._run()
@@ -110,7 +107,7 @@ class TurnRun:
 
     async def _run(self) -> ChatResponseResult:
         turn = self.turn
-        instance, messages = await database_sync_to_async(_load)(turn)
+        instance, messages, cancel_requested = await database_sync_to_async(_load)(turn)
         agent = registry.get_agent_class(instance.slug)(instance)
         agent.messages, agent.request_id = messages, turn.request_id
         agent.body, agent.client_tools = turn.body, turn.client_tools
@@ -123,7 +120,7 @@ class TurnRun:
         self.stream_pk = stream.pk
         self.writer = buffer.StreamWriter(stream.pk)
         await self.publisher.send_item(fanout.event(handshake.STREAM_START, rid=turn.request_id))
-        if turn.cancel_requested:
+        if cancel_requested:
             self.signal.abort("Cancelled before it started")
         try:
             if not self.signal.aborted:
@@ -284,9 +281,11 @@ class TurnRun:
         lock.finish(self.turn, self.status, self.error or "")
 
 
-def _load(turn: Turn) -> tuple[AgentInstance, list[dict[str, Any]]]:
+def _load(turn: Turn) -> tuple[AgentInstance, list[dict[str, Any]], bool]:
+    """The instance, its transcript, and whether a cancel came before the turn could hear it."""
     instance = AgentInstance.objects.get(pk=turn.instance_id)
-    return instance, transcript.load(instance)
+    cancel_requested = Turn.objects.values_list("cancel_requested", flat=True).get(pk=turn.pk)
+    return instance, transcript.load(instance), cancel_requested
 
 
 def _request_message_ids(messages: list[dict[str, Any]]) -> list[str]:

@@ -16,7 +16,10 @@ def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-def stack(tmp_path: Path, redis: RedisServer) -> Iterator[LiveStack]:
+def stack(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServer) -> Iterator[LiveStack]:
     live = LiveStack(tmp_path, redis.url)
     yield live
     live.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        live.print_logs()

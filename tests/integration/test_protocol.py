@@ -289,3 +289,14 @@ async def test_rpc_calls_get_a_clear_error(ws):
     assert await a.receive_json_from() == {
         "error": "Method getState does not exist", "id": "c1", "success": False, "type": "rpc"
     }
+
+
+async def test_request_with_only_the_new_message_keeps_the_history(ws, user):
+    path = "/agents/demo-agent/partial-send"
+    a = await ws(path)
+    await skip_connect_frames(a)
+    await a.send_json_to(chat_request("r1", [user_message("u1", "one")]))
+    await receive_until(a, is_done("r1"))
+    await a.send_json_to(chat_request("r2", [user_message("u2", "two")]))
+    await receive_until(a, is_done("r2"))
+    assert [m["role"] for m in await get_messages(user, path)] == ["user", "assistant", "user", "assistant"]

@@ -72,7 +72,7 @@ async def test_ack_replays_then_continues_live_without_gap_or_duplicate(ws):
 
 async def test_resume_request_while_streaming_repeats_resuming_with_probe_id(ws):
     await start_slow_turn(ws)
-    b, first = await opened(ws)
+    b, _first = await opened(ws)
     await b.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
     assert await b.receive_json_from() == {"type": "cf_agent_stream_resuming", "id": "r1", "probeId": "p1"}
 
@@ -171,7 +171,7 @@ async def _orphan(instance, text="partial reply"):
 
 
 async def test_orphaned_stream_is_replayed_closed_and_persisted_once(ws):
-    b, first = await opened(ws)
+    b, _first = await opened(ws)
     instance = await AgentInstance.objects.aget(slug="demo-agent", name="resume")
     await _orphan(instance)
     await b.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p1"})

@@ -24,6 +24,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 STARTUP_TIMEOUT = 30.0
+# As DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE in settings (the daphne command does not read settings).
+MAX_MESSAGE = 16 * 1024 * 1024
 
 
 def free_port() -> int:
@@ -161,7 +163,8 @@ class LiveStack:
     def start_daphne(self) -> "Daphne":
         port = free_port()
         proc = self._spawn([PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                            "thinkproject.asgi:application"], f"daphne-{port}.log")
+                            "--websocket-max-message-size", str(MAX_MESSAGE), "--websocket-max-frame-size",
+                            str(MAX_MESSAGE), "thinkproject.asgi:application"], f"daphne-{port}.log")
         wait_for_port(port, proc)
         return Daphne(proc, port)
 
@@ -183,6 +186,12 @@ class LiveStack:
         for proc in reversed(self.procs):
             stop_process(proc)
         self.procs.clear()
+
+    def print_logs(self, lines: int = 60) -> None:
+        """The end of every server log, for a failed test's output."""
+        for log in sorted(self.workdir.glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            print(f"----- {log.name} (last {len(tail)} lines)", *tail, sep="\n")
 
 
 class Daphne:

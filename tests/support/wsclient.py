@@ -13,7 +13,8 @@ async def open_socket(ws_base: str, path: str, cookie: str | None) -> ClientConn
     headers = {"Origin": "http://localhost"}
     if cookie:
         headers["Cookie"] = cookie
-    return await connect(f"{ws_base}{path}", additional_headers=headers, max_size=None)
+    # A test that drops sockets on purpose must not wait out the default 10 s close handshake.
+    return await connect(f"{ws_base}{path}", additional_headers=headers, max_size=None, close_timeout=1)
 
 
 async def recv_json(sock: ClientConnection, timeout: float = 10) -> dict[str, Any]:

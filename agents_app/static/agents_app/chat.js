@@ -320,6 +320,12 @@
     if (probeId) probeSettled(probeId, true);
     // One stream is active per instance: any other cut-off stream has finished meanwhile.
     if (dropInterrupted(id)) refreshHistory();
+    // Always ACK (once per id per socket): until it does, the server sends this socket no live
+    // frames. A stream stopped or cleared here is ACKed too; its replay is then ignored.
+    if (!acked.has(id)) {
+      acked.add(id);
+      send({ type: T.RESUME_ACK, id });
+    }
     if (ignored.has(id)) return;
     let s = streams.get(id);
     if (!s) {
@@ -329,10 +335,6 @@
     }
     s.interrupted = false;
     s.replaying = true;
-    if (!acked.has(id)) {
-      acked.add(id);
-      send({ type: T.RESUME_ACK, id });
-    }
     updateControls();
   }
 
@@ -712,6 +714,7 @@
 
   function endStream(s, outcome) {
     streams.delete(s.id);
+    transcriptVersion += 1;
     s.transient.clear();
     const message = s.message;
     if (message && !hasContent(message) && !s.continuation && outcome !== "completed") {
@@ -746,6 +749,7 @@
       .map((m) => live.find((l) => l.id === m.id) || m);
     for (const m of live) if (!next.includes(m)) next.push(m);
     messages = next;
+    transcriptVersion += 1;
     scheduleRender();
     updateControls();
   }
@@ -764,13 +768,31 @@
     touch(target);
   }
 
-  async function refreshHistory() {
-    try {
-      const list = await fetchHistory();
-      replaceTranscript(list);
-    } catch (err) {
-      showError(`Could not reload the conversation: ${err.message || err}`);
+  // Bumped whenever the transcript changes for a reason other than a chunk: a history fetch
+  // that started before such a change is stale when it lands, and is made again.
+  let transcriptVersion = 0;
+  let refreshing = null;
+
+  function refreshHistory() {
+    if (!refreshing) {
+      refreshing = (async () => {
+        try {
+          for (let attempt = 0; attempt < 3; attempt++) {
+            const version = transcriptVersion;
+            const list = await fetchHistory();
+            if (version === transcriptVersion || attempt === 2) {
+              replaceTranscript(list);
+              return;
+            }
+          }
+        } catch (err) {
+          showError(`Could not reload the conversation: ${err.message || err}`);
+        } finally {
+          refreshing = null;
+        }
+      })();
     }
+    return refreshing;
   }
 
   async function fetchHistory() {
@@ -853,6 +875,7 @@
     hideError();
     const user = { id: messageId(), role: "user", parts: [{ type: "text", text }] };
     messages.push(user);
+    transcriptVersion += 1;
     const id = nanoid(8);
     ownRequestId = id;
     const body = { messages, trigger: "submit-message", clientTools: CLIENT_TOOLS };
@@ -891,6 +914,7 @@
     ownRequestId = null;
     expectContinuation = false;
     messages = [];
+    transcriptVersion += 1;
     messageErrors.clear();
     hideError();
     scheduleRender();
@@ -1109,7 +1133,10 @@
       && part.output.status === "paused";
     let label = STATE_LABEL[part.state] || part.state || "";
     if (part.state === "output-available" && part.preliminary) label = "in progress…";
-    if (paused) label = "waiting for approval by staff";
+    if (paused) {
+      label = "paused";
+      card.dataset.paused = "true";
+    }
     if (part.state === "approval-responded" && part.approval) {
       label = part.approval.approved ? "approved" : "rejected";
     }

@@ -1,0 +1,1 @@
+"""Benchmarks: scripts a person runs (``python -m bench.stream``, ``python -m bench.rooms``); see README.md."""

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# `make test`: the venv, Django's static checks, the Node client of the conformance tests, then
+# the whole pytest suite. Exits with pytest's exit code (or the code of the step that failed
+# before pytest could run). Extra arguments go to pytest: scripts/test.sh -k smoke -x
+#
+# PYTEST_EXIT_FILE, if set, receives pytest's exit code: `make` turns every failure into exit
+# status 2, so .ci/run reads the real code from there.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+py=.venv/bin/python
+
+scripts/venv.sh requirements-dev.txt
+
+# Checks run with the test settings (in-memory channel layer): they must not need Redis.
+export DJANGO_SETTINGS_MODULE=thinkproject.settings_test
+echo "== manage.py check --fail-level WARNING"
+"$py" manage.py check --fail-level WARNING
+echo "== manage.py makemigrations --check --dry-run"
+"$py" manage.py makemigrations --check --dry-run
+
+# The conformance tests drive the real @cloudflare/ai-chat client from Node. `npm ci` wipes and
+# reinstalls node_modules, so skip it while node_modules matches package-lock.json.
+conformance=tests/conformance
+if [[ -f $conformance/package-lock.json ]]; then
+    lock_hash=$(sha256sum "$conformance/package-lock.json" | cut -d' ' -f1)
+    npm_stamp=$conformance/node_modules/.make-test-stamp
+    if [[ -f $npm_stamp && $(<"$npm_stamp") == "$lock_hash" ]]; then
+        echo "== npm ci in $conformance: node_modules up to date"
+    else
+        echo "== npm ci in $conformance"
+        (cd "$conformance" && npm ci --no-audit --no-fund)
+        printf '%s\n' "$lock_hash" >"$npm_stamp"
+    fi
+fi
+
+echo "== pytest $*"
+status=0
+"$py" -m pytest "$@" || status=$?
+if [[ -n ${PYTEST_EXIT_FILE:-} ]]; then
+    printf '%s\n' "$status" >"$PYTEST_EXIT_FILE"
+fi
+if ((status != 0)); then
+    echo "pytest exited with status $status" >&2
+fi
+exit "$status"

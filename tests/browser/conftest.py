@@ -1,0 +1,122 @@
+"""Fixtures for browser tests: one live stack (Redis + Daphne) and one headless Chromium per session.
+
+Every test gets a fresh browser context (its own cookies) and a conversation name of its own, so
+tests share the server but never a transcript.
+"""
+
+import itertools
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, WebSocket, sync_playwright
+
+from tests.browser.pages import PASSWORD, USERNAME, Live, login
+from tests.support.live import LiveStack, RedisServer
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Default time for an expectation in a page (ms).
+TIMEOUT_MS = 10_000
+
+
+@pytest.fixture(scope="session")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    workdir = tmp_path_factory.mktemp("browser-stack")
+    redis = RedisServer(workdir)
+    stack: LiveStack | None = None
+    try:
+        stack = LiveStack(workdir, redis.url)
+        stack.create_user(USERNAME, PASSWORD)
+        yield Live(stack, stack.start_daphne())
+    finally:
+        if stack is not None:
+            stack.stop()
+        redis.stop()
+
+
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield chromium
+    chromium.close()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_FAILED] = report.failed
+    return report
+
+
+_CALL_FAILED = pytest.StashKey[bool]()
+# Frames shown when a test fails (the newest ones).
+FRAME_LOG_TAIL = 80
+
+
+def _record_frames(page: Page, log: list[str], tab: str) -> None:
+    """Observe (not intercept) the page's WebSockets: every frame, for failure reports."""
+
+    def on_socket(ws: WebSocket) -> None:
+        log.append(f"{tab} open {ws.url}")
+        ws.on("framesent", lambda payload: log.append(f"{tab} > {str(payload)[:400]}"))
+        ws.on("framereceived", lambda payload: log.append(f"{tab} < {str(payload)[:400]}"))
+        ws.on("close", lambda _: log.append(f"{tab} closed"))
+
+    page.on("websocket", on_socket)
+
+
+@pytest.fixture(scope="session")
+def session_state(browser: Browser, live: Live) -> Any:
+    """Cookies of a user logged in once through the real login form, reused by every context."""
+    ctx = browser.new_context()
+    login(ctx.new_page(), live)
+    state = ctx.storage_state()
+    ctx.close()
+    return state
+
+
+@pytest.fixture
+def context(browser: Browser, live: Live, session_state: Any,
+            request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+    """A browser context of the logged-in user (``clear_cookies()`` makes it anonymous)."""
+    ctx = browser.new_context(viewport={"width": 1100, "height": 800}, storage_state=session_state)
+    ctx.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    frame_log: list[str] = []
+    ctx.on("weberror", lambda error: errors.append(str(error.error)))
+    tabs = itertools.count(1)
+    ctx.on("page", lambda p: _record_frames(p, frame_log, f"tab{next(tabs)}"))
+    yield ctx
+    ctx.close()
+    if request.node.stash.get(_CALL_FAILED, False):
+        print(f"\n--- WebSocket frames (last {FRAME_LOG_TAIL}) ---")
+        print("\n".join(frame_log[-FRAME_LOG_TAIL:]))
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+@pytest.fixture
+def page(context: BrowserContext) -> Page:
+    """A page of the logged-in user."""
+    return context.new_page()
+
+
+@pytest.fixture
+def room() -> str:
+    """A conversation name of this test's own."""
+    return f"t-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,840 @@
+// Conformance harness: runs the REAL `useAgent` + `useAgentChat` hooks (agents 0.32 /
+// @cloudflare/ai-chat 0.12 / ai 7) against a live Think for Django server.
+//
+//   node harness.mjs <scenario> <host:port> <cookie>
+//
+// The hooks are mounted with react-dom/client under jsdom in plain Node (option (b) of
+// shared/spec/js-client-protocol.md §10). Every WebSocket is a `TappedWS`: it sends the session
+// cookie and a browser-like Origin on the upgrade, records every frame in both directions, and
+// re-dispatches each inbound event on its own macrotask (setImmediate) so the client sees frames
+// one task at a time, as in a browser. Each scenario asserts on the final hook state, on the
+// recorded frames, and on GET .../get-messages; each uses a fresh instance name.
+//
+// Output: the last stdout line is `RESULT {json}`; the exit code is 0 on pass, 1 on failure, and
+// the frame log is printed before RESULT on failure.
+// Environment: HARNESS_DUMP=1 prints the frame log on success too; SYNC_WS=1 delivers frames
+// synchronously as `ws` does (no per-message re-dispatch).
+
+import { setTimeout as sleep } from "node:timers/promises";
+import { JSDOM } from "jsdom";
+import WS from "ws";
+
+const USAGE = "usage: node harness.mjs <scenario> <host:port> <cookie>";
+const [scenarioName, HOST, COOKIE = ""] = process.argv.slice(2);
+const ORIGIN = `http://${HOST}`;
+const SYNC_WS = process.env.SYNC_WS === "1";
+const DUMP = process.env.HARNESS_DUMP === "1";
+
+const AGENT_CLASS = "DemoAgent";
+const AGENT_SLUG = "demo-agent";
+const RESP = "cf_agent_use_chat_response";
+// What the server's offline demo model answers (agents_app/llm/demo.py).
+const ECHO_PREFIX = "(demo model, offline) You said: ";
+const FAIL_PARTIAL = "This reply will fail ";
+const FAIL_TEXT = "The demo model failed on purpose (/fail).";
+const words = (n) => Array.from({ length: n }, (_, i) => `w${i} `).join("");
+
+const STEP_TIMEOUT_MS = 15_000;
+// After a turn looks finished, give late frames and re-renders time to land before asserting
+// "exactly one assistant message": a duplicate would show up within a few event-loop turns.
+const SETTLE_MS = 150;
+
+// ---------------------------------------------------------------------------------------------
+// A jsdom window must exist before react-dom is imported (it reads navigator.userAgent at load).
+// Node's own fetch, EventTarget and MessageEvent are kept.
+const dom = new JSDOM("<!doctype html><html><body></body></html>", { url: `${ORIGIN}/` });
+globalThis.window = dom.window;
+globalThis.document = dom.window.document;
+Object.defineProperty(globalThis, "navigator", { value: dom.window.navigator, configurable: true });
+
+const React = await import("react");
+const { createRoot } = await import("react-dom/client");
+const { useAgent } = await import("agents/react");
+const { useAgentChat } = await import("@cloudflare/ai-chat/react");
+const h = React.createElement;
+
+const T0 = performance.now();
+const now = () => Math.round(performance.now() - T0);
+
+class ConformanceError extends Error {}
+
+function fail(message) {
+  throw new ConformanceError(message);
+}
+
+function expect(condition, message) {
+  if (!condition) fail(message);
+}
+
+function expectEqual(actual, expected, what) {
+  const a = JSON.stringify(actual);
+  const e = JSON.stringify(expected);
+  if (a !== e) fail(`${what}: expected ${e}, got ${a}`);
+}
+
+async function waitFor(what, predicate, timeoutMs = STEP_TIMEOUT_MS) {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const value = predicate();
+    if (value) return value;
+    if (performance.now() > deadline) fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP: every fetch (the hook's get-messages included) is logged; the harness's own reads of the
+// transcript go through the untapped fetch.
+
+const rawFetch = globalThis.fetch;
+const fetchLog = [];
+globalThis.fetch = async (input, init) => {
+  const entry = { t: now(), url: String(input), cookie: new Headers(init?.headers).get("cookie") !== null };
+  fetchLog.push(entry);
+  const response = await rawFetch(input, init);
+  entry.status = response.status;
+  return response;
+};
+
+function getMessagesUrl(name) {
+  return `${ORIGIN}/agents/${AGENT_SLUG}/${encodeURIComponent(name)}/get-messages`;
+}
+
+async function serverTranscript(name) {
+  const response = await rawFetch(getMessagesUrl(name), { headers: { Cookie: COOKIE } });
+  expect(response.ok, `GET get-messages answered ${response.status}`);
+  const body = await response.json();
+  expect(Array.isArray(body), `get-messages must return a JSON array, got ${JSON.stringify(body)}`);
+  return body;
+}
+
+// The transcript once `done(messages)` holds, or the last one read after `timeoutMs`.
+async function pollTranscript(name, done, timeoutMs = 3000) {
+  const deadline = performance.now() + timeoutMs;
+  let messages = await serverTranscript(name);
+  while (!done(messages) && performance.now() < deadline) {
+    await sleep(30);
+    messages = await serverTranscript(name);
+  }
+  return messages;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Message helpers.
+
+const textOf = (message) =>
+  (message?.parts ?? []).filter((p) => p.type === "text").map((p) => p.text).join("");
+
+const summary = (messages) => messages.map((m) => ({ id: m.id, role: m.role, text: textOf(m) }));
+
+const userMessage = (id, text) => ({ id, role: "user", parts: [{ type: "text", text }] });
+
+function expectOneAssistantPerTurn(messages, turns, who) {
+  expectEqual(
+    messages.map((m) => m.role),
+    Array.from({ length: turns }, () => ["user", "assistant"]).flat(),
+    `${who}: roles (exactly one assistant message per turn)`,
+  );
+}
+
+// The user messages at the end of a request's transcript: what the terminal frame's messageIds holds.
+function trailingUserIds(messages) {
+  const ids = [];
+  for (let i = messages.length - 1; i >= 0 && messages[i].role === "user"; i--) ids.unshift(messages[i].id);
+  return ids;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A tab: one mounted useAgent + useAgentChat pair, with its own tapped sockets and frame log.
+
+class Tab {
+  constructor(label, name, cookie) {
+    this.label = label;
+    this.name = name;
+    this.cookie = cookie;
+    this.log = []; // {t, sock, dir: ">" (client to server) | "<", frame}
+    this.sockets = [];
+    this.socketEvents = []; // errors and closes, for diagnosis
+    this.snapshots = []; // committed hook state over time
+    this.agent = null;
+    this.chat = null;
+    this.root = null;
+    this.WebSocketClass = tappedSocketClass(this);
+  }
+
+  record(dir, sock, raw) {
+    const text = typeof raw === "string" ? raw : Buffer.from(raw).toString("utf8");
+    let frame;
+    try {
+      frame = JSON.parse(text);
+    } catch {
+      frame = { unparsable: text };
+    }
+    this.log.push({ t: now(), sock, dir, frame });
+  }
+
+  commit() {
+    const { status, messages, error } = this.chat;
+    const last = this.snapshots.at(-1);
+    const snapshot = { t: now(), status, error: error?.message, messages: summary(messages) };
+    if (!last || JSON.stringify({ ...last, t: 0 }) !== JSON.stringify({ ...snapshot, t: 0 })) {
+      this.snapshots.push(snapshot);
+    }
+  }
+
+  inbound(predicate = () => true) {
+    return this.log.filter((e) => e.dir === "<" && predicate(e.frame)).map((e) => e.frame);
+  }
+
+  outbound(predicate = () => true) {
+    return this.log.filter((e) => e.dir === ">" && predicate(e.frame)).map((e) => e.frame);
+  }
+
+  indexOf(dir, predicate) {
+    return this.log.findIndex((e) => e.dir === dir && predicate(e.frame));
+  }
+
+  responses(requestId) {
+    return this.inbound((f) => f.type === RESP && f.id === requestId);
+  }
+
+  // Frames one socket carried, in order: {dir, frame}.
+  onSocket(index) {
+    return this.log.filter((e) => e.sock === index);
+  }
+
+  terminal(requestId) {
+    return this.responses(requestId).find((f) => f.done === true);
+  }
+}
+
+function tappedSocketClass(tab) {
+  return class TappedWS extends WS {
+    constructor(url, protocols) {
+      super(url, protocols, { headers: { Cookie: tab.cookie, Origin: ORIGIN } });
+      tab.sockets.push(this);
+      this.index = tab.sockets.length;
+      this.connectUrl = url;
+    }
+
+    send(data, ...rest) {
+      tab.record(">", this.index, data);
+      return super.send(data, ...rest);
+    }
+
+    emit(type, ...args) {
+      if (type === "message") tab.record("<", this.index, args[0]);
+      if (type === "error") tab.socketEvents.push({ t: now(), sock: this.index, error: String(args[0]?.message ?? args[0]) });
+      if (type === "close") tab.socketEvents.push({ t: now(), sock: this.index, close: args[0], reason: String(args[1] ?? "") });
+      // ws fires every frame of one TCP read synchronously; a browser gives each its own task.
+      // Messages and the close are queued in arrival order so they stay ordered.
+      if (!SYNC_WS && (type === "message" || type === "close")) {
+        setImmediate(() => super.emit(type, ...args));
+        return true;
+      }
+      return super.emit(type, ...args);
+    }
+  };
+}
+
+function TabView({ tab }) {
+  const agent = useAgent({
+    agent: AGENT_CLASS,
+    name: tab.name,
+    host: HOST,
+    WebSocket: tab.WebSocketClass,
+    minReconnectionDelay: 100,
+    maxReconnectionDelay: 200,
+  });
+  const chat = useAgentChat({ agent, headers: { Cookie: tab.cookie } });
+  // Publish only committed state to the driver.
+  React.useLayoutEffect(() => {
+    tab.agent = agent;
+    tab.chat = chat;
+    tab.commit();
+  });
+  return null;
+}
+
+const openTabs = [];
+
+function probeAnswered(tab) {
+  const probes = new Set(tab.outbound((f) => f.type === "cf_agent_stream_resume_request").map((f) => f.probeId));
+  return tab.inbound((f) => f.probeId !== undefined && probes.has(f.probeId)).length > 0;
+}
+
+function mountTab(label, name, cookie = COOKIE) {
+  const tab = new Tab(label, name, cookie);
+  openTabs.push(tab);
+  const container = document.createElement("div");
+  document.body.appendChild(container);
+  tab.root = createRoot(container);
+  tab.root.render(h(React.Suspense, { fallback: null }, h(TabView, { tab })));
+  return tab;
+}
+
+// Mounts a tab and waits until it is identified and its resume probe has been answered.
+async function openTab(label, name) {
+  const tab = mountTab(label, name);
+  await waitFor(`tab ${label} to be identified and its resume probe answered`, () => tab.agent?.identified && probeAnswered(tab));
+  return tab;
+}
+
+async function closeTab(tab) {
+  tab.root.unmount();
+  await waitFor(`tab ${tab.label}'s sockets to close`, () => tab.sockets.every((s) => s.readyState === WS.CLOSED), 5000);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Protocol checks on recorded frames.
+
+// The frames a fresh tab must see on connect (spec §3): identity first, the MCP structure, and
+// an idle answer to the resume probe that echoes its probeId.
+function checkConnectFrames(tab) {
+  const first = tab.log.find((e) => e.dir === "<")?.frame;
+  expectEqual(first, { type: "cf_agent_identity", name: tab.name, agent: AGENT_SLUG }, `${tab.label}: first server frame`);
+  const mcp = tab.inbound((f) => f.type === "cf_agent_mcp_servers");
+  expectEqual(mcp.length, 1, `${tab.label}: cf_agent_mcp_servers frames on connect`);
+  const [probe] = tab.outbound((f) => f.type === "cf_agent_stream_resume_request");
+  expect(probe?.probeId, `${tab.label}: the client sent no cf_agent_stream_resume_request`);
+  const answers = tab.inbound((f) => f.probeId === probe.probeId);
+  expectEqual(answers, [{ type: "cf_agent_stream_resume_none", reason: "idle", probeId: probe.probeId }], `${tab.label}: answer to the resume probe`);
+}
+
+// Checks one reply stream as a tab received it and returns what it carried.
+//   outcome: expected `outcome` of the terminal frame (undefined for a plain completion)
+//   error:   expected in-band error text, if the turn fails
+//   messageIds: expected `messageIds` of the terminal frame
+function checkStream(tab, requestId, { outcome, error, messageIds } = {}) {
+  const who = `${tab.label}: stream ${requestId}`;
+  const frames = tab.responses(requestId);
+  expect(frames.length > 0, `${who}: no cf_agent_use_chat_response frames received`);
+  expect(frames.every((f) => !f.replay), `${who}: unexpected replay frames without a reconnect`);
+  const terminals = frames.filter((f) => f.done === true);
+  expectEqual(terminals.length, 1, `${who}: number of terminal (done:true) frames`);
+  const terminal = terminals[0];
+  expect(frames.at(-1) === terminal, `${who}: frames arrived after the terminal frame`);
+
+  const chunkFrames = frames.filter((f) => f.done === false && !f.error);
+  expectEqual(chunkFrames.map((f) => f.seq), chunkFrames.map((_, i) => i), `${who}: seq of chunk frames (0-based, no gaps)`);
+  const chunks = chunkFrames.map((f) => {
+    let chunk;
+    try {
+      chunk = JSON.parse(f.body);
+    } catch {
+      fail(`${who}: chunk body is not JSON: ${f.body}`);
+    }
+    expect(typeof chunk?.type === "string", `${who}: chunk without a type: ${f.body}`);
+    return chunk;
+  });
+  expectEqual(chunks[0]?.type, "start", `${who}: first chunk type`);
+  expect(typeof chunks[0].messageId === "string" && chunks[0].messageId, `${who}: the start chunk must carry messageId (spec §5)`);
+
+  const errorFrames = frames.filter((f) => f.error === true);
+  if (error === undefined) {
+    expectEqual(errorFrames.length, 0, `${who}: error frames`);
+    expectEqual(terminal.body, "", `${who}: terminal frame body`);
+    expectEqual(terminal.outcome, outcome, `${who}: terminal frame outcome`);
+  } else {
+    expectEqual(errorFrames.length, 1, `${who}: error frames`);
+    expectEqual(errorFrames[0].body, error, `${who}: error frame body (the error text)`);
+    // Either the in-band form (error frame, then done with outcome "error") or a single
+    // terminal error frame (spec §5, "Errors").
+    if (errorFrames[0] !== terminal) expectEqual(terminal.outcome, "error", `${who}: terminal outcome after an in-band error`);
+  }
+  if (messageIds !== undefined) expectEqual(terminal.messageIds, messageIds, `${who}: terminal messageIds`);
+
+  const text = chunks.filter((c) => c.type === "text-delta").map((c) => c.delta).join("");
+  return { chunks, terminal, messageId: chunks[0].messageId, text };
+}
+
+// Checks a reply stream that a tab picked up again on socket `sock` after a drop or a reload
+// (spec §6): one probe-driven ACK, then a replay of every stored chunk from seq 0, then either
+// `replayComplete` and live chunks continuing the seq, or a replayed terminal frame. `earlier`
+// is what the tab received for this request before (bodies must match seq by seq).
+function checkResumedStream(tab, sock, requestId, earlier = []) {
+  const who = `${tab.label}#${sock}: resumed stream ${requestId}`;
+  const entries = tab.onSocket(sock);
+  const acks = entries.filter((e) => e.dir === ">" && e.frame.type === "cf_agent_stream_resume_ack");
+  expectEqual(acks.map((e) => e.frame), [{ type: "cf_agent_stream_resume_ack", id: requestId }], `${who}: ACK frames sent`);
+  const resuming = entries.filter((e) => e.dir === "<" && e.frame.type === "cf_agent_stream_resuming" && e.frame.id === requestId);
+  expect(resuming.length > 0, `${who}: no cf_agent_stream_resuming received`);
+  const ackAt = entries.indexOf(acks[0]);
+
+  const frames = entries.filter((e) => e.dir === "<" && e.frame.type === RESP && e.frame.id === requestId);
+  // Between cf_agent_stream_resuming and the ACK, the connection gets no live frames.
+  expect(frames.every((e) => entries.indexOf(e) > ackAt), `${who}: response frames arrived before the ACK`);
+  const replayed = frames.filter((e) => e.frame.replay).map((e) => e.frame);
+  const live = frames.filter((e) => !e.frame.replay).map((e) => e.frame);
+  expect(frames.slice(0, replayed.length).every((e) => e.frame.replay), `${who}: live frames interleaved with the replay`);
+
+  const replayChunks = replayed.filter((f) => !f.done && !f.replayComplete);
+  expectEqual(replayChunks.map((f) => f.seq), replayChunks.map((_, i) => i), `${who}: seq of replayed chunks (all stored chunks from 0)`);
+  const replayEnd = replayed.at(-1);
+  expect(replayEnd && (replayEnd.replayComplete === true || replayEnd.done === true), `${who}: the replay must end with replayComplete or a replayed terminal frame`);
+  expectEqual(replayed.filter((f) => f.replayComplete || f.done).length, 1, `${who}: replay end frames`);
+
+  const liveChunks = live.filter((f) => !f.done);
+  const terminals = [...replayed, ...live].filter((f) => f.done === true);
+  expectEqual(terminals.length, 1, `${who}: terminal frames`);
+  expect(frames.at(-1).frame === terminals[0], `${who}: frames after the terminal frame`);
+  if (replayEnd.done) expectEqual(liveChunks.length, 0, `${who}: live chunks after a replayed terminal frame`);
+  expectEqual(
+    liveChunks.map((f) => f.seq),
+    liveChunks.map((_, i) => replayChunks.length + i),
+    `${who}: seq of live chunks (continuing the replay, no gap, no duplicate)`,
+  );
+  expectEqual(terminals[0].body, "", `${who}: terminal body`);
+  expectEqual(terminals[0].outcome, undefined, `${who}: terminal outcome`);
+
+  const all = [...replayChunks, ...liveChunks];
+  for (const before of earlier.filter((f) => !f.done && !f.error)) {
+    expectEqual(all[before.seq]?.body, before.body, `${who}: body of seq ${before.seq} (replay vs first delivery)`);
+  }
+  const chunks = all.map((f) => JSON.parse(f.body));
+  expectEqual(chunks[0]?.type, "start", `${who}: first replayed chunk type`);
+  expect(chunks[0].messageId, `${who}: the replayed start chunk must carry messageId`);
+  const text = chunks.filter((c) => c.type === "text-delta").map((c) => c.delta).join("");
+  return { chunks, terminal: terminals[0], messageId: chunks[0].messageId, text, replayed: replayChunks.length, live: liveChunks.length };
+}
+
+// The chat request frames a tab sent, with their body parsed.
+function chatRequests(tab) {
+  return tab.outbound((f) => f.type === "cf_agent_use_chat_request").map((f) => {
+    expectEqual(f.init?.method, "POST", `${tab.label}: request ${f.id} init.method`);
+    return { id: f.id, body: JSON.parse(f.init.body) };
+  });
+}
+
+// Sends a message from a tab and returns its request once the client saw the terminal frame and
+// settled. `expectStatus` is the hook status that ends the turn.
+async function sendAndFinish(tab, text, { expectStatus = "ready" } = {}) {
+  const before = chatRequests(tab).length;
+  tab.chat.sendMessage({ text }).catch((e) => tab.socketEvents.push({ t: now(), sendError: String(e) }));
+  const request = await waitFor(`${tab.label} to send a chat request for ${JSON.stringify(text)}`, () => chatRequests(tab)[before]);
+  await waitForTurnEnd(tab, request.id, expectStatus);
+  return request;
+}
+
+async function waitForTurnEnd(tab, requestId, expectStatus = "ready") {
+  await waitFor(`${tab.label} to receive the terminal frame of ${requestId}`, () => tab.terminal(requestId));
+  await waitFor(`${tab.label} status "${expectStatus}" (now "${tab.chat.status}")`, () => tab.chat.status === expectStatus);
+  await sleep(SETTLE_MS);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios. Each gets a fresh instance name and returns a small summary for RESULT.
+
+const scenarios = {
+  // Send and stream: exact text, finishReason metadata, stream framing, persisted transcript.
+  async basic(name) {
+    const a = await openTab("A", name);
+    checkConnectFrames(a);
+    const prompt = "hello from the conformance suite";
+    const req = await sendAndFinish(a, prompt);
+    const expected = ECHO_PREFIX + prompt;
+
+    expectEqual(req.body.trigger, "submit-message", "A: request trigger");
+    expectEqual(summary(req.body.messages).map((m) => [m.role, m.text]), [["user", prompt]], "A: request messages");
+    const userId = req.body.messages[0].id;
+    const stream = checkStream(a, req.id, { messageIds: [userId] });
+    expectEqual(stream.text, expected, "A: concatenated text-delta chunks");
+    expectEqual(
+      stream.chunks.map((c) => c.type).filter((t, i, all) => t !== "text-delta" || all[i - 1] !== "text-delta"),
+      ["start", "start-step", "text-start", "text-delta", "text-end", "finish-step", "finish"],
+      "A: chunk type sequence (runs of text-delta collapsed)",
+    );
+    expectEqual(stream.chunks.at(-1).messageMetadata?.finishReason, "stop", "A: finish chunk messageMetadata.finishReason");
+    // The originator is excluded from the transcript broadcasts of its own turn (spec §5).
+    expectEqual(a.inbound((f) => f.type === "cf_agent_chat_messages").length, 0, "A: cf_agent_chat_messages frames received by the sender");
+
+    const { messages, error } = a.chat;
+    expect(!error, `A: unexpected error ${error?.message}`);
+    expectOneAssistantPerTurn(messages, 1, "A");
+    const [user, assistant] = messages;
+    expectEqual(user.id, userId, "A: user message id");
+    expectEqual(textOf(user), prompt, "A: user text");
+    expectEqual(textOf(assistant), expected, "A: assistant text");
+    expectEqual(assistant.id, stream.messageId, "A: assistant id equals start.messageId");
+    expectEqual(assistant.metadata?.finishReason, "stop", "A: assistant metadata.finishReason");
+    expectEqual(assistant.parts.filter((p) => p.type === "text").map((p) => p.state), ["done"], "A: text part state");
+
+    const stored = await serverTranscript(name);
+    expectEqual(summary(stored), summary(messages), "get-messages after the turn (right after done)");
+    return { text: textOf(assistant), chunks: stream.chunks.length };
+  },
+
+  // History from get-messages on mount: a fresh tab shows it with no WS traffic but the probe.
+  async hydrate(name) {
+    const seeder = await openTab("seed", name);
+    await sendAndFinish(seeder, "first question");
+    await closeTab(seeder);
+    const stored = await serverTranscript(name);
+    expectOneAssistantPerTurn(stored, 1, "get-messages after seeding");
+
+    const fetchesBefore = fetchLog.length;
+    const b = await openTab("B", name);
+    const fetches = fetchLog.slice(fetchesBefore);
+    expectEqual(
+      fetches.map((f) => [f.url, f.status, f.cookie]),
+      [[getMessagesUrl(name), 200, true]],
+      "B: HTTP requests on mount (the get-messages fetch, with the session cookie)",
+    );
+    expectEqual(summary(b.chat.messages), summary(stored), "B: messages right after mount");
+    expect(
+      b.snapshots.filter((s) => s.messages.length > 0).every((s) => JSON.stringify(s.messages) === JSON.stringify(summary(stored))),
+      "B: every committed state showed exactly the stored history",
+    );
+    expectEqual(b.outbound().map((f) => f.type), ["cf_agent_stream_resume_request"], "B: frames sent on mount");
+    checkConnectFrames(b);
+    expectEqual(b.inbound().length, 3, "B: frames received on mount (identity, mcp_servers, resume_none)");
+
+    // The hydrated history is the context of the next turn.
+    const req = await sendAndFinish(b, "second question");
+    expectEqual(req.body.messages.slice(0, 2).map((m) => m.id), stored.map((m) => m.id), "B: request carries the hydrated history");
+    checkStream(b, req.id, { messageIds: trailingUserIds(req.body.messages) });
+    expectOneAssistantPerTurn(b.chat.messages, 2, "B");
+    expectEqual(textOf(b.chat.messages[3]), `${ECHO_PREFIX}second question`, "B: second reply");
+    expectEqual(summary(await serverTranscript(name)), summary(b.chat.messages), "get-messages after the second turn");
+    return { hydrated: stored.length };
+  },
+
+  // A second tab sees the sender's user message, the live stream and the final transcript.
+  async observer(name) {
+    const a = await openTab("A", name);
+    const b = await openTab("B", name);
+    const count = 10;
+    const prompt = `/slow ${count} 50`;
+    const req = await sendAndFinish(a, prompt);
+    await waitForTurnEnd(b, req.id);
+    const expected = words(count);
+    const userId = req.body.messages[0].id;
+
+    const sa = checkStream(a, req.id, { messageIds: [userId] });
+    const sb = checkStream(b, req.id, { messageIds: [userId] });
+    expectEqual(sb.chunks, sa.chunks, "B: chunks equal A's (same seq, same bodies)");
+    expectEqual(sa.text, expected, "A: streamed text");
+
+    // B learns the user message from a transcript broadcast before the reply streams.
+    const firstChunkAt = b.indexOf("<", (f) => f.type === RESP && f.id === req.id);
+    const userSyncAt = b.indexOf("<", (f) => f.type === "cf_agent_chat_messages" && f.messages.some((m) => m.id === userId));
+    expect(userSyncAt >= 0 && userSyncAt < firstChunkAt, "B: a cf_agent_chat_messages with the user message must precede the reply stream");
+    // And the final transcript (assistant included) before the terminal frame (spec §5 step 3).
+    const doneAt = b.indexOf("<", (f) => f.type === RESP && f.id === req.id && f.done === true);
+    const finalSync = b.log.slice(0, doneAt).filter((e) => e.dir === "<" && e.frame.type === "cf_agent_chat_messages").at(-1)?.frame;
+    expect(finalSync, "B: no cf_agent_chat_messages before the terminal frame");
+    expectEqual(summary(finalSync.messages), [
+      { id: userId, role: "user", text: prompt },
+      { id: sa.messageId, role: "assistant", text: expected },
+    ], "B: final transcript broadcast");
+    expectEqual(a.inbound((f) => f.type === "cf_agent_chat_messages").length, 0, "A: cf_agent_chat_messages frames received by the sender");
+
+    // B rendered the reply while it streamed, not only at the end.
+    const doneT = b.log[doneAt].t;
+    const live = b.snapshots.filter((s) => {
+      const last = s.messages.at(-1);
+      return s.t < doneT && last?.role === "assistant" && last.text.length > 0 && last.text.length < expected.length;
+    });
+    expect(live.length > 0, "B: never showed a partial assistant reply while the turn streamed");
+    expect(b.snapshots.some((s) => s.messages.some((m) => m.id === userId)), "B: never showed the user message");
+
+    for (const tab of [a, b]) {
+      expectOneAssistantPerTurn(tab.chat.messages, 1, tab.label);
+      expectEqual(summary(tab.chat.messages), summary(finalSync.messages), `${tab.label}: final messages`);
+    }
+    expectEqual(summary(await serverTranscript(name)), summary(finalSync.messages), "get-messages after the turn");
+    return { liveSnapshotsOnB: live.length };
+  },
+
+  // stop() mid-stream: cancel frame, terminal outcome "aborted", partial reply kept and persisted.
+  async cancel(name) {
+    const a = await openTab("A", name);
+    const count = 60;
+    const full = words(count);
+    a.chat.sendMessage({ text: `/slow ${count} 20` });
+    const req = await waitFor("A to send the chat request", () => chatRequests(a)[0]);
+    await waitFor("A to show a few streamed words", () => textOf(a.chat.messages.at(-1)).includes("w3 "));
+    await a.chat.stop();
+    const shown = textOf(a.chat.messages.at(-1));
+
+    const cancels = a.outbound((f) => f.type === "cf_agent_chat_request_cancel");
+    expectEqual(cancels, [{ id: req.id, type: "cf_agent_chat_request_cancel" }], "A: cancel frames sent");
+    await waitForTurnEnd(a, req.id);
+    const stream = checkStream(a, req.id, { outcome: "aborted", messageIds: [req.body.messages[0].id] });
+    expect(stream.text.length < full.length, "the server streamed the whole reply despite the cancel");
+
+    expectOneAssistantPerTurn(a.chat.messages, 1, "A");
+    const partial = textOf(a.chat.messages[1]);
+    expect(partial.length > 0 && full.startsWith(partial), `A: partial text kept after stop(), got ${JSON.stringify(partial)}`);
+    expect(partial.startsWith(shown), "A: text changed after stop()");
+
+    const stored = await serverTranscript(name);
+    expectOneAssistantPerTurn(stored, 1, "get-messages after cancel");
+    const persisted = textOf(stored[1]);
+    expect(persisted.length > 0 && full.startsWith(persisted) && persisted.length < full.length,
+      `the partial reply must be persisted, got ${JSON.stringify(persisted)}`);
+    expect(persisted.startsWith(partial), `persisted partial ${JSON.stringify(persisted)} must extend what the client kept ${JSON.stringify(partial)}`);
+    expectEqual(stored[1].id, stream.messageId, "persisted assistant id equals start.messageId");
+
+    // The instance is idle again: the next turn runs normally.
+    const next = await sendAndFinish(a, "after cancel");
+    checkStream(a, next.id, { messageIds: trailingUserIds(next.body.messages) });
+    expectOneAssistantPerTurn(a.chat.messages, 2, "A");
+    expectEqual(textOf(a.chat.messages[3]), `${ECHO_PREFIX}after cancel`, "A: reply after the cancel");
+    expectOneAssistantPerTurn(await serverTranscript(name), 2, "get-messages after the next turn");
+    return { partialWords: partial.trim().split(/\s+/).length, persistedWords: persisted.trim().split(/\s+/).length };
+  },
+
+  // clearHistory(): local reset, the other tab is told, the server transcript is empty.
+  async clear(name) {
+    const a = await openTab("A", name);
+    const b = await openTab("B", name);
+    const req = await sendAndFinish(a, "to be cleared");
+    await waitForTurnEnd(b, req.id);
+    expectOneAssistantPerTurn(b.chat.messages, 1, "B before clear");
+
+    a.chat.clearHistory();
+    await waitFor("A to send cf_agent_chat_clear", () => a.outbound((f) => f.type === "cf_agent_chat_clear").length);
+    await waitFor("B to receive cf_agent_chat_clear", () => b.inbound((f) => f.type === "cf_agent_chat_clear").length);
+    await waitFor("B to show an empty chat", () => b.chat.messages.length === 0);
+    // A clear has no acknowledgement, so the server transcript is polled.
+    const stored = await pollTranscript(name, (messages) => messages.length === 0);
+    expectEqual(stored, [], "get-messages after clear");
+    await sleep(SETTLE_MS);
+    expectEqual(a.chat.messages, [], "A: messages after clearHistory()");
+    expectEqual(b.chat.messages, [], "B: messages after the clear broadcast");
+    expectEqual(b.inbound((f) => f.type === "cf_agent_chat_clear"), [{ type: "cf_agent_chat_clear" }], "B: clear frames");
+    expectEqual(a.inbound((f) => f.type === "cf_agent_chat_clear").length, 0, "A: clear frames echoed to the sender (spec §7: others only)");
+
+    // A fresh conversation starts from nothing on both tabs.
+    const next = await sendAndFinish(a, "after clear");
+    await waitForTurnEnd(b, next.id);
+    expectEqual(summary(next.body.messages).map((m) => m.text), ["after clear"], "A: request after clear carries only the new message");
+    checkStream(a, next.id, { messageIds: trailingUserIds(next.body.messages) });
+    for (const tab of [a, b]) {
+      expectOneAssistantPerTurn(tab.chat.messages, 1, `${tab.label} after the next turn`);
+      expectEqual(textOf(tab.chat.messages[1]), `${ECHO_PREFIX}after clear`, `${tab.label}: reply after clear`);
+    }
+    expectEqual(summary(await serverTranscript(name)), summary(a.chat.messages), "get-messages after the next turn");
+    return {};
+  },
+
+  // regenerate(): trigger regenerate-message without the stale reply; one assistant at the end.
+  async regenerate(name) {
+    const a = await openTab("A", name);
+    const prompt = "please regenerate this";
+    const first = await sendAndFinish(a, prompt);
+    const firstStream = checkStream(a, first.id, { messageIds: [first.body.messages[0].id] });
+    const staleId = firstStream.messageId;
+    expectEqual(a.chat.messages.map((m) => m.id), [first.body.messages[0].id, staleId], "A: ids before regenerate");
+
+    a.chat.regenerate().catch((e) => a.socketEvents.push({ t: now(), sendError: String(e) }));
+    const req = await waitFor("A to send the regenerate request", () => chatRequests(a)[1]);
+    await waitForTurnEnd(a, req.id);
+    expectEqual(req.body.trigger, "regenerate-message", "A: regenerate trigger");
+    expectEqual(req.body.messages.map((m) => [m.id, m.role]), [[first.body.messages[0].id, "user"]], "A: regenerate request messages (trailing assistant removed)");
+    const stream = checkStream(a, req.id, { messageIds: [first.body.messages[0].id] });
+    expect(stream.messageId !== staleId, "the regenerated reply must have a new messageId");
+
+    expectOneAssistantPerTurn(a.chat.messages, 1, "A");
+    expectEqual(a.chat.messages[1].id, stream.messageId, "A: assistant id equals the new start.messageId");
+    expectEqual(textOf(a.chat.messages[1]), ECHO_PREFIX + prompt, "A: regenerated text");
+    const stored = await serverTranscript(name);
+    expectEqual(summary(stored), summary(a.chat.messages), "get-messages after regenerate");
+    expect(!stored.some((m) => m.id === staleId), "the stale assistant message must be deleted server-side");
+    return { staleId, newId: stream.messageId };
+  },
+
+  // setMessages(): the edited transcript is persisted, reaches the other tab, and is the context
+  // of the next turn.
+  async setmessages(name) {
+    const a = await openTab("A", name);
+    const b = await openTab("B", name);
+    const first = await sendAndFinish(a, "original question");
+    await waitForTurnEnd(b, first.id);
+
+    const added = [
+      userMessage("conf-user-2", "a question added with setMessages"),
+      { id: "conf-assistant-2", role: "assistant", parts: [{ type: "text", text: "an answer added with setMessages" }] },
+    ];
+    a.chat.setMessages((current) => [...current, ...added]);
+    const sent = await waitFor("A to send cf_agent_chat_messages", () => a.outbound((f) => f.type === "cf_agent_chat_messages")[0]);
+    const expected = [...summary(a.chat.messages.slice(0, 2)), ...summary(added)];
+    expectEqual(summary(sent.messages), expected, "A: cf_agent_chat_messages sent by setMessages");
+    await waitFor("A to show the set transcript", () => a.chat.messages.length === 4);
+    expectEqual(summary(a.chat.messages), expected, "A: messages after setMessages");
+
+    await waitFor("B to receive the new transcript", () => b.inbound((f) => f.type === "cf_agent_chat_messages" && f.messages.length === 4).length);
+    await waitFor("B to show the new transcript", () => b.chat.messages.length === 4);
+    expectEqual(summary(b.chat.messages), expected, "B: messages after the broadcast");
+    // setMessages has no acknowledgement, so the server transcript is polled.
+    const stored = await pollTranscript(name, (messages) => JSON.stringify(summary(messages)) === JSON.stringify(expected));
+    expectEqual(summary(stored), expected, "get-messages after setMessages");
+    await sleep(SETTLE_MS);
+    expectEqual(
+      a.log.filter((e) => e.dir === "<" && e.frame.type === "cf_agent_chat_messages" && e.t >= a.log.find((x) => x.frame === sent).t).length,
+      0,
+      "A: cf_agent_chat_messages echoed to the sender of setMessages",
+    );
+
+    const next = await sendAndFinish(a, "after setMessages");
+    await waitForTurnEnd(b, next.id);
+    expectEqual(next.body.messages.map((m) => m.id).slice(0, 4), expected.map((m) => m.id), "A: next request carries the set transcript");
+    checkStream(a, next.id, { messageIds: trailingUserIds(next.body.messages) });
+    for (const tab of [a, b]) {
+      expectOneAssistantPerTurn(tab.chat.messages, 3, `${tab.label} after the next turn`);
+      expectEqual(summary(tab.chat.messages.slice(0, 4)), expected, `${tab.label}: history kept`);
+      expectEqual(textOf(tab.chat.messages[5]), `${ECHO_PREFIX}after setMessages`, `${tab.label}: reply after setMessages`);
+    }
+    expectEqual(summary(await serverTranscript(name)), summary(a.chat.messages), "get-messages after the next turn");
+    return {};
+  },
+
+  // A model error mid-stream: status "error" with the server's text, partial text kept.
+  async error(name) {
+    const a = await openTab("A", name);
+    const req = await sendAndFinish(a, "/fail", { expectStatus: "error" });
+    const stream = checkStream(a, req.id, { error: FAIL_TEXT });
+    expectEqual(stream.text, FAIL_PARTIAL, "A: text streamed before the error");
+
+    expectEqual(a.chat.status, "error", "A: status");
+    expectEqual(a.chat.error?.message, FAIL_TEXT, "A: error.message");
+    expectOneAssistantPerTurn(a.chat.messages, 1, "A");
+    expectEqual(textOf(a.chat.messages[1]), FAIL_PARTIAL, "A: partial text kept");
+    expectEqual(a.chat.messages[1].id, stream.messageId, "A: assistant id equals start.messageId");
+
+    const stored = await serverTranscript(name);
+    expectEqual(summary(stored), summary(a.chat.messages), "get-messages after the failed turn (partial persisted)");
+
+    // The chat recovers: the next turn succeeds and clears the error.
+    const next = await sendAndFinish(a, "after the error");
+    checkStream(a, next.id, { messageIds: trailingUserIds(next.body.messages) });
+    expect(!a.chat.error, `A: error still set after a successful turn: ${a.chat.error?.message}`);
+    expectOneAssistantPerTurn(a.chat.messages, 2, "A");
+    expectEqual(textOf(a.chat.messages[3]), `${ECHO_PREFIX}after the error`, "A: reply after the error");
+    return { error: FAIL_TEXT };
+  },
+
+  // The socket dies mid-stream: the same hook reconnects (same _pk), probes, ACKs, gets the replay
+  // and the rest live; the reply is complete and not duplicated.
+  async resume(name) {
+    const a = await openTab("A", name);
+    const count = 40;
+    const full = words(count);
+    a.chat.sendMessage({ text: `/slow ${count} 25` });
+    const req = await waitFor("A to send the chat request", () => chatRequests(a)[0]);
+    await waitFor("A to show a few streamed words", () => textOf(a.chat.messages.at(-1)).includes("w5 "));
+    const before = a.inbound((f) => f.type === RESP && f.id === req.id);
+    a.sockets[0].terminate();
+    await waitFor("A to reconnect", () => a.sockets.length === 2 && a.sockets[1].readyState === WS.OPEN);
+    await waitForTurnEnd(a, req.id);
+
+    const pk = (s) => new URL(s.connectUrl).searchParams.get("_pk");
+    expectEqual(pk(a.sockets[1]), pk(a.sockets[0]), "A: _pk of the reconnected socket");
+    const stream = checkResumedStream(a, 2, req.id, before);
+    expectEqual(stream.text, full, "A#2: text of replay + live chunks");
+    expect(stream.live > 0, "A#2: the turn should still be live after the replay (reconnect was too slow?)");
+
+    expectOneAssistantPerTurn(a.chat.messages, 1, "A");
+    expectEqual(textOf(a.chat.messages[1]), full, "A: text after the resume (complete, not duplicated)");
+    expectEqual(a.chat.messages[1].id, stream.messageId, "A: assistant id equals start.messageId");
+    expectEqual(summary(await serverTranscript(name)), summary(a.chat.messages), "get-messages after the turn");
+    return { replayed: stream.replayed, live: stream.live };
+  },
+
+  // The page reloads mid-stream: a fresh hook (new _pk) hydrates from get-messages, then resumes.
+  async reload(name) {
+    const a = await openTab("A", name);
+    const count = 40;
+    const full = words(count);
+    a.chat.sendMessage({ text: `/slow ${count} 25` });
+    const req = await waitFor("A to send the chat request", () => chatRequests(a)[0]);
+    await waitFor("A to show a few streamed words", () => textOf(a.chat.messages.at(-1)).includes("w5 "));
+    await closeTab(a);
+
+    const b = await openTab("B", name);
+    await waitForTurnEnd(b, req.id);
+    const stream = checkResumedStream(b, 1, req.id);
+    expectEqual(stream.text, full, "B: text of replay + live chunks");
+    // B is not the sender: it gets the final transcript before the terminal frame (spec §6).
+    const entries = b.onSocket(1);
+    const doneAt = entries.findIndex((e) => e.frame === stream.terminal);
+    const finalSync = entries.slice(0, doneAt).filter((e) => e.dir === "<" && e.frame.type === "cf_agent_chat_messages").at(-1)?.frame;
+    expect(finalSync, "B: no cf_agent_chat_messages before the terminal frame");
+    expectEqual(summary(finalSync.messages).map((m) => [m.role, m.text]), [["user", `/slow ${count} 25`], ["assistant", full]], "B: final transcript broadcast");
+
+    expectOneAssistantPerTurn(b.chat.messages, 1, "B");
+    expectEqual(textOf(b.chat.messages[1]), full, "B: text after the reload (complete, not duplicated)");
+    expectEqual(b.chat.messages[1].id, stream.messageId, "B: assistant id equals start.messageId");
+    expectEqual(summary(await serverTranscript(name)), summary(b.chat.messages), "get-messages after the turn");
+    return { replayed: stream.replayed, live: stream.live };
+  },
+
+  // A refused connection (no valid session) must close with a terminal code (1008 or 4000-4999,
+  // spec §2) so the client stops reconnecting and reports connectionError.
+  async unauthenticated(name) {
+    const a = mountTab("A", name, "sessionid=not-a-session");
+    await waitFor("the server to close the refused socket", () => a.socketEvents.some((e) => e.close !== undefined), 10_000);
+    // Long enough for several reconnects at minReconnectionDelay 100 / maxReconnectionDelay 200.
+    await sleep(1500);
+    const closes = a.socketEvents.filter((e) => e.close !== undefined).map((e) => e.close);
+    const terminal = (code) => code === 1008 || (code >= 4000 && code <= 4999);
+    expect(terminal(closes[0]), `the server closed the refused socket with code ${closes[0]}; only 1008 or 4000-4999 stop the client reconnecting (close codes seen: ${JSON.stringify(closes)})`);
+    expectEqual(a.sockets.length, 1, "A: sockets opened (no reconnect after a terminal close)");
+    expect(a.chat?.connectionError, "A: connectionError must be set after a terminal close");
+    expectEqual(a.chat.connectionError.code, closes[0], "A: connectionError.code");
+    expect(!a.agent.identified, "A: identified on a refused connection");
+    expect(!a.inbound().some((f) => f.type === "cf_agent_identity"), "A: cf_agent_identity sent on a refused connection");
+    expectEqual(fetchLog.map((f) => f.status), [401], "A: get-messages status without a session");
+    expectEqual(a.chat.messages, [], "A: messages");
+    return { closeCode: closes[0] };
+  },
+};
+
+// ---------------------------------------------------------------------------------------------
+
+function dumpLogs() {
+  const clip = (s, n = 400) => (s.length > n ? `${s.slice(0, n)}…(${s.length} chars)` : s);
+  const lines = [];
+  for (const tab of openTabs) {
+    lines.push(`--- tab ${tab.label} (instance ${tab.name}) sockets: ${tab.sockets.map((s) => s.connectUrl).join(", ")}`);
+    for (const e of tab.log) lines.push(`[${String(e.t).padStart(6)} ms] ${tab.label}#${e.sock} ${e.dir} ${clip(JSON.stringify(e.frame))}`);
+    for (const e of tab.socketEvents) lines.push(`[${String(e.t).padStart(6)} ms] ${tab.label} event ${JSON.stringify(e)}`);
+    const last = tab.snapshots.at(-1);
+    if (last) lines.push(`    final state: ${clip(JSON.stringify(last), 2000)}`);
+  }
+  for (const f of fetchLog) lines.push(`[${String(f.t).padStart(6)} ms] fetch ${f.url} -> ${f.status} (cookie sent: ${f.cookie})`);
+  console.log(lines.join("\n"));
+}
+
+async function main() {
+  if (!scenarioName || !HOST || !(scenarioName in scenarios)) {
+    console.log(USAGE);
+    console.log(`scenarios: ${Object.keys(scenarios).join(", ")}`);
+    console.log(`RESULT ${JSON.stringify({ ok: false, scenario: scenarioName ?? null, reason: "bad arguments" })}`);
+    return 1;
+  }
+  const name = `conf-${scenarioName}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+  const started = performance.now();
+  let result;
+  try {
+    const details = await scenarios[scenarioName](name);
+    result = { ok: true, scenario: scenarioName, instance: name, ms: Math.round(performance.now() - started), ...details };
+  } catch (error) {
+    const reason = error instanceof ConformanceError ? error.message : `harness error: ${error?.stack ?? error}`;
+    result = { ok: false, scenario: scenarioName, instance: name, ms: Math.round(performance.now() - started), reason };
+  }
+  if (!result.ok || DUMP) dumpLogs();
+  for (const tab of openTabs) {
+    try {
+      tab.root.unmount();
+    } catch {
+      // Unmounting is best effort at exit.
+    }
+  }
+  console.log(`RESULT ${JSON.stringify(result)}`);
+  return result.ok ? 0 : 1;
+}
+
+// Exit explicitly: sockets, timers and React's scheduler would otherwise keep Node alive.
+process.exit(await main());

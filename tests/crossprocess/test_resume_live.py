@@ -1,0 +1,154 @@
+"""Resume across real Daphne processes: reconnect elsewhere, drops at random points, kill -9."""
+
+import asyncio
+import json
+import random
+import signal
+
+import pytest
+
+from tests.support.frames import chat_request, user_message
+from tests.support.wsclient import open_socket, recv_json
+
+pytestmark = pytest.mark.crossprocess
+
+
+class Reader:
+    """What a client rebuilds: the reply text, restarted by every replayed ``start`` chunk."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.done: dict | None = None
+        self.deltas_seen = 0
+
+    def feed(self, frame: dict) -> None:
+        if frame.get("type") != "cf_agent_use_chat_response":
+            return
+        if frame.get("done"):
+            self.done = frame
+            return
+        if not frame.get("body") or frame.get("error"):
+            return
+        chunk = json.loads(frame["body"])
+        if chunk["type"] == "start" and frame.get("replay"):
+            self.text = ""
+        elif chunk["type"] == "text-delta":
+            self.text += chunk["delta"]
+            self.deltas_seen += 1
+
+
+async def reconnect(daphne, path, cookie, reader, request_id="r1"):
+    """Open a socket, probe, ACK once; returns the socket positioned after the ACK.
+
+    If the reply finished while we were away the probe says ``idle``; a late ACK for our request
+    then replays the finished buffer (cf-golden-frames R1 "late ack").
+    """
+    sock = await open_socket(daphne.ws, path, cookie)
+    await sock.send(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": "p"}))
+    while True:
+        frame = await recv_json(sock)
+        if frame["type"] in ("cf_agent_stream_resuming", "cf_agent_stream_resume_none") and "probeId" in frame:
+            assert frame.get("id", request_id) == request_id
+            await sock.send(json.dumps({"type": "cf_agent_stream_resume_ack", "id": request_id}))
+            return sock
+
+
+def expected(count):
+    return "".join(f"w{i} " for i in range(count))
+
+
+def test_reconnect_to_another_process_mid_stream(stack):
+    stack.create_user("alice")
+    first, second = stack.start_daphne(), stack.start_daphne()
+    cookie = first.login("alice")
+    path = "/agents/demo-agent/elsewhere"
+
+    async def scenario():
+        reader = Reader()
+        sock = await open_socket(first.ws, path, cookie)
+        await sock.send(json.dumps(chat_request("r1", [user_message("u1", "/slow 200 5")])))
+        while reader.deltas_seen < 40:
+            reader.feed(await recv_json(sock))
+        await sock.close()
+        sock = await reconnect(second, path, cookie, reader)
+        while reader.done is None:
+            reader.feed(await recv_json(sock))
+        await sock.close()
+        assert reader.text == expected(200)
+        assert reader.done["id"] == "r1"
+
+    asyncio.run(scenario())
+    history = second.get_json(f"{path}/get-messages", cookie)
+    assert history[-1]["parts"][-1]["text"] == expected(200)
+
+
+def test_drops_at_a_hundred_random_points_lose_and_duplicate_nothing(stack):
+    stack.create_user("alice")
+    daphnes = [stack.start_daphne(), stack.start_daphne()]
+    cookie = daphnes[0].login("alice")
+    path = "/agents/demo-agent/flaky"
+    rng = random.Random(20261129)
+
+    async def scenario():
+        reader = Reader()
+        sock = await open_socket(daphnes[0].ws, path, cookie)
+        await sock.send(json.dumps(chat_request("r1", [user_message("u1", "/slow 500 20")])))
+        drops = 0
+        # Each drop comes a random 1-5 live frames after the previous (re)connection caught up.
+        budget = rng.randint(1, 5)
+        while reader.done is None:
+            frame = await recv_json(sock, timeout=20)
+            reader.feed(frame)
+            if not frame.get("replay"):
+                budget -= 1
+            if budget == 0 and drops < 100 and reader.done is None:
+                await sock.close()
+                drops += 1
+                sock = await reconnect(daphnes[drops % 2], path, cookie, reader)
+                budget = rng.randint(1, 5)
+        await sock.close()
+        return reader, drops
+
+    reader, drops = asyncio.run(scenario())
+    assert drops == 100
+    assert reader.text == expected(500)
+    history = daphnes[0].get_json(f"{path}/get-messages", cookie)
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    assert history[-1]["parts"][-1]["text"] == expected(500)
+
+
+def test_kill_minus_nine_then_reconnect_gets_the_finalised_partial(stack):
+    stack.create_user("alice")
+    doomed, survivor = stack.start_daphne(), stack.start_daphne()
+    cookie = survivor.login("alice")
+    path = "/agents/demo-agent/killed"
+
+    async def scenario():
+        reader = Reader()
+        sock = await open_socket(doomed.ws, path, cookie)
+        await sock.send(json.dumps(chat_request("r1", [user_message("u1", "/slow 400 10")])))
+        while reader.deltas_seen < 60:
+            reader.feed(await recv_json(sock))
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait(10)
+        sock = await reconnect(survivor, path, cookie, Reader())
+        replay = Reader()
+        frames = []
+        while replay.done is None:
+            frame = await recv_json(sock)
+            frames.append(frame)
+            replay.feed(frame)
+        transcript = await recv_json(sock)
+        await sock.close()
+        return reader, replay, transcript
+
+    reader, replay, transcript = asyncio.run(scenario())
+    assert replay.done == {"body": "", "done": True, "id": "r1", "type": "cf_agent_use_chat_response",
+                           "replay": True, "outcome": "aborted"}
+    # What was stored before the kill: chunks flushed in rows of ten, never more than were sent.
+    assert reader.text.startswith(replay.text) or replay.text.startswith(reader.text)
+    assert replay.text and expected(400).startswith(replay.text)
+    assert transcript["type"] == "cf_agent_chat_messages"
+    assert transcript["messages"][-1]["parts"][-1]["text"] == replay.text
+    history = survivor.get_json(f"{path}/get-messages", cookie)
+    assert history == transcript["messages"]
