@@ -5,6 +5,7 @@ any of them in ``settings.py``; the README's configuration table lists the envir
 that ``thinkproject/settings.py`` maps onto them.
 """
 
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -23,6 +24,21 @@ DEFAULTS: dict[str, Any] = {
     "AGENT_MAX_FRAME_BYTES": 4 * 1024 * 1024,
     # Largest number of model requests in one turn (tool loops), as pydantic-ai's request limit.
     "AGENT_MAX_STEPS": 10,
+    # Store each reply's chunks so a reconnecting client resumes mid-stream. Off only to measure
+    # what storing costs (bench/stream.py --no-buffer): a reconnect then replays nothing.
+    "AGENT_STREAM_BUFFER": True,
+    # How long a ``pending`` action-ledger row with an explicit idempotency key may stay pending
+    # before another call may reclaim and re-run it (a timedelta; default 5 minutes, spec §5.9
+    # actionLedgerPendingRetryLeaseMs). None: a pending row blocks retries until swept.
+    "AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE": timedelta(minutes=5),
+    # Retention of action-ledger rows, by ``updated_at``: settled rows 30 days, pending rows
+    # 90 days (keep it far above the lease), deleted ``batch_size`` rows per statement. A
+    # partial dict overrides only its keys; a ttl of None keeps those rows forever.
+    "AGENT_ACTION_LEDGER_RETENTION": {
+        "settled": timedelta(days=30),
+        "pending": timedelta(days=90),
+        "batch_size": 500,
+    },
 }
 
 

@@ -85,6 +85,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
                     frames.error(message=f"{type(event).__name__} is not supported yet", code="unsupported")
                 )
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Relay fan-out batches straight away.
+
+        Channels closes stale DB connections (a thread hop) before every handler; the relay of a
+        streamed batch touches no database, and it runs once per batch of every reply.
+        """
+        if message["type"] == fanout.EVENT_TYPE:
+            await self.chat_frames(message)
+        else:
+            await super().dispatch(message)
+
     async def send_frame(self, frame: dict[str, Any]) -> None:
         await self.send(text_data=frames.encode(frame))
 

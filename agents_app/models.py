@@ -203,3 +203,43 @@ class StreamSegment(models.Model):
 
     def __str__(self) -> str:
         return f"segment {self.stream_id}@{self.first_index}"
+
+
+class LedgerEntry(models.Model):
+    """One row of the action idempotency ledger (spec cloudflare-agents.md §5.9).
+
+    ``key`` is ``action:<name>:<idempotency key>`` or ``tool:<toolCallId>``. The unique
+    constraint on it is what settles a race: every process INSERTs a ``pending`` row and exactly
+    one INSERT wins, on SQLite and PostgreSQL alike. A ``settled`` row holds the JSON result that
+    later calls replay; a failed execution deletes its row so a retry runs cleanly.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SETTLED = "settled"
+
+    key = models.TextField()
+    action_name = models.CharField(max_length=200)
+    request_id = models.CharField(max_length=200, blank=True, default="")
+    tool_call_id = models.CharField(max_length=200, blank=True, default="")
+    # sha256 of the canonical JSON of the action input (``ledger.input_hash``).
+    input_hash = models.CharField(max_length=64)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    # JSON ``{"valuePresent": bool, "value": ...}``; null while pending.
+    result_json = models.TextField(null=True, blank=True)
+    # Set by the ledger from its clock (``now=``), not auto_now, so tests can age rows. A
+    # pending row's ``updated_at`` is also its claim token: settle/release match on it.
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "ledger entries"
+        constraints = [
+            # A named constraint rather than unique=True: PostgreSQL then gets no second
+            # ``text_pattern_ops`` index, which the ledger never uses.
+            models.UniqueConstraint(fields=["key"], name="unique_ledger_key"),
+        ]
+        indexes = [models.Index(fields=["status", "updated_at"], name="ledger_sweep")]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status})"

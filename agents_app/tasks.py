@@ -59,3 +59,11 @@ def sweep_stream_buffers() -> dict[str, int]:
 def recover_interrupted_turns() -> dict[str, int]:
     """Finalise turns whose process died, and run what was queued behind them (``recovery``)."""
     return {"recovered": run_async(recovery.sweep_interrupted)}
+
+
+@shared_task(name="agents_app.sweep_action_ledger")
+def sweep_action_ledger() -> dict[str, int]:
+    """Remove action-ledger rows past ``AGENT_ACTION_LEDGER_RETENTION`` (``ledger.sweep_expired``)."""
+    from . import ledger  # imported here so this append leaves the module's import block alone
+
+    return ledger.sweep_expired()

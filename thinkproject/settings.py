@@ -76,7 +76,10 @@ ASGI_APPLICATION = "thinkproject.asgi.application"
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
-        conn_max_age=0,
+        # Seconds a connection is reused (default 10 minutes): turns touch the database several
+        # times each, and reconnecting every time costs more than the queries.
+        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "600")),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -147,6 +150,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "agents_app.sweep_stream_buffers",
         "schedule": crontab(minute="*/5"),
     },
+    # Hourly (the spec's ledger sweep throttle), drop action-ledger rows past retention.
+    "agents-sweep-action-ledger": {
+        "task": "agents_app.sweep_action_ledger",
+        "schedule": crontab(minute=17),
+    },
 }
 
 REST_FRAMEWORK = {
@@ -177,6 +185,8 @@ AGENT_MODEL_BASE_URL = os.environ.get("AGENT_MODEL_BASE_URL") or None
 AGENT_MODEL_API_KEY = os.environ.get("AGENT_MODEL_API_KEY") or None
 # Milliseconds between words of the offline demo model (0 in tests and benchmarks).
 AGENT_DEMO_DELAY_MS = int(os.environ.get("AGENT_DEMO_DELAY_MS", "15"))
+# Store reply chunks for mid-stream resume (default on; off only to measure its cost).
+AGENT_STREAM_BUFFER = os.environ.get("AGENT_STREAM_BUFFER", "1") == "1"
 
 # Daphne refuses WebSocket messages above 1 MiB by closing the socket; accept up to 16 MiB so an
 # oversized chat frame reaches the app and gets a clear error frame (AGENT_MAX_FRAME_BYTES is the

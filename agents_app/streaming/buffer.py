@@ -31,50 +31,75 @@ ABANDONED_RETENTION = timedelta(hours=1)
 
 
 class StreamWriter:
-    """Appends one turn's chunks to its ``StreamRecord``, packed into rows."""
+    """Appends one turn's chunks to its ``StreamRecord``, packed into rows.
 
-    def __init__(self, stream_pk: int) -> None:
+    Full rows are written in the background, in order, several per transaction when they pile
+    up, so storing never holds up streaming; ``flush()`` waits until everything appended so far
+    is in the database.
+    """
+
+    def __init__(self, stream_pk: int, *, enabled: bool = True) -> None:
         self.stream_pk = stream_pk
+        self.enabled = enabled
         self._bodies: list[str] = []
         self._bytes = 0
         self._first_index = 0
-        self._lock = asyncio.Lock()
+        self._rows: list[tuple[int, list[str]]] = []
+        self._writing: asyncio.Task[None] | None = None
         # Index of the last chunk handed to append(), stored or not.
         self.last_index = -1
 
-    async def append(self, index: int, body: str) -> None:
-        """Buffer chunk ``index``; writes a row when the buffer is full."""
+    def append(self, index: int, body: str) -> None:
+        """Buffer chunk ``index``; a full row is queued for writing."""
         self.last_index = index
+        if not self.enabled:
+            return
         size = len(body.encode())
         if size > CHUNK_MAX_BYTES:
-            await self.flush()
+            self._close_row()
             self._first_index = index + 1
             return
         if self._bodies and self._bytes + size > SEGMENT_MAX_BYTES:
-            await self.flush()
+            self._close_row()
         if not self._bodies:
             self._first_index = index
         self._bodies.append(body)
         self._bytes += size
         if len(self._bodies) >= CHUNK_BUFFER_SIZE or self._bytes >= SEGMENT_MAX_BYTES:
-            await self.flush()
+            self._close_row()
+
+    def _close_row(self) -> None:
+        if self._bodies:
+            self._rows.append((self._first_index, self._bodies))
+            self._first_index += len(self._bodies)
+            self._bodies, self._bytes = [], 0
+        if self._rows and self._writing is None:
+            self._writing = asyncio.ensure_future(self._write_rows())
+
+    async def _write_rows(self) -> None:
+        try:
+            while self._rows:
+                rows, self._rows = self._rows, []
+                await sync_to_async(_write_segments, thread_sensitive=True)(self.stream_pk, rows)
+        finally:
+            self._writing = None
 
     async def flush(self) -> int:
-        """Write the buffered chunks; returns the index of the last chunk appended so far."""
-        async with self._lock:
-            if self._bodies:
-                bodies, first = self._bodies, self._first_index
-                self._bodies, self._bytes = [], 0
-                self._first_index = first + len(bodies)
-                await sync_to_async(_write_segment, thread_sensitive=True)(self.stream_pk, first, bodies)
-            return self.last_index
+        """Store everything appended so far; returns the index of the last chunk appended."""
+        self._close_row()
+        while self._writing is not None:
+            await asyncio.shield(self._writing)
+        return self.last_index
 
 
-def _write_segment(stream_pk: int, first_index: int, bodies: list[str]) -> None:
+def _write_segments(stream_pk: int, rows: list[tuple[int, list[str]]]) -> None:
     with transaction.atomic():
         # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
         if StreamRecord.objects.filter(pk=stream_pk).update(last_chunk_at=timezone.now()):
-            StreamSegment.objects.create(stream_id=stream_pk, first_index=first_index, bodies=json.dumps(bodies))
+            StreamSegment.objects.bulk_create(
+                StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies))
+                for first, bodies in rows
+            )
 
 
 def start(turn: Turn, message_id: str) -> StreamRecord:

@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
-from .. import registry, transcript
+from .. import conf, registry, transcript
 from ..agent import AbortSignal, ChatAgent, ChatResponse, ChatResponseResult
 from ..messages import MessageBuilder, clone, new_message_id, rewrite_finish
 from ..models import AgentInstance, Turn
@@ -107,7 +107,7 @@ class TurnRun:
 
     async def _run(self) -> ChatResponseResult:
         turn = self.turn
-        instance, messages, cancel_requested = await database_sync_to_async(_load)(turn)
+        instance, messages, cancel_requested = await database_sync_to_async(self._prepare)()
         agent = registry.get_agent_class(instance.slug)(instance)
         agent.messages, agent.request_id = messages, turn.request_id
         agent.body, agent.client_tools = turn.body, turn.client_tools
@@ -115,10 +115,6 @@ class TurnRun:
         agent.abort_signal = self.signal
         if not turn.message_ids:
             turn.message_ids = _request_message_ids(messages)
-        self.builder = self._builder_for(messages)
-        stream = await database_sync_to_async(buffer.start)(turn, self.builder.message["id"])
-        self.stream_pk = stream.pk
-        self.writer = buffer.StreamWriter(stream.pk)
         await self.publisher.send_item(fanout.event(handshake.STREAM_START, rid=turn.request_id))
         if cancel_requested:
             self.signal.abort("Cancelled before it started")
@@ -143,6 +139,20 @@ class TurnRun:
         except Exception:
             logger.exception("on_chat_response of %s raised", instance)
         return result
+
+    def _prepare(self) -> tuple[AgentInstance, list[dict[str, Any]], bool]:
+        """One database round trip before the first chunk: transcript, cancel flag, buffer.
+
+        Returns the instance, its transcript, and whether a cancel came before the turn could hear it.
+        """
+        instance = AgentInstance.objects.get(pk=self.turn.instance_id)
+        cancel_requested = Turn.objects.values_list("cancel_requested", flat=True).get(pk=self.turn.pk)
+        messages = transcript.load(instance)
+        self.builder = self._builder_for(messages)
+        stream = buffer.start(self.turn, self.builder.message["id"])
+        self.stream_pk = stream.pk
+        self.writer = buffer.StreamWriter(stream.pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
+        return instance, messages, cancel_requested
 
     def _builder_for(self, messages: list[dict[str, Any]]) -> MessageBuilder:
         if self.turn.continuation and messages and messages[-1].get("role") == "assistant":
@@ -228,7 +238,7 @@ class TurnRun:
         # Stored (or buffered for storage) before it is sent: a reader that asks the writer to
         # flush then has every chunk it could have missed (see streaming.handshake).
         if not chunk.get("transient"):
-            await self.writer.append(self.seq, body)
+            self.writer.append(self.seq, body)
         self.seq += 1
         await self.publisher.send(frame, request_id=self.turn.request_id)
 
@@ -279,13 +289,6 @@ class TurnRun:
             terminal_error=(self.error or "Error") if failed else "",
         )
         lock.finish(self.turn, self.status, self.error or "")
-
-
-def _load(turn: Turn) -> tuple[AgentInstance, list[dict[str, Any]], bool]:
-    """The instance, its transcript, and whether a cancel came before the turn could hear it."""
-    instance = AgentInstance.objects.get(pk=turn.instance_id)
-    cancel_requested = Turn.objects.values_list("cancel_requested", flat=True).get(pk=turn.pk)
-    return instance, transcript.load(instance), cancel_requested
 
 
 def _request_message_ids(messages: list[dict[str, Any]]) -> list[str]:

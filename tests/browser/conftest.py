@@ -1,4 +1,7 @@
-"""Fixtures for browser tests: one live stack (Redis + Daphne) and one headless Chromium per session.
+"""Fixtures for browser tests: one live stack (Redis + Daphne) per session, one Chromium per module.
+
+Sync Playwright runs an event loop on the main thread while it is started; keeping it to a
+module lets the asyncio tests of other modules run in the same pytest process.
 
 Every test gets a fresh browser context (its own cookies) and a conversation name of its own, so
 tests share the server but never a transcript.
@@ -43,13 +46,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         redis.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     with sync_playwright() as p:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     yield chromium
@@ -81,7 +84,7 @@ def _record_frames(page: Page, log: list[str], tab: str) -> None:
     page.on("websocket", on_socket)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def session_state(browser: Browser, live: Live) -> Any:
     """Cookies of a user logged in once through the real login form, reused by every context."""
     ctx = browser.new_context()

@@ -25,7 +25,7 @@ def write(stream, bodies, start=0):
 
     async def run():
         for index, body in enumerate(bodies, start=start):
-            await writer.append(index, body)
+            writer.append(index, body)
         return await writer.flush()
 
     return async_to_sync(run)()
