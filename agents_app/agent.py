@@ -7,13 +7,14 @@ gives a handle for programmatic turns (``save_messages``).
 """
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from channels.db import database_sync_to_async
 from pydantic import TypeAdapter
-from pydantic_ai import Agent, CancellationToken, DeferredToolRequests
+from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults
+from pydantic_ai.messages import repair_messages
 from pydantic_ai.models import Model
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter, VercelAIEventStream
 from pydantic_ai.ui.vercel_ai.request_types import UIMessage as PydanticUIMessage
@@ -22,6 +23,7 @@ from pydantic_ai.usage import UsageLimits
 from . import conf, llm
 from .messages import UIMessage
 from .registry import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
+from .tools import ToolPolicy, client_tools_from_schemas, compile_tools
 
 # What on_chat_message may return: UI message chunks (dicts), plain-text pieces (str), a whole
 # plain-text reply, or None for "no response".
@@ -98,6 +100,17 @@ def _for_pydantic_ai(messages: list[UIMessage]) -> list[UIMessage]:
     ]
 
 
+def _approved_calls(messages: list[UIMessage]) -> DeferredToolResults | None:
+    """Approvals the user gave on the last reply, as pydantic-ai deferred results (it runs them)."""
+    last = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
+    approved = {
+        p["toolCallId"]: True
+        for p in (last or {}).get("parts", [])
+        if p.get("state") == "approval-responded" and (p.get("approval") or {}).get("approved") is True
+    }
+    return DeferredToolResults(approvals=approved) if approved else None
+
+
 def _is_encoder_internal(chunk: dict[str, Any]) -> bool:
     """Chunks of the SSE encoding that the WebSocket protocol does not carry.
 
@@ -133,6 +146,8 @@ class ChatAgent:
         self.client_tools: list[dict[str, Any]] | None = None
         self.continuation: bool = False
         self.abort_signal = AbortSignal()
+        # Set by the engine while a turn runs: sends a chunk into the reply.
+        self._emit: Callable[[dict[str, Any]], Awaitable[None]] | None = None
 
     # --- identity -----------------------------------------------------------------------------
     @classmethod
@@ -145,7 +160,12 @@ class ChatAgent:
         return self.system_prompt
 
     def get_tools(self) -> list[Any]:
-        """Server tools: plain functions (sync or async) or ``pydantic_ai.Tool`` objects."""
+        """The tools of this agent (see ``agents_app.tools``).
+
+        Plain functions (sync or async, async generators for progress) and ``pydantic_ai.Tool``
+        objects run here; ``tool(fn, needs_approval=...)`` waits for the user's approval;
+        ``ClientTool(...)`` runs in the browser. Tools the client declares are added.
+        """
         return []
 
     def get_model(self) -> Model:
@@ -158,26 +178,83 @@ class ChatAgent:
     async def on_chat_response(self, result: ChatResponseResult) -> None:
         """Called after each turn's reply is persisted (errors are logged, never raised)."""
 
+    # --- inside a turn ------------------------------------------------------------------------------
+    async def write(self, chunk: dict[str, Any]) -> None:
+        """Send a chunk of your own into this turn's reply, e.g. a data part::
+
+            await self.write({"type": "data-progress", "id": "p1", "data": {"percent": 40}})
+
+        Same type and id update the part in place; ``"transient": True`` reaches the connected
+        clients but is not stored.
+        """
+        if self._emit is None:
+            raise RuntimeError("write() is only possible while a turn of this agent is running")
+        await self._emit(chunk)
+
+    # --- the instance's turns (outside a turn too) ----------------------------------------------
+    async def has_pending_interaction(self) -> bool:
+        """True while a reply waits on the user: an approval, or a tool call without a result."""
+        from . import turns
+
+        return await turns.has_pending_interaction(self.instance)
+
+    async def wait_until_stable(self, timeout: float = 10.0) -> bool:  # noqa: ASYNC109 - spec API: False at the deadline
+        """Wait until no turn is queued or running and nothing waits on the user (False on timeout)."""
+        from . import turns
+
+        return await turns.wait_until_stable(self.instance, timeout)
+
+    async def reset_turn_state(self) -> None:
+        """Abort the running turn and skip the queued ones, keeping the transcript (clear does both)."""
+        from . import turns
+
+        await turns.reset_turn_state(self.instance)
+
+    async def abort_request(self, request_id: str) -> bool:
+        """Cancel one queued or running turn by request id."""
+        from . import turns
+
+        return await turns.cancel(self.instance, request_id)
+
+    async def abort_all_requests(self) -> int:
+        """Cancel every queued and running turn of the instance; returns how many."""
+        from . import turns
+
+        return await turns.cancel_all(self.instance)
+
     # --- the default model turn -----------------------------------------------------------------
-    def build_pydantic_agent(self) -> Agent[None, Any]:
+    def build_pydantic_agent(self) -> Agent[Any, Any]:
+        """The pydantic-ai agent of this turn: model, instructions, server and client tools.
+
+        Tools get this ``ChatAgent`` as ``ctx.deps`` (declare ``ctx: RunContext[MyAgent]``).
+        """
+        toolset = compile_tools(self.get_tools(), client_tools_from_schemas(self.client_tools))
         return Agent(
             self.get_model(),
             instructions=self.get_system_prompt(),
-            tools=self.get_tools(),
+            tools=toolset.server,
+            toolsets=[toolset.external] if toolset.external else [],
             output_type=[str, DeferredToolRequests],
+            capabilities=[ToolPolicy(toolset.approval_predicates, emit=self.write)],
         )
 
     async def stream_model_reply(self) -> AsyncIterator[dict[str, Any]]:
-        """Run the model over ``self.messages`` and yield AI SDK UI message chunks."""
+        """Run the model over ``self.messages`` and yield AI SDK UI message chunks.
+
+        A continuation resumes the last reply: its approved calls run now (the stored approvals
+        become pydantic-ai's deferred results); a new prompt closes calls left unanswered.
+        """
         agent = self.build_pydantic_agent()
         history = VercelAIAdapter.load_messages(_UI_MESSAGES.validate_python(_for_pydantic_ai(self.messages)))
+        history = repair_messages(history, repair_last_response=not self.continuation)
         token = CancellationToken()
         self.abort_signal.add_callback(token.cancel)
         encoder: VercelAIEventStream[Any, Any] = VercelAIEventStream(None, sdk_version=6)
         limits = UsageLimits(request_limit=conf.get("AGENT_MAX_STEPS"))
         # Entering the agent opens (and leaving closes) the provider's HTTP client.
         async with agent, agent.run_stream_events(
-            message_history=history, cancellation_token=token, usage_limits=limits
+            message_history=history, cancellation_token=token, usage_limits=limits, deps=self,
+            deferred_tool_results=_approved_calls(self.messages) if self.continuation else None,
         ) as events:
             async for chunk in encoder.transform_stream(events):
                 data = chunk.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -5,6 +5,7 @@ engine publishes from any process.
 """
 
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -76,14 +77,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 await self.resume.request(event.probe_id)
             case parse.ResumeAck():
                 await self.resume.ack(event.request_id)
+            case parse.ToolResult():
+                await self.answer(turns.apply_tool_result(instance, event, self.channel_name))
+            case parse.ToolApproval():
+                await self.answer(turns.apply_tool_approval(instance, event, self.channel_name))
             case parse.Ignored(type="rpc"):
                 await self.send_frame(frames.rpc_error(call_id=event.extra["id"], method=event.extra["method"]))
             case parse.Ignored():
                 pass  # client state frames: this server keeps no client-writable state
-            case _:
-                await self.send_frame(
-                    frames.error(message=f"{type(event).__name__} is not supported yet", code="unsupported")
-                )
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Relay fan-out batches straight away.
@@ -95,6 +96,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.chat_frames(message)
         else:
             await super().dispatch(message)
+
+    async def answer(self, work: Awaitable[None]) -> None:
+        """Run a service call whose refusal (``ProtocolError``) becomes an error frame."""
+        try:
+            await work
+        except parse.ProtocolError as exc:
+            await self.send_frame(frames.error(message=str(exc), code=exc.code, request_id=exc.request_id))
 
     async def send_frame(self, frame: dict[str, Any]) -> None:
         await self.send(text_data=frames.encode(frame))

@@ -25,6 +25,7 @@ sync because they need ``transaction.atomic()`` (async code goes through ``run_o
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import decimal
@@ -86,7 +87,8 @@ DEFAULT_PENDING_RETRY_LEASE: Final[timedelta] = conf.DEFAULTS["AGENT_ACTION_LEDG
 DEFAULT_SETTLED_TTL: Final[timedelta] = conf.DEFAULTS["AGENT_ACTION_LEDGER_RETENTION"]["settled"]
 # Pending rows, kept for manual reconciliation, go after 90 days (spec pendingMs 7_776_000_000).
 DEFAULT_PENDING_TTL: Final[timedelta] = conf.DEFAULTS["AGENT_ACTION_LEDGER_RETENTION"]["pending"]
-# Rows deleted per statement by the sweep (spec maxSweepRows), so it never holds a long lock.
+# Rows deleted per statement by the sweep, so it never holds a long lock. (The spec's maxSweepRows
+# caps a whole sweep at 500; ours goes on in batches until nothing expired is left.)
 DEFAULT_SWEEP_BATCH_SIZE: Final[int] = conf.DEFAULTS["AGENT_ACTION_LEDGER_RETENTION"]["batch_size"]
 
 # Rounds of "INSERT lost → read → the row changed under us" before claim() gives up and answers
@@ -328,7 +330,7 @@ def claim(
             with transaction.atomic():
                 LedgerEntry.objects.create(
                     key=key, action_name=action_name, input_hash=input_hash, request_id=request_id or "",
-                    tool_call_id=tool_call_id or "", status=LedgerEntry.Status.PENDING, result_json=None,
+                    tool_call_id=tool_call_id or "", status=LedgerEntry.Status.PENDING, result_json="",
                     created_at=now, updated_at=now,
                 )
         except IntegrityError:
@@ -504,6 +506,8 @@ async def run_once(
     re-raise if it raises (including cancellation and timeouts). Emits the spec's
     ``action:ledger:*`` events. A follower of a call that raised gets the same exception; a
     follower of a call that was cancelled starts over on its own (it was not cancelled itself).
+    As in the reference, a follower's input is not compared with the leader's: a same-key call
+    with other input that arrives while the first runs gets the first's result, not a conflict.
 
     If ``settle`` itself fails (database down) the row stays ``pending``: the side effect did
     happen, so refusing retries until someone reconciles is the safe state.
@@ -556,10 +560,21 @@ async def _claim_and_run(
     execute: Callable[[], Awaitable[Any]],
     now: datetime | None,
 ) -> LedgerResult:
-    decided = await database_sync_to_async(claim)(
+    claiming = asyncio.ensure_future(database_sync_to_async(claim)(
         key, action_name=action_name, input_hash=input_hash, request_id=request_id,
         tool_call_id=tool_call_id, retryable=retryable, lease=lease, now=now,
-    )
+    ))
+    try:
+        decided = await asyncio.shield(claiming)
+    except asyncio.CancelledError:
+        # claim() goes on in its thread and may still insert our row: wait for it and undo that,
+        # or the key would stay pending, refusing retries, with nothing running it. A failure
+        # here must not hide the cancellation from the caller.
+        with contextlib.suppress(Exception):
+            decided = await asyncio.shield(claiming)
+            if decided.must_execute:
+                await asyncio.shield(database_sync_to_async(release)(key, claimed_at=decided.claimed_at))
+        raise
     about = {"action": action_name, "key": key, "inputHash": input_hash}
     result = LedgerResult(key=key, action_name=action_name, outcome=decided.outcome, age_ms=decided.age_ms)
     if decided.outcome == "conflict":

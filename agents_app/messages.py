@@ -54,7 +54,7 @@ class MessageBuilder:
     def has_content(self) -> bool:
         return any(p.get("type") != "step-start" for p in self.parts)
 
-    def _tool_part(self, tool_call_id: Any) -> dict[str, Any] | None:
+    def tool_part(self, tool_call_id: Any) -> dict[str, Any] | None:
         for part in self.parts:
             if is_tool_part(part) and part.get("toolCallId") == tool_call_id:
                 return part
@@ -97,7 +97,7 @@ class MessageBuilder:
         elif kind in ("source-url", "source-document"):
             self.parts.append(dict(chunk.items()))
         elif kind == "tool-input-start":
-            if self._tool_part(chunk.get("toolCallId")) is None:
+            if self.tool_part(chunk.get("toolCallId")) is None:
                 part = {
                     "type": "dynamic-tool" if chunk.get("dynamic") else f"tool-{chunk.get('toolName')}",
                     "toolCallId": chunk.get("toolCallId"),
@@ -111,7 +111,7 @@ class MessageBuilder:
         elif kind == "tool-input-delta":
             pass  # the input is only final at tool-input-available
         elif kind == "tool-input-available":
-            part = self._tool_part(chunk.get("toolCallId"))
+            part = self.tool_part(chunk.get("toolCallId"))
             raw_input = chunk.get("input")
             tool_input = raw_input if isinstance(raw_input, dict) else {}
             if part is None:
@@ -127,7 +127,7 @@ class MessageBuilder:
                 part["state"] = "input-available"
                 part["input"] = tool_input
         elif kind == "tool-input-error":
-            part = self._tool_part(chunk.get("toolCallId"))
+            part = self.tool_part(chunk.get("toolCallId"))
             if part is None:
                 part = {"type": f"tool-{chunk.get('toolName')}", "toolCallId": chunk.get("toolCallId"),
                         "toolName": chunk.get("toolName")}
@@ -136,7 +136,7 @@ class MessageBuilder:
                 part.update(state="output-error", input=chunk.get("input"),
                             errorText=chunk.get("errorText", ""))
         elif kind == "tool-approval-request":
-            part = self._tool_part(chunk.get("toolCallId"))
+            part = self.tool_part(chunk.get("toolCallId"))
             if part is not None and part.get("state") not in TERMINAL_TOOL_STATES | {
                 "approval-responded"
             }:
@@ -145,7 +145,7 @@ class MessageBuilder:
                     approval["descriptor"] = chunk["approvalDescriptor"]
                 part.update(state="approval-requested", approval=approval)
         elif kind == "tool-output-available":
-            part = self._tool_part(chunk.get("toolCallId"))
+            part = self.tool_part(chunk.get("toolCallId"))
             if part is not None:
                 part.update(state="output-available", output=chunk.get("output"))
                 if chunk.get("preliminary"):
@@ -155,11 +155,11 @@ class MessageBuilder:
                 if chunk.get("approvalDescriptor") is not None:
                     part["approvalDescriptor"] = chunk["approvalDescriptor"]
         elif kind == "tool-output-error":
-            part = self._tool_part(chunk.get("toolCallId"))
+            part = self.tool_part(chunk.get("toolCallId"))
             if part is not None:
                 part.update(state="output-error", errorText=chunk.get("errorText", ""))
         elif kind == "tool-output-denied":
-            part = self._tool_part(chunk.get("toolCallId"))
+            part = self.tool_part(chunk.get("toolCallId"))
             if part is not None and part.get("state") not in TERMINAL_TOOL_STATES | {
                 "approval-responded"
             }:
@@ -213,3 +213,67 @@ def trailing_user_ids(messages: list[UIMessage]) -> list[str]:
 
 def clone(message: UIMessage) -> UIMessage:
     return copy.deepcopy(message)
+
+
+# Tool-part updates (spec §3.3, agents/src/chat/tool-state.ts). Each returns the updated part, or
+# None when the part is not in a state the update applies to.
+RESULT_STATES = frozenset({"input-available", "approval-requested", "approval-responded"})
+APPROVAL_STATES = frozenset({"input-available", "approval-requested"})
+DEFAULT_TOOL_ERROR = "Tool execution denied by user"
+
+
+def tool_result_update(part: dict[str, Any], output: Any, *, state: str = "output-available",
+                       error_text: str | None = None) -> dict[str, Any] | None:
+    if part.get("state") not in RESULT_STATES:
+        return None
+    updated = {k: v for k, v in part.items() if k not in ("output", "errorText", "preliminary")}
+    if state == "output-error":
+        updated.update(state="output-error", errorText=error_text or DEFAULT_TOOL_ERROR)
+    else:
+        updated.update(state="output-available", output=output, preliminary=False)
+    return updated
+
+
+def tool_approval_update(part: dict[str, Any], approved: bool) -> dict[str, Any] | None:
+    if part.get("state") not in APPROVAL_STATES:
+        return None
+    approval = {**(part.get("approval") or {}), "approved": approved}
+    approval.setdefault("id", part.get("toolCallId"))
+    return {**part, "state": "approval-responded" if approved else "output-denied", "approval": approval}
+
+
+def awaits_interaction(part: dict[str, Any]) -> bool:
+    """A part the user still has to act on (broad, as AIChatAgent's hasPendingInteraction)."""
+    return is_tool_part(part) and part.get("state") in APPROVAL_STATES
+
+
+def has_incomplete_tool_batch(message: UIMessage) -> bool:
+    """Some calls of the reply are answered and some still wait: continue once all are."""
+    tool_parts = [p for p in message.get("parts", []) if is_tool_part(p)]
+    return any(p.get("state") in TERMINAL_TOOL_STATES | {"approval-responded"} for p in tool_parts) and any(
+        awaits_interaction(p) for p in tool_parts
+    )
+
+
+def ready_to_continue(messages: list[UIMessage]) -> bool:
+    """A continuation runs only on a reply whose calls are all answered (or none is)."""
+    return bool(messages) and messages[-1].get("role") == "assistant" and not has_incomplete_tool_batch(messages[-1])
+
+
+def is_replayed_chunk(chunk: Chunk, builder: "MessageBuilder") -> bool:
+    """A chunk that repeats what the reply already holds (a provider replay on continuation, #1404).
+
+    Such chunks are neither stored nor sent (spec §3.2).
+    """
+    kind = chunk.get("type")
+    if kind not in ("tool-input-start", "tool-input-delta", "tool-input-available", "tool-approval-request",
+                    "tool-output-denied"):
+        return False
+    part = builder.tool_part(chunk.get("toolCallId"))
+    if part is None:
+        return False
+    if kind == "tool-input-start":
+        return True
+    if kind in ("tool-input-delta", "tool-input-available"):
+        return part.get("state") != "input-streaming"
+    return part.get("state") in TERMINAL_TOOL_STATES | {"approval-responded"}

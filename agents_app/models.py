@@ -225,8 +225,8 @@ class LedgerEntry(models.Model):
     # sha256 of the canonical JSON of the action input (``ledger.input_hash``).
     input_hash = models.CharField(max_length=64)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    # JSON ``{"valuePresent": bool, "value": ...}``; null while pending.
-    result_json = models.TextField(null=True, blank=True)
+    # JSON ``{"valuePresent": bool, "value": ...}``; empty while pending.
+    result_json = models.TextField(blank=True, default="")
     # Set by the ledger from its clock (``now=``), not auto_now, so tests can age rows. A
     # pending row's ``updated_at`` is also its claim token: settle/release match on it.
     created_at = models.DateTimeField()

@@ -5,6 +5,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from pydantic_ai import RunContext
+
 from agents_app import ChatAgent, ChatResponseResult
 
 # Results seen by on_chat_response, per instance name (tests read and clear it).
@@ -55,3 +57,48 @@ class SharedRoomAgent(ChatAgent):
     """Any logged-in user may open any instance."""
 
     shared = True
+
+
+def explode(why: str) -> str:
+    """A tool that always fails."""
+    raise RuntimeError(f"exploded: {why}")
+
+
+async def report(ctx: "RunContext[ToolAgent]") -> str:
+    """Writes data parts: one updated in place, one appended, one transient."""
+    await ctx.deps.write({"type": "data-status", "id": "s1", "data": {"step": 1}})
+    await ctx.deps.write({"type": "data-status", "id": "s1", "data": {"step": 2}})
+    await ctx.deps.write({"type": "data-note", "data": {"text": "appended"}})
+    await ctx.deps.write({"type": "data-ping", "data": {"at": 1}, "transient": True})
+    return "reported"
+
+
+class ToolAgent(ChatAgent):
+    """Tools for the tool tests."""
+
+    def get_tools(self) -> list[Any]:
+        return [explode, report]
+
+
+# Released by the test: GateAgent streams "before ", waits for it, then "after".
+GATE: dict[str, asyncio.Event] = {}
+
+
+class GateAgent(ChatAgent):
+    """A reply that pauses mid-stream until the test opens the gate (deterministic resume tests)."""
+
+    async def on_chat_message(self) -> AsyncIterator[dict[str, Any]]:
+        gate = GATE.setdefault(self.name, asyncio.Event())
+
+        async def chunks() -> AsyncIterator[dict[str, Any]]:
+            yield {"type": "start"}
+            yield {"type": "start-step"}
+            yield {"type": "text-start", "id": "t1"}
+            yield {"type": "text-delta", "id": "t1", "delta": "before "}
+            await gate.wait()
+            yield {"type": "text-delta", "id": "t1", "delta": "after"}
+            yield {"type": "text-end", "id": "t1"}
+            yield {"type": "finish-step"}
+            yield {"type": "finish", "finishReason": "stop"}
+
+        return chunks()

@@ -17,4 +17,6 @@ AGENT_CLASSES = [
     "tests.agents.BrokenAgent",
     "tests.agents.ChunkAgent",
     "tests.agents.SharedRoomAgent",
+    "tests.agents.ToolAgent",
+    "tests.agents.GateAgent",
 ]

@@ -69,7 +69,7 @@ def _summarise(parts: list[Any]) -> str:
     lines = []
     for part in parts:
         if isinstance(part, ToolReturnPart):
-            if part.outcome == "retried":
+            if part.outcome in ("retried", "failed"):
                 content = part.content
                 reason = content["error"] if isinstance(content, dict) and "error" in content else content
                 lines.append(f"{part.tool_name} failed: {reason}")

@@ -20,7 +20,7 @@ class Migration(migrations.Migration):
                 ('tool_call_id', models.CharField(blank=True, default='', max_length=200)),
                 ('input_hash', models.CharField(max_length=64)),
                 ('status', models.CharField(choices=[('pending', 'Pending'), ('settled', 'Settled')], default='pending', max_length=10)),
-                ('result_json', models.TextField(blank=True, null=True)),
+                ('result_json', models.TextField(blank=True, default='')),
                 ('created_at', models.DateTimeField()),
                 ('updated_at', models.DateTimeField()),
             ],

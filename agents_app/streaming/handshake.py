@@ -37,6 +37,7 @@ class ResumeState:
     turn_pk: int | None = None
     terminal_request_id: str | None = None
     pending_request_id: str | None = None
+    pending_turn_pk: int = 0
 
 
 def load_state(instance: AgentInstance) -> ResumeState:
@@ -47,10 +48,12 @@ def load_state(instance: AgentInstance) -> ResumeState:
     instance.refresh_from_db(fields=["terminal_request_id"])
     pending = (
         Turn.objects.filter(instance=instance, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING])
-        .values_list("request_id", flat=True).last()
+        .values("pk", "request_id").last()
     )
+    pending_id, pending_pk = (pending["request_id"], pending["pk"]) if pending else (None, 0)
     if stream is None:
-        return ResumeState(terminal_request_id=instance.terminal_request_id or None, pending_request_id=pending)
+        return ResumeState(terminal_request_id=instance.terminal_request_id or None,
+                           pending_request_id=pending_id, pending_turn_pk=pending_pk)
     turn = stream.turn
     return ResumeState(
         active_request_id=stream.request_id,
@@ -59,7 +62,8 @@ def load_state(instance: AgentInstance) -> ResumeState:
         control_channel=control_channel_of(turn) if turn else None,
         turn_pk=turn.pk if turn else None,
         terminal_request_id=instance.terminal_request_id or None,
-        pending_request_id=pending,
+        pending_request_id=pending_id,
+        pending_turn_pk=pending_pk,
     )
 
 
@@ -104,18 +108,20 @@ class ResumeSession:
     def __init__(self) -> None:
         self.awaiting_ack: str | None = None
         self.parked = False
+        # The turn a parked connection waits for: an idle event about older turns is stale.
+        self.parked_turn_pk = 0
         self.replay: Replay | None = None
         # (request id, last replayed seq): live chunks the replay already sent, arriving late.
         self.replayed: tuple[str, int] | None = None
 
-    def note_sent(self, frame: dict[str, Any] | None) -> None:
+    def note_sent(self, frame: dict[str, Any] | None, pending_turn_pk: int = 0) -> None:
         """Record what a handshake frame we sent obliges us to."""
         if frame is None:
             return
         if frame["type"] == frames.MessageType.STREAM_RESUMING:
             self.awaiting_ack, self.parked = frame["id"], False
         elif frame["type"] == frames.MessageType.STREAM_PENDING:
-            self.parked = True
+            self.parked, self.parked_turn_pk = True, pending_turn_pk
 
     def admit(self, item: dict[str, Any]) -> bool:
         """Whether a live fan-out item goes to the socket now (False: dropped or held)."""
@@ -160,15 +166,17 @@ class ResumeDriver:
         return await database_sync_to_async(load_state)(self.instance)
 
     async def connect(self) -> None:
-        frame = on_connect(await self._state())
+        state = await self._state()
+        frame = on_connect(state)
         if frame is not None:
             await self.send_frame(frame)
-            self.session.note_sent(frame)
+            self.session.note_sent(frame, state.pending_turn_pk)
 
     async def request(self, probe_id: str | None) -> None:
-        frame = on_request(await self._state(), probe_id)
+        state = await self._state()
+        frame = on_request(state, probe_id)
         await self.send_frame(frame)
-        self.session.note_sent(frame)
+        self.session.note_sent(frame, state.pending_turn_pk)
 
     async def ack(self, request_id: str) -> None:
         """ACK → replay (spec §2.7 ACK cases 1-5)."""
@@ -294,7 +302,7 @@ class ResumeDriver:
             frame = frames.stream_resuming(request_id=entry["rid"])
             await self.send_frame(frame)
             self.session.note_sent(frame)
-        elif name == TURNS_IDLE and self.session.parked:
+        elif name == TURNS_IDLE and self.session.parked and entry.get("turn", 0) >= self.session.parked_turn_pk:
             self.session.parked = False
             await self.send_frame(frames.stream_resume_none(reason=StreamResumeNoneReason.IDLE))
         elif name is None and self.session.admit(entry):

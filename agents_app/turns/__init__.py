@@ -14,16 +14,20 @@ from django.db.models import F
 
 from .. import transcript
 from ..agent import SaveMessagesResult
-from ..messages import UIMessage, new_message_id, new_request_id, trailing_user_ids
+from ..messages import UIMessage, awaits_interaction, new_message_id, new_request_id, trailing_user_ids
 from ..models import AgentInstance, Turn
 from ..protocol import frames
 from ..protocol.parse import ChatRequest
 from ..streaming import buffer, fanout
 from . import control
 from .engine import drain, start_drain
+from .interactions import apply_tool_approval, apply_tool_result
 from .lock import control_channel_of
 
-__all__ = ["cancel", "clear", "drain", "replace_messages", "save_messages", "start_drain", "submit_chat"]
+__all__ = [
+    "apply_tool_approval", "apply_tool_result", "cancel", "cancel_all", "clear", "drain", "has_pending_interaction",
+    "replace_messages", "reset_turn_state", "save_messages", "start_drain", "submit_chat", "wait_until_stable",
+]
 
 
 async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str) -> None:
@@ -115,24 +119,74 @@ def _mark_cancel(instance: AgentInstance, request_id: str) -> Turn | None:
     return active.first()
 
 
+async def cancel_all(instance: AgentInstance) -> int:
+    """Cancel every queued and running turn of the instance; returns how many."""
+    request_ids = [
+        rid async for rid in Turn.objects.filter(
+            instance=instance, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
+        ).values_list("request_id", flat=True)
+    ]
+    return sum([await cancel(instance, rid) for rid in request_ids])
+
+
 async def clear(instance: AgentInstance, origin_channel: str) -> None:
     """Delete the transcript; skip queued turns, abort the running one; tell other connections."""
-    running = await database_sync_to_async(_clear)(instance)
-    for turn in running:
-        await control.cancel_running(control_channel_of(turn), turn.pk, "Chat cleared")
+    await _reset(instance, delete_history=True)
     await fanout.publish(instance.pk, frames.chat_clear(), exclude=[origin_channel])
 
 
-def _clear(instance: AgentInstance) -> list[Turn]:
+async def reset_turn_state(instance: AgentInstance) -> None:
+    """Skip queued turns and abort the running one; the transcript stays (spec §4.4)."""
+    await _reset(instance, delete_history=False)
+
+
+async def _reset(instance: AgentInstance, *, delete_history: bool) -> None:
+    running = await database_sync_to_async(_bump_generation)(instance, delete_history)
+    for turn in running:
+        await control.cancel_running(control_channel_of(turn), turn.pk, "Chat cleared")
+
+
+def _bump_generation(instance: AgentInstance, delete_history: bool) -> list[Turn]:
+    """A new generation: queued turns of the old one are skipped when claimed."""
     with transaction.atomic():
         AgentInstance.objects.filter(pk=instance.pk).update(
             generation=F("generation") + 1, terminal_request_id="", terminal_error=""
         )
-        transcript.clear(instance)
-        buffer.delete_all(instance)
+        if delete_history:
+            transcript.clear(instance)
+            buffer.delete_all(instance)
         running = list(Turn.objects.filter(instance=instance, status=Turn.Status.RUNNING))
         Turn.objects.filter(instance=instance, status=Turn.Status.RUNNING).update(cancel_requested=True)
     return running
+
+
+async def has_pending_interaction(instance: AgentInstance) -> bool:
+    """An assistant message has a part waiting on the user (an approval or a tool result)."""
+    messages = await database_sync_to_async(transcript.load)(instance)
+    return any(
+        awaits_interaction(part)
+        for message in messages if message.get("role") == "assistant"
+        for part in message.get("parts", [])
+    )
+
+
+# How often wait_until_stable looks again (seconds).
+STABLE_POLL_SECONDS = 0.05
+
+
+async def wait_until_stable(instance: AgentInstance, timeout: float) -> bool:  # noqa: ASYNC109 - returns False at the deadline
+    """True once no turn is queued or running and nothing waits on the user; False at the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        busy = await Turn.objects.filter(
+            instance=instance, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
+        ).aexists()
+        if not busy and not await has_pending_interaction(instance):
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(STABLE_POLL_SECONDS)
 
 
 async def replace_messages(instance: AgentInstance, messages: list[UIMessage], origin_channel: str) -> None:

@@ -4,6 +4,7 @@ To change the wire format, edit the fixture on purpose: ``UPDATE_GOLDEN=1 pytest
 rewrites the fixtures from the current output, and the diff is reviewed like code.
 """
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -54,3 +55,81 @@ async def test_in_band_error(ws):
     await a.send_json_to(chat_request("r1", [user_message("u1", "/fail")]))
     got = await receive_until(a, is_done("r1"))
     assert_golden("in_band_error", normalize(got))
+
+
+async def test_reconnect_while_streaming(ws):
+    """Spec §2.10 b / cf-golden-frames R1: resuming before identity, the probe answered again with
+    its probeId, the ACK replays every stored chunk then ``replayComplete``, and live frames follow."""
+    from tests.agents import GATE
+
+    gate = GATE["resume"] = asyncio.Event()
+    a = await ws("/agents/gate-agent/resume")
+    await a.receive_json_from()
+    await a.receive_json_from()
+    await a.send_json_to(chat_request("r1", [user_message("u1", "hi")]))
+    await receive_until(a, lambda f: '"before "' in f.get("body", ""))
+    b = await ws("/agents/gate-agent/resume")
+    got = [await b.receive_json_from() for _ in range(3)]
+    await b.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
+    got.append(await b.receive_json_from())
+    await b.send_json_to({"type": "cf_agent_stream_resume_ack", "id": "r1"})
+    got += await receive_until(b, lambda f: f.get("replayComplete") is True)
+    gate.set()
+    got += await receive_until(b, is_done("r1"))
+    await b.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p2"})
+    got.append(await b.receive_json_from())
+    await b.send_json_to({"type": "cf_agent_stream_resume_ack", "id": "gone"})
+    got.append(await b.receive_json_from())
+    assert_golden("reconnect_while_streaming", normalize(got))
+
+
+async def test_client_tool_round_trip(ws):
+    """Spec §2.10 c: the call ends the turn; the result updates the part and a continuation
+    (server request id, ``continuation:true``, no messageId) appends to the same message."""
+    a = await ws("/agents/demo-agent/golden-client-tool")
+    await a.receive_json_from()
+    await a.receive_json_from()
+    await a.send_json_to(chat_request("r1", [user_message("u1", "/tool getBrowserInfo")]))
+    got = await receive_until(a, is_done("r1"))
+    await a.send_json_to({"type": "cf_agent_tool_result", "toolCallId": "demo_0_0", "toolName": "getBrowserInfo",
+                          "output": {"language": "fr"}, "autoContinue": True})
+    got += await _follow_continuation(a)
+    assert_golden("client_tool_round_trip", normalize(_without_handshake(got)))
+
+
+async def test_approval_round_trip(ws):
+    """Spec §2.10 d: ``tool-approval-request``, then the approval, then the tool's output and the
+    model's text in the continuation."""
+    a = await ws("/agents/demo-agent/golden-approval")
+    await a.receive_json_from()
+    await a.receive_json_from()
+    text = '/tool send_email {"to": "bob@example.com", "subject": "hi"}'
+    await a.send_json_to(chat_request("r1", [user_message("u1", text)]))
+    got = await receive_until(a, is_done("r1"))
+    await a.send_json_to({"type": "cf_agent_tool_approval", "toolCallId": "demo_0_0", "approved": True,
+                          "autoContinue": True})
+    got += await _follow_continuation(a)
+    assert_golden("approval_round_trip", normalize(_without_handshake(got)))
+
+
+def _without_handshake(frames):
+    """A continuation is followed through the resume handshake, and whether the probe is answered
+    ``pending`` (continuation not started yet) or ``resuming`` (already streaming, so part of it is
+    replayed) depends on timing. The golden keeps what the client ends up reading: every frame once,
+    in order, with handshake frames and replay flags left out."""
+    kept = []
+    for frame in frames:
+        if frame["type"] in ("cf_agent_stream_pending", "cf_agent_stream_resuming") or frame.get("replayComplete"):
+            continue
+        kept.append({k: v for k, v in frame.items() if k != "replay"})
+    return kept
+
+
+async def _follow_continuation(a):
+    await a.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p2"})
+    got = []
+    while not got or not got[-1].get("done"):
+        got.append(await a.receive_json_from(timeout=5))
+        if got[-1]["type"] == "cf_agent_stream_resuming":
+            await a.send_json_to({"type": "cf_agent_stream_resume_ack", "id": got[-1]["id"]})
+    return got

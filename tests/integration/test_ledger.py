@@ -85,7 +85,7 @@ def rows() -> list[dict[str, Any]]:
 
 @database_sync_to_async
 def seed(key: str, *, status: str = LedgerEntry.Status.PENDING, age: timedelta = timedelta(0),
-         action: str = "echo", input_hash: str = HASH, result_json: str | None = None) -> Any:
+         action: str = "echo", input_hash: str = HASH, result_json: str = "") -> Any:
     """A row as a crashed (pending) or earlier (settled) attempt left it; returns its ``updated_at``."""
     at = timezone.now() - age
     LedgerEntry.objects.create(key=key, action_name=action, input_hash=input_hash, status=status,
@@ -354,6 +354,17 @@ async def test_a_cancelled_execution_releases_its_row():
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert await rows() == []
+
+
+async def test_a_call_cancelled_while_claiming_leaves_no_row():
+    echo = Echo()
+    task = asyncio.create_task(call(echo, "action:echo:cancel-claim"))
+    await asyncio.sleep(0)  # the task is now waiting for claim() in its thread
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert echo.count == 0
     assert await rows() == []
 
 

@@ -1,0 +1,159 @@
+"""The user's answers to a reply: client tool results and approvals (spec §2.8), and what follows.
+
+An answer is matched against the stored reply, never against the client's copy: the tool call
+must exist in the transcript, be waiting for this kind of answer, and (for results) belong to a
+client tool. Applying it updates the part in one transaction, tells every connection
+(``cf_agent_message_updated``) and, with ``autoContinue``, queues one continuation turn.
+"""
+
+import asyncio
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.db import transaction
+
+from .. import registry, transcript
+from ..messages import (
+    is_tool_part,
+    new_request_id,
+    tool_approval_update,
+    tool_result_update,
+)
+from ..models import AgentInstance, ChatMessage, Turn
+from ..protocol import frames
+from ..protocol.parse import ProtocolError, ToolApproval, ToolResult
+from ..streaming import fanout
+from ..tools import ClientTool
+from .engine import start_drain
+
+# Auto-continuations wait this long (seconds) so answers sent together run as one turn.
+COALESCE_SECONDS = 0.05
+# How long an answer waits for the reply it answers to be stored (it is stored at turn end).
+FIND_TIMEOUT_SECONDS = 2.0
+
+
+class _Unchanged(Exception):
+    """The same answer again: a no-op, reported to nobody."""
+
+
+async def apply_tool_result(instance: AgentInstance, event: ToolResult, origin_channel: str) -> None:
+    """``cf_agent_tool_result``: store the browser's output of a client tool call.
+
+    Raises:
+        ProtocolError: unknown call, not a client tool, or a call that is not waiting for a result.
+    """
+    if event.client_tools:
+        await database_sync_to_async(_store_client_tools)(instance, event.client_tools)
+
+    def update(part: dict[str, Any], client_tools: set[str]) -> dict[str, Any] | None:
+        # A result answers a client tool, or rejects a call awaiting approval with a custom error.
+        name = part.get("toolName", part["type"].removeprefix("tool-"))
+        if name not in client_tools and part.get("state") != "approval-requested":
+            raise ProtocolError(f"Tool call {event.tool_call_id} is not a client tool call", code="not_client_tool")
+        if part.get("state") == event.state and part.get("output") == event.output and (
+            part.get("errorText") == event.error_text or event.state == "output-available"
+        ):
+            raise _Unchanged
+        return tool_result_update(part, event.output, state=event.state, error_text=event.error_text)
+
+    await _apply(instance, event.tool_call_id, update, "a result", event.auto_continue, origin_channel)
+
+
+async def apply_tool_approval(instance: AgentInstance, event: ToolApproval, origin_channel: str) -> None:
+    """``cf_agent_tool_approval``: Approve (→ ``approval-responded``) or Reject (→ ``output-denied``).
+
+    Raises:
+        ProtocolError: unknown call, or a call that is not waiting for approval.
+    """
+
+    def update(part: dict[str, Any], client_tools: set[str]) -> dict[str, Any] | None:
+        approval = part.get("approval") or {}
+        if approval.get("approved") is event.approved and part.get("state") in ("approval-responded", "output-denied"):
+            raise _Unchanged
+        return tool_approval_update(part, event.approved)
+
+    await _apply(instance, event.tool_call_id, update, "an approval", event.auto_continue, origin_channel)
+
+
+async def _apply(instance: AgentInstance, tool_call_id: str, update: Any, what: str, auto_continue: bool,
+                 origin_channel: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FIND_TIMEOUT_SECONDS
+    while True:
+        try:
+            message = await database_sync_to_async(_apply_stored)(instance, tool_call_id, update, what)
+            break
+        except LookupError:
+            # The reply is stored when its turn ends; an answer may arrive just before that.
+            if loop.time() >= deadline or not await _turn_active(instance):
+                raise ProtocolError(f"No tool call {tool_call_id} in this conversation", code="unknown_tool_call") \
+                    from None
+            await asyncio.sleep(0.05)
+        except _Unchanged:
+            return
+    await fanout.publish(instance.pk, frames.message_updated(message))
+    if auto_continue:
+        await schedule_continuation(instance, origin_channel)
+
+
+def _apply_stored(instance: AgentInstance, tool_call_id: str, update: Any, what: str) -> dict[str, Any]:
+    """Update the stored part in one transaction (applies on one reply are serialised)."""
+    client_tools = _client_tool_names(instance)
+    with transaction.atomic():
+        rows = ChatMessage.objects.select_for_update().filter(instance=instance, role="assistant").order_by("-position")
+        for row in rows:
+            parts = row.data.get("parts", [])
+            for index, part in enumerate(parts):
+                if is_tool_part(part) and part.get("toolCallId") == tool_call_id:
+                    updated = update(part, client_tools)
+                    if updated is None:
+                        raise ProtocolError(
+                            f"Tool call {tool_call_id} is {part.get('state')}, not waiting for {what}",
+                            code="tool_call_not_waiting",
+                        )
+                    message = {**row.data, "parts": [*parts[:index], updated, *parts[index + 1:]]}
+                    row.data = message
+                    row.save(update_fields=["data", "updated_at"])
+                    return message
+    raise LookupError(tool_call_id)
+
+
+def _client_tool_names(instance: AgentInstance) -> set[str]:
+    _, stored = transcript.request_context(instance)
+    agent = registry.get_agent_class(instance.slug)(instance)
+    declared = {t.name for t in agent.get_tools() if isinstance(t, ClientTool)}
+    return declared | {t["name"] for t in stored or []}
+
+
+def _store_client_tools(instance: AgentInstance, client_tools: list[dict[str, Any]]) -> None:
+    body, _ = transcript.request_context(instance)
+    transcript.store_request_context(instance, body, client_tools)
+
+
+async def _turn_active(instance: AgentInstance) -> bool:
+    return await Turn.objects.filter(
+        instance=instance, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
+    ).aexists()
+
+
+async def schedule_continuation(instance: AgentInstance, origin_channel: str) -> None:
+    """Queue one continuation turn (answers arriving together share it) and run it shortly.
+
+    The turn row exists at once, so the client's resume probe is told to keep waiting
+    (``cf_agent_stream_pending``) until the continuation streams.
+    """
+    if await database_sync_to_async(_enqueue_continuation)(instance, origin_channel):
+        start_drain(instance.pk, delay=COALESCE_SECONDS)
+
+
+def _enqueue_continuation(instance: AgentInstance, origin_channel: str) -> bool:
+    with transaction.atomic():
+        if Turn.objects.filter(instance=instance, kind=Turn.Kind.CONTINUATION, status=Turn.Status.QUEUED).exists():
+            return False
+        body, client_tools = transcript.request_context(instance)
+        generation = AgentInstance.objects.values_list("generation", flat=True).get(pk=instance.pk)
+        Turn.objects.create(
+            instance=instance, request_id=new_request_id(), kind=Turn.Kind.CONTINUATION, continuation=True,
+            generation=generation, origin_channel=origin_channel, body=body, client_tools=client_tools,
+        )
+    return True
