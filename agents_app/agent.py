@@ -8,7 +8,7 @@ gives a handle for programmatic turns (``save_messages``).
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from channels.db import database_sync_to_async
@@ -81,7 +81,6 @@ class SaveMessagesResult:
     request_id: str
     status: str
     error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _for_pydantic_ai(messages: list[UIMessage]) -> list[UIMessage]:
