@@ -8,10 +8,19 @@ module defining agents can import this package before Django's app registry is r
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .actions import Action, action
     from .agent import AbortSignal, ChatAgent, ChatResponseResult, SaveMessagesResult
     from .errors import AgentConfigurationError
 
-__all__ = ["AbortSignal", "AgentConfigurationError", "ChatAgent", "ChatResponseResult", "SaveMessagesResult"]
+__all__ = [
+    "AbortSignal",
+    "Action",
+    "AgentConfigurationError",
+    "ChatAgent",
+    "ChatResponseResult",
+    "SaveMessagesResult",
+    "action",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,6 +28,10 @@ def __getattr__(name: str) -> Any:
         from . import agent
 
         return getattr(agent, name)
+    if name in ("Action", "action"):
+        from . import actions
+
+        return getattr(actions, name)
     if name == "AgentConfigurationError":
         from .errors import AgentConfigurationError
 

@@ -98,6 +98,10 @@ class TurnRun:
         self.error: str | None = None
         self.builder: MessageBuilder | None = None
         self.text_id: str | None = None
+        # Set by _prepare / _persist_and_finish.
+        self.instance: AgentInstance | None = None
+        self.stream_pk = 0
+        self.final_transcript: list[dict[str, Any]] | None = None
 
     async def run(self) -> ChatResponseResult:
         async with control.listening(self.turn.pk, self.signal, self._on_control):
@@ -303,9 +307,6 @@ class TurnRun:
                                    message_ids=turn.message_ids, continuation=turn.continuation)
         await self.publisher.send(terminal, request_id=turn.request_id)
         await self.publisher.close()
-
-    final_transcript: list[dict[str, Any]] | None = None
-    stream_pk: int = 0
 
     def _persist_and_finish(self, instance: AgentInstance) -> None:
         assert self.builder is not None

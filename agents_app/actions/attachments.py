@@ -1,0 +1,166 @@
+"""Reply attachments: structured extras an action attaches to the turn's reply (spec §5.12).
+
+``ctx.attach_reply({"type": "email_draft", "subject": ..., "to": [...]})`` lets an action hand a
+channel (the chat page, an email or voice adapter) something to render beside the text, without
+changing what the model sees. One ``ReplyAttachments`` recorder lives per turn; the engine reads
+``items()`` when the turn ends (``ChatResponseResult.attachments``).
+
+Recording is forgiving, because an attachment is a nicety and must never fail an action: a value
+that is not a mapping, has no string ``type``, comes after the per-turn cap, or cannot be made
+JSON-safe is ignored silently. What is stored is a JSON-safe copy (``envelopes.to_json_safe``),
+so later changes to the action's own objects do not leak into the reply, and ``items()`` hands
+out deep copies, so a consumer cannot change what the next one reads.
+
+Attachments of an attempt that fails (raises, times out, is aborted) are discarded: the reply must
+not promise a draft whose action did not happen. ``attempt(action)`` records on behalf of one
+``execute`` call and can roll back exactly its own entries, which matters in Python because
+pydantic-ai runs a step's tool calls concurrently: the reference's "truncate to the length before
+the call" (``mark()``/``rollback()``, kept for sequential callers) would also drop the entries of
+a sibling call that recorded in between.
+
+Policy callbacks (permissions, approval, idempotency key) and approved durable-pause runs get
+``NO_ATTACHMENTS``, whose ``record`` does nothing (spec §5.3, §5.12).
+"""
+
+import copy
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .. import events
+from .envelopes import to_json_safe
+
+__all__ = [
+    "MAX_REPLY_ATTACHMENTS_PER_TURN",
+    "NO_ATTACHMENTS",
+    "AttachmentAttempt",
+    "NullReplyAttachments",
+    "ReplyAttachments",
+]
+
+# Attachments kept per turn; later ones are ignored, the first ones kept (spec §5.12/§5.14).
+MAX_REPLY_ATTACHMENTS_PER_TURN: Final = 32
+
+
+@dataclass(frozen=True)
+class _Entry:
+    seq: int
+    # The attempt that recorded it (None: recorded directly on the recorder).
+    owner: object | None
+    value: dict[str, Any]
+
+
+class ReplyAttachments:
+    """The attachments of one turn, in recording order, capped at ``limit``.
+
+    Thread-safe: a sync ``execute`` runs in a worker thread while async siblings record on the
+    event loop.
+    """
+
+    def __init__(self, request_id: str = "", *, limit: int = MAX_REPLY_ATTACHMENTS_PER_TURN) -> None:
+        # The turn these belong to; ``attach_reply`` from another request's context is not recorded.
+        self.request_id = request_id
+        self.limit = limit
+        self._entries: list[_Entry] = []
+        # Sequence number of the next entry: what mark() returns.
+        self._next_seq = 0
+        self._lock = threading.Lock()
+
+    def record(self, value: object, action: str | None = None) -> bool:
+        """Keep a JSON-safe copy of ``value`` and emit ``action:reply-attached``; False if ignored."""
+        return self._record(value, action, owner=None)
+
+    def _record(self, value: object, action: str | None, owner: object | None) -> bool:
+        if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+            return False
+        with self._lock:
+            if len(self._entries) >= self.limit:
+                return False
+        try:
+            safe = to_json_safe(value)
+        except Exception:  # noqa: BLE001 (an attachment that cannot be serialised is dropped, spec §5.12)
+            return False
+        with self._lock:  # checked again: another thread may have filled the last slot meanwhile
+            if len(self._entries) >= self.limit:
+                return False
+            self._entries.append(_Entry(self._next_seq, owner, safe))
+            self._next_seq += 1
+        payload: dict[str, Any] = {"attachmentType": safe["type"]}
+        if action is not None:
+            payload = {"action": action, **payload}
+        events.emit(events.REPLY_ATTACHED, **payload)
+        return True
+
+    def attempt(self, action: str | None = None) -> "AttachmentAttempt":
+        """A recorder for one ``execute`` call of ``action``, whose entries it can roll back."""
+        return AttachmentAttempt(self, action)
+
+    def mark(self) -> int:
+        """A position to ``rollback`` to: everything recorded after it can be discarded."""
+        with self._lock:
+            return self._next_seq
+
+    def rollback(self, mark: int) -> None:
+        """Discard everything recorded since ``mark`` (by anyone: use ``attempt()`` for concurrent calls)."""
+        with self._lock:
+            self._entries = [entry for entry in self._entries if entry.seq < mark]
+
+    def _discard(self, owner: object) -> None:
+        with self._lock:
+            self._entries = [entry for entry in self._entries if entry.owner is not owner]
+
+    def items(self) -> list[dict[str, Any]]:
+        """Deep copies of the kept attachments, in recording order."""
+        with self._lock:
+            values = [entry.value for entry in self._entries]
+        return copy.deepcopy(values)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+
+class AttachmentAttempt:
+    """What one ``execute`` call records through: its ``record`` is that call's ``ctx.attach_reply``."""
+
+    def __init__(self, recorder: ReplyAttachments, action: str | None) -> None:
+        self._recorder = recorder
+        self.action = action
+
+    def record(self, value: object) -> bool:
+        """Record ``value`` on the turn on behalf of this attempt; False if it was ignored."""
+        return self._recorder._record(value, self.action, owner=self)
+
+    def rollback(self) -> None:
+        """Discard what this attempt recorded (it failed), leaving other calls' attachments alone."""
+        self._recorder._discard(self)
+
+
+class NullReplyAttachments:
+    """A recorder that records nothing: for policy callbacks and approved durable-pause runs."""
+
+    request_id = ""
+
+    def record(self, value: object, action: str | None = None) -> bool:
+        """Ignore ``value`` (``attach_reply`` is a no-op here, spec §5.3)."""
+        return False
+
+    def attempt(self, action: str | None = None) -> "NullReplyAttachments":
+        return self
+
+    def rollback(self, mark: int | None = None) -> None:
+        """Nothing to discard."""
+
+    def mark(self) -> int:
+        return 0
+
+    def items(self) -> list[dict[str, Any]]:
+        return []
+
+    def __len__(self) -> int:
+        return 0
+
+
+# The shared no-op recorder (it holds no state).
+NO_ATTACHMENTS: Final = NullReplyAttachments()
