@@ -48,6 +48,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from . import conf, events
+from .errors import PENDING_MESSAGE, ActionKeyConflict, ActionPendingError
 from .models import LedgerEntry
 
 __all__ = [
@@ -106,20 +107,15 @@ USE_SETTING: Final = _Setting.USE
 
 # --------------------------------------------------------------------------------------- messages
 # Model-visible error names and messages, exact strings of spec §5.5.
-ACTION_KEY_CONFLICT = "ActionKeyConflict"
-ACTION_PENDING_ERROR = "ActionPendingError"
-ACTION_PENDING_MESSAGE = (
-    "A prior attempt of this action is in an unknown state; not re-executed. "
-    "Manual reconciliation may be required."
-)
+# The strings live with the exceptions in ``errors`` (one copy); these names keep the ledger's API.
+ACTION_KEY_CONFLICT = ActionKeyConflict.name
+ACTION_PENDING_ERROR = ActionPendingError.name
+ACTION_PENDING_MESSAGE = PENDING_MESSAGE
 
 
 def conflict_message(ledger_key: str, action_name: str) -> str:
     """The ``ActionKeyConflict`` message; ``ledger_key`` is the full key (``action:echo:k``)."""
-    return (
-        f'Idempotency key "{ledger_key}" for action "{action_name}" was reused with different input. '
-        "This is a programming error; do not retry."
-    )
+    return str(ActionKeyConflict(ledger_key, action_name))
 
 
 def empty_key_message(action_name: str) -> str:

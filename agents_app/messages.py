@@ -277,3 +277,11 @@ def is_replayed_chunk(chunk: Chunk, builder: "MessageBuilder") -> bool:
     if kind in ("tool-input-delta", "tool-input-available"):
         return part.get("state") != "input-streaming"
     return part.get("state") in TERMINAL_TOOL_STATES | {"approval-responded"}
+
+
+def denied_parts(message: UIMessage) -> list[dict[str, Any]]:
+    """Tool parts of a reply whose approval the user rejected."""
+    return [
+        p for p in message.get("parts", [])
+        if is_tool_part(p) and p.get("state") == "output-denied" and (p.get("approval") or {}).get("approved") is False
+    ]

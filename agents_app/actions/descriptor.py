@@ -10,7 +10,7 @@ callbacks. Nothing here touches the database or an engine.
 
 Every callback (``permissions``, ``approval``, ``idempotency_key``, ``execute``) may be a plain
 function or a coroutine function. A plain one runs in a worker thread through
-``database_sync_to_async`` (house style §1.4), so it may use the ORM, e.g. to check the user's
+``sync_to_async`` (thread-sensitive, as Django's ORM needs), so it may use the ORM, e.g. to check the user's
 permissions, without blocking the event loop or tripping Django's async-safety check.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, overload
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
 from pydantic import BaseModel
 
 from ..errors import AgentConfigurationError
@@ -285,12 +285,12 @@ async def call_maybe_async(function: Callable[..., Any], *args: Any) -> Any:
     """Call a user callback that may be sync or async, and return its result.
 
     A coroutine function (or an object with an ``async def __call__``) is awaited on the loop; a
-    plain function runs in a worker thread via ``database_sync_to_async`` so it may use the ORM.
+    plain function runs in Django's sync thread (``sync_to_async``) so it may use the ORM.
     A plain function that returns an awaitable has it awaited too.
     """
     if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__):
         return await function(*args)
-    result = await database_sync_to_async(function)(*args)
+    result = await sync_to_async(function, thread_sensitive=True)(*args)
     if inspect.isawaitable(result):
         result = await result
     return result

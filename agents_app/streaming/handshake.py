@@ -113,6 +113,8 @@ class ResumeSession:
         self.replay: Replay | None = None
         # (request id, last replayed seq): live chunks the replay already sent, arriving late.
         self.replayed: tuple[str, int] | None = None
+        # Requests a replay closed with a terminal frame; their late live frames are dropped.
+        self.closed: set[str] = set()
 
     def note_sent(self, frame: dict[str, Any] | None, pending_turn_pk: int = 0) -> None:
         """Record what a handshake frame we sent obliges us to."""
@@ -133,9 +135,15 @@ class ResumeSession:
         return not self._already_replayed(item)
 
     def _already_replayed(self, item: dict[str, Any]) -> bool:
+        if item.get("rid") is not None and item["rid"] in self.closed:
+            return True
         if self.replayed is None or item.get("rid") != self.replayed[0]:
             return False
         return 0 <= item.get("seq", -1) <= self.replayed[1]
+
+    def close_request(self, request_id: str) -> None:
+        """A replay ended this request with its own terminal frame: live frames of it are stale."""
+        self.closed.add(request_id)
 
     def start_replay(self, request_id: str) -> Replay:
         self.awaiting_ack = None
@@ -235,8 +243,9 @@ class ResumeDriver:
         continuation = bool(stream and stream.continuation)
         last = await self._send_chunks(replay.request_id, chunks, continuation)
         held = self.session.finish_replay(last)
-        if stream is not None and stream.status == StreamRecord.Status.STREAMING:
-            await self.send_frame(frames.replay_complete(request_id=replay.request_id, continuation=continuation))
+        # The writer answered, so the stream was live when asked: its terminal frame has not been
+        # through this connection yet (it is held, or on its way) and ends the stream for the client.
+        await self.send_frame(frames.replay_complete(request_id=replay.request_id, continuation=continuation))
         for entry in held:
             await self.deliver(entry)
 
@@ -253,6 +262,7 @@ class ResumeDriver:
             self.session.replay = None
             await self._replay_orphan(replay.request_id, held=replay.held)
         else:
+            # The stream ended meanwhile: its terminal frame is held or on its way, as above.
             await self.flushed(token)
 
     async def _send_chunks(self, request_id: str, chunks: list[tuple[int, str]], continuation: bool) -> int:
@@ -270,6 +280,7 @@ class ResumeDriver:
         stream = await database_sync_to_async(buffer.by_request)(self.instance, request_id)
         chunks = await database_sync_to_async(buffer.read)(stream) if stream else []
         await self._send_chunks(request_id, chunks, bool(stream and stream.continuation))
+        self.session.close_request(request_id)
         await self.send_frame(frames.done(request_id=request_id, replay=True, outcome=Outcome.ABORTED,
                                           continuation=bool(stream and stream.continuation)))
         if stream is not None:
@@ -282,6 +293,7 @@ class ResumeDriver:
             await self._send_chunks(request_id, await database_sync_to_async(buffer.read)(stream),
                                     stream.continuation)
         await database_sync_to_async(self.instance.refresh_from_db)(fields=["terminal_error"])
+        self.session.close_request(request_id)
         await self.send_frame(frames.thrown_error(request_id=request_id,
                                                   error_text=self.instance.terminal_error or "Error"))
 
@@ -293,6 +305,7 @@ class ResumeDriver:
             chunks = await database_sync_to_async(buffer.read)(stream)
         continuation = bool(stream and stream.continuation)
         await self._send_chunks(request_id, chunks, continuation)
+        self.session.close_request(request_id)
         await self.send_frame(frames.done(request_id=request_id, replay=True, continuation=continuation))
 
     async def deliver(self, entry: dict[str, Any]) -> None:

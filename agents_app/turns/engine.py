@@ -21,6 +21,7 @@ from ..messages import (
     MessageBuilder,
     awaits_interaction,
     clone,
+    denied_parts,
     is_replayed_chunk,
     new_message_id,
     ready_to_continue,
@@ -253,6 +254,12 @@ class TurnRun:
             chunk = dict(chunk)
             if self.turn.continuation:
                 chunk.pop("messageId", None)
+                await self._emit(chunk)
+                # As the AI SDK's streamText does for approvals the user rejected: the client's
+                # copy of the part still says approval-responded until it hears of the denial.
+                for part in denied_parts(self.builder.message):
+                    await self._emit({"type": "tool-output-denied", "toolCallId": part["toolCallId"]})
+                return False
             elif chunk.get("messageId"):
                 assert self.builder is not None
                 self.builder.message["id"] = chunk["messageId"]

@@ -486,3 +486,49 @@ def test_stopped_stream_is_still_acked_on_resume_but_not_shown(page: Page, live:
     assert assistant_texts(page) == ["one "]
     expect(page.locator("#status")).to_have_text("connected")
     expect(page.locator("#send")).to_be_enabled()
+
+
+def test_frames_after_a_streams_terminal_frame_are_ignored(page: Page, live: Live, room: str) -> None:
+    """A continuation replayed and closed (done + replay), then its live frames and done again.
+
+    The live server has sent exactly this to the page that approved a call, when the continuation
+    finished before the page's ACK: the page shows the follow-up once and is idle afterwards.
+    """
+    fake = FakeAgentServer(page)
+    open_chat(page, live, room)
+    send_message(page, "mail it")
+    rid = fake.wait_for("cf_agent_use_chat_request")["id"]
+    _stream_tool_call(fake, rid, "send_email", "c1", {"to": "bob"},
+                      [{"type": "tool-approval-request", "approvalId": "c1", "toolCallId": "c1"}])
+    card = page.locator(".part.tool[data-tool-call-id=c1]")
+    expect(card).to_have_attribute("data-state", "approval-requested")
+    bodies: list[Frame] = [
+        {"type": "start"},
+        {"type": "tool-output-available", "toolCallId": "c1", "output": "sent"},
+        {"type": "start-step"}, {"type": "text-start", "id": "t2"},
+        {"type": "text-delta", "id": "t2", "delta": "send_email "}, {"type": "text-delta", "id": "t2", "delta": "ok."},
+        {"type": "text-end", "id": "t2"}, {"type": "finish-step"}, {"type": "finish"},
+    ]
+
+    def on_frame(index: int, frame: Frame) -> None:
+        if frame.get("type") == "cf_agent_stream_resume_request":
+            fake.send({"type": "cf_agent_stream_pending", "id": "k1", "probeId": frame["probeId"]})
+            fake.send({"type": "cf_agent_stream_resuming", "id": "k1"})
+        elif frame.get("type") == "cf_agent_stream_resume_ack":
+            for seq, body in enumerate(bodies):
+                fake.send(chunk("k1", body, seq, continuation=True, replay=True))
+            fake.send(done("k1", continuation=True, replay=True))
+            for seq, body in enumerate(bodies[1:], start=1):
+                fake.send(chunk("k1", body, seq, continuation=True))
+            fake.send(done("k1", continuation=True, messageIds=["u1"]))
+
+    fake.on_frame = on_frame
+    card.locator("button.approve").click()
+    fake.wait_for("cf_agent_stream_resume_ack")
+    expect(card).to_have_attribute("data-state", "output-available")
+    expect(page.locator("#status")).to_have_text("connected")
+    page.wait_for_timeout(300)
+    assert assistant_texts(page) == ["send_email ok."]
+    expect(page.locator(".msg.assistant")).to_have_count(1)
+    expect(page.locator(".msg.assistant .part.text")).to_have_count(1)
+    expect(page.locator("#send")).to_be_enabled()

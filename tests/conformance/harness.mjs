@@ -72,6 +72,19 @@ function expectEqual(actual, expected, what) {
   if (a !== e) fail(`${what}: expected ${e}, got ${a}`);
 }
 
+// Like expectEqual, but object key order does not matter.
+function canonical(value) {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value && typeof value === "object") {
+    return Object.fromEntries(Object.keys(value).sort().filter((k) => value[k] !== undefined).map((k) => [k, canonical(value[k])]));
+  }
+  return value;
+}
+
+function expectSame(actual, expected, what) {
+  expectEqual(canonical(actual), canonical(expected), what);
+}
+
 async function waitFor(what, predicate, timeoutMs = STEP_TIMEOUT_MS) {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
@@ -129,6 +142,28 @@ const summary = (messages) => messages.map((m) => ({ id: m.id, role: m.role, tex
 
 const userMessage = (id, text) => ({ id, role: "user", parts: [{ type: "text", text }] });
 
+const isToolPart = (part) => part.type.startsWith("tool-") || part.type === "dynamic-tool";
+const toolParts = (message) => (message?.parts ?? []).filter(isToolPart);
+const toolStates = (messages) => messages.flatMap((m) => toolParts(m).map((p) => `${p.toolCallId}:${p.state}`));
+
+// What a message says about its tools, for comparing the hook's state with the stored transcript.
+const toolSummary = (messages) =>
+  messages.map((m) => ({
+    id: m.id,
+    role: m.role,
+    text: textOf(m),
+    tools: toolParts(m).map((p) => ({
+      type: p.type,
+      toolCallId: p.toolCallId,
+      state: p.state,
+      input: p.input,
+      output: p.output,
+      errorText: p.errorText,
+      approved: p.approval?.approved,
+    })),
+    data: (m.parts ?? []).filter((p) => p.type.startsWith("data-")).map((p) => ({ type: p.type, id: p.id, data: p.data })),
+  }));
+
 function expectOneAssistantPerTurn(messages, turns, who) {
   expectEqual(
     messages.map((m) => m.role),
@@ -148,10 +183,12 @@ function trailingUserIds(messages) {
 // A tab: one mounted useAgent + useAgentChat pair, with its own tapped sockets and frame log.
 
 class Tab {
-  constructor(label, name, cookie) {
+  constructor(label, name, cookie, { onToolCall } = {}) {
     this.label = label;
     this.name = name;
     this.cookie = cookie;
+    this.onToolCall = onToolCall;
+    this.dataParts = []; // {t, part} per onData call
     this.log = []; // {t, sock, dir: ">" (client to server) | "<", frame}
     this.sockets = [];
     this.socketEvents = []; // errors and closes, for diagnosis
@@ -176,7 +213,7 @@ class Tab {
   commit() {
     const { status, messages, error } = this.chat;
     const last = this.snapshots.at(-1);
-    const snapshot = { t: now(), status, error: error?.message, messages: summary(messages) };
+    const snapshot = { t: now(), status, error: error?.message, messages: summary(messages), tools: toolStates(messages) };
     if (!last || JSON.stringify({ ...last, t: 0 }) !== JSON.stringify({ ...snapshot, t: 0 })) {
       this.snapshots.push(snapshot);
     }
@@ -246,7 +283,15 @@ function TabView({ tab }) {
     minReconnectionDelay: 100,
     maxReconnectionDelay: 200,
   });
-  const chat = useAgentChat({ agent, headers: { Cookie: tab.cookie } });
+  const chat = useAgentChat({
+    agent,
+    headers: { Cookie: tab.cookie },
+    // Every data part the hook reports (tool progress), in arrival order.
+    onData: (part) => tab.dataParts.push({ t: now(), part: structuredClone(part) }),
+    // Only tabs that answer client tools register onToolCall; the hook behaves differently when
+    // it is set (it holds isServerStreaming while a call is pending).
+    ...(tab.onToolCall ? { onToolCall: (options) => tab.onToolCall(options) } : {}),
+  });
   // Publish only committed state to the driver.
   React.useLayoutEffect(() => {
     tab.agent = agent;
@@ -263,8 +308,8 @@ function probeAnswered(tab) {
   return tab.inbound((f) => f.probeId !== undefined && probes.has(f.probeId)).length > 0;
 }
 
-function mountTab(label, name, cookie = COOKIE) {
-  const tab = new Tab(label, name, cookie);
+function mountTab(label, name, cookie = COOKIE, options = {}) {
+  const tab = new Tab(label, name, cookie, options);
   openTabs.push(tab);
   const container = document.createElement("div");
   document.body.appendChild(container);
@@ -274,8 +319,8 @@ function mountTab(label, name, cookie = COOKIE) {
 }
 
 // Mounts a tab and waits until it is identified and its resume probe has been answered.
-async function openTab(label, name) {
-  const tab = mountTab(label, name);
+async function openTab(label, name, options = {}) {
+  const tab = mountTab(label, name, COOKIE, options);
   await waitFor(`tab ${label} to be identified and its resume probe answered`, () => tab.agent?.identified && probeAnswered(tab));
   return tab;
 }
@@ -398,6 +443,138 @@ function checkResumedStream(tab, sock, requestId, earlier = []) {
   return { chunks, terminal: terminals[0], messageId: chunks[0].messageId, text, replayed: replayChunks.length, live: liveChunks.length };
 }
 
+// The frames of continuation `contId` on one socket (`entries`, in order), picked up with an ACK at
+// index `ackAt`: every frame continuation:true; a replay of the stored chunks from seq 0 that ends
+// with replayComplete (still live) or a replayed terminal frame; live chunks continuing the seq;
+// exactly one terminal frame; a start chunk without messageId.
+function checkContinuationFrames(entries, contId, ackAt, who) {
+  const at = (entry) => entries.indexOf(entry);
+  const frames = entries.filter((e) => e.dir === "<" && e.frame.type === RESP && e.frame.id === contId);
+  expect(frames.length > 0, `${who}: no response frames for continuation ${contId}`);
+  const notContinuation = frames.filter((e) => e.frame.continuation !== true).map((e) => e.frame);
+  expectEqual(notContinuation, [], `${who}: frames without continuation:true (it must be set on every frame of the turn)`);
+  expect(frames.every((e) => at(e) > ackAt), `${who}: response frames arrived before the ACK`);
+  const replayed = frames.filter((e) => e.frame.replay).map((e) => e.frame);
+  const live = frames.filter((e) => !e.frame.replay).map((e) => e.frame);
+  expect(frames.slice(0, replayed.length).every((e) => e.frame.replay), `${who}: live frames interleaved with the replay`);
+  expect(frames.every((e) => !e.frame.error), `${who}: error frames ${JSON.stringify(frames.filter((e) => e.frame.error).map((e) => e.frame))}`);
+
+  const replayChunks = replayed.filter((f) => !f.done && !f.replayComplete);
+  expectEqual(replayChunks.map((f) => f.seq), replayChunks.map((_, i) => i), `${who}: seq of replayed chunks (all stored chunks from 0)`);
+  const replayEnd = replayed.at(-1);
+  if (replayed.length) {
+    const next = frames[replayed.length]?.frame;
+    expect(
+      replayEnd.replayComplete === true || replayEnd.done === true,
+      `${who}: the replay must end with replayComplete (stream still live) or a replayed terminal frame; the last replayed frame was seq ${replayEnd.seq}, followed by ${JSON.stringify(next ?? null)}`,
+    );
+    expectEqual(replayed.filter((f) => f.replayComplete || f.done).length, 1, `${who}: replay end frames`);
+  }
+  const liveChunks = live.filter((f) => !f.done);
+  if (replayEnd?.done) expectEqual(liveChunks.map((f) => f.seq), [], `${who}: seq of live chunks after a replayed terminal frame (the stream must not be delivered twice)`);
+  expectEqual(liveChunks.map((f) => f.seq), liveChunks.map((_, i) => replayChunks.length + i), `${who}: seq of live chunks (continuing the replay)`);
+  const terminals = frames.filter((e) => e.frame.done === true);
+  expectEqual(terminals.length, 1, `${who}: terminal frames`);
+  const terminal = terminals[0];
+  expect(frames.at(-1) === terminal, `${who}: frames after the terminal frame`);
+  expectEqual(terminal.frame.body, "", `${who}: terminal body`);
+  expect(terminal.frame.outcome === undefined || terminal.frame.outcome === "completed", `${who}: terminal outcome ${terminal.frame.outcome}`);
+
+  const chunks = [...replayChunks, ...liveChunks].map((f) => JSON.parse(f.body));
+  expectEqual(chunks[0]?.type, "start", `${who}: first chunk type`);
+  expectEqual(chunks[0].messageId, undefined, `${who}: start.messageId of a continuation (must be stripped so the client appends to the last assistant message)`);
+  return {
+    terminal,
+    chunks,
+    text: chunks.filter((c) => c.type === "text-delta").map((c) => c.delta).join(""),
+    replayEnd: replayEnd ? (replayEnd.replayComplete ? "replayComplete" : replayEnd.done ? "done" : "none") : "no replay",
+    replayed: replayChunks.length,
+    live: liveChunks.length,
+  };
+}
+
+// Checks the tool continuation a tab picked up after answering a tool call (spec §9; Cloudflare
+// spec §2.8 and §2.10 c-d): after the answer frame the client probes; the server answers the probe
+// with cf_agent_stream_pending (continuation accepted, not started) or cf_agent_stream_resuming,
+// announces the continuation's server-generated id with cf_agent_stream_resuming, gets ONE ACK,
+// then sends the continuation (every frame continuation:true, start without messageId), the final
+// transcript (cf_agent_chat_messages, to the originator too) and the terminal frame.
+// `answerAt` is the log index from which the answer (approval or tool result) was sent.
+function checkContinuation(tab, answerAt, firstRequestId) {
+  const who = `${tab.label}: tool continuation`;
+  const entries = tab.log.slice(answerAt);
+  const at = (entry) => entries.indexOf(entry);
+  const answer = entries.find((e) => e.dir === ">" && (e.frame.type === "cf_agent_tool_approval" || e.frame.type === "cf_agent_tool_result"));
+  expect(answer, `${who}: no cf_agent_tool_approval / cf_agent_tool_result sent`);
+  const probe = entries.find((e) => e.dir === ">" && e.frame.type === "cf_agent_stream_resume_request" && at(e) > at(answer));
+  expect(probe, `${who}: the client sent no cf_agent_stream_resume_request after answering the tool call`);
+  const probeAnswers = entries.filter((e) => e.dir === "<" && e.frame.probeId === probe.frame.probeId).map((e) => e.frame);
+  expect(probeAnswers.length > 0, `${who}: the continuation probe ${probe.frame.probeId} was never answered`);
+  const probeAnswer = probeAnswers[0];
+  expect(
+    probeAnswer.type === "cf_agent_stream_pending" || probeAnswer.type === "cf_agent_stream_resuming",
+    `${who}: the continuation probe was answered with ${JSON.stringify(probeAnswer)}; expected cf_agent_stream_pending or cf_agent_stream_resuming (a resume_none makes the client give up on the continuation)`,
+  );
+
+  const resuming = entries.filter((e) => e.dir === "<" && e.frame.type === "cf_agent_stream_resuming" && at(e) > at(answer));
+  expect(resuming.length > 0, `${who}: no cf_agent_stream_resuming announced the continuation`);
+  const contId = resuming[0].frame.id;
+  expect(typeof contId === "string" && contId && contId !== firstRequestId, `${who}: continuation id ${JSON.stringify(contId)} must be a new, server-generated request id`);
+  expectEqual([...new Set(resuming.map((e) => e.frame.id))], [contId], `${who}: ids announced by cf_agent_stream_resuming`);
+  if (probeAnswer.type === "cf_agent_stream_pending" && probeAnswer.id !== undefined) {
+    expectEqual(probeAnswer.id, contId, `${who}: cf_agent_stream_pending id (the accepted continuation)`);
+  }
+  const acks = entries.filter((e) => e.dir === ">" && e.frame.type === "cf_agent_stream_resume_ack");
+  expectEqual(acks.map((e) => e.frame), [{ type: "cf_agent_stream_resume_ack", id: contId }], `${who}: ACK frames sent`);
+  const ackAt = at(acks[0]);
+
+  const stream = checkContinuationFrames(entries, contId, ackAt, who);
+  const { terminal, chunks, replayEnd } = stream;
+
+  // Finding 1 of spec §9: the final transcript reaches the originator before the terminal frame.
+  const finalSync = entries.filter((e) => e.dir === "<" && e.frame.type === "cf_agent_chat_messages" && at(e) > at(answer) && at(e) < at(terminal)).at(-1)?.frame;
+  expect(finalSync, `${who}: no cf_agent_chat_messages (final transcript, originator included) before the continuation's terminal frame`);
+
+  return {
+    contId,
+    chunks,
+    text: stream.text,
+    finalSync,
+    answer: answer.frame,
+    probeAnswer: probeAnswer.type,
+    replayEnd,
+    replayed: stream.replayed,
+    live: stream.live,
+    updates: entries.filter((e) => e.dir === "<" && e.frame.type === "cf_agent_message_updated" && at(e) > at(answer)).map((e) => e.frame),
+  };
+}
+
+// Waits until a tab that answered a tool call has run the continuation to its end.
+async function waitForContinuationEnd(tab, answerAt) {
+  const resuming = await waitFor(`${tab.label} to receive cf_agent_stream_resuming for the continuation`, () =>
+    tab.log.slice(answerAt).find((e) => e.dir === "<" && e.frame.type === "cf_agent_stream_resuming")?.frame);
+  await waitForTurnEnd(tab, resuming.id);
+  return resuming.id;
+}
+
+// The tool call of a stream: the tool-input-start chunk's id and name.
+function toolCallOf(stream, toolName) {
+  const starts = stream.chunks.filter((c) => c.type === "tool-input-start");
+  expectEqual(starts.map((c) => c.toolName), [toolName], "tool-input-start chunks (tool names)");
+  const { toolCallId } = starts[0];
+  expect(/^demo_\d+_0$/.test(toolCallId), `tool call id ${JSON.stringify(toolCallId)} is not the demo model's demo_<n>_0`);
+  return toolCallId;
+}
+
+// Chunk types with runs of deltas collapsed.
+const chunkTypes = (chunks) =>
+  chunks.map((c) => c.type).filter((t, i, all) => !t.endsWith("-delta") || all[i - 1] !== t);
+
+function expectNoErrorState(tab) {
+  const errors = tab.snapshots.filter((s) => s.status === "error" || s.error);
+  expectEqual(errors, [], `${tab.label}: committed states with status "error" or an error`);
+}
+
 // The chat request frames a tab sent, with their body parsed.
 function chatRequests(tab) {
   return tab.outbound((f) => f.type === "cf_agent_use_chat_request").map((f) => {
@@ -420,6 +597,122 @@ async function waitForTurnEnd(tab, requestId, expectStatus = "ready") {
   await waitFor(`${tab.label} to receive the terminal frame of ${requestId}`, () => tab.terminal(requestId));
   await waitFor(`${tab.label} status "${expectStatus}" (now "${tab.chat.status}")`, () => tab.chat.status === expectStatus);
   await sleep(SETTLE_MS);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tool scenarios (spec §9).
+
+const EMAIL = { to: "ada@example.com", subject: "Quarterly report" };
+const EMAIL_OUTPUT = `Email to ${EMAIL.to} about '${EMAIL.subject}' sent (demo).`;
+const DENIED_TEXT = "The call to send_email was denied: The tool call was denied..";
+const BROWSER_INFO = { userAgent: "conformance-harness (jsdom)", language: "en-GB", timeZone: "Europe/Lisbon" };
+
+// The end state of a tool turn: exactly one assistant message (the first stream's id) holding the
+// tool part and the model's text after it, equal in the hook and in get-messages; no error state.
+async function checkMergedToolTurn(tab, name, { userId, assistantId, tool, text, data = [] }) {
+  const who = tab.label;
+  expectNoErrorState(tab);
+  expect(!tab.chat.error, `${who}: error ${tab.chat.error?.message}`);
+  expectEqual(tab.chat.status, "ready", `${who}: status`);
+  expectOneAssistantPerTurn(tab.chat.messages, 1, who);
+  const [user, assistant] = tab.chat.messages;
+  expectEqual(user.id, userId, `${who}: user message id`);
+  expectEqual(assistant.id, assistantId, `${who}: assistant id (the first stream's start.messageId)`);
+  expectSame(toolSummary([assistant])[0], { id: assistantId, role: "assistant", text, tools: [tool], data }, `${who}: the merged assistant message`);
+  const kinds = assistant.parts.map((p) => (isToolPart(p) ? "tool" : p.type));
+  expect(kinds.indexOf("tool") < kinds.indexOf("text"), `${who}: the text must follow the tool part, parts: ${JSON.stringify(kinds)}`);
+  expectEqual(assistant.parts.filter((p) => p.type === "text").map((p) => p.state), ["done"], `${who}: text part states`);
+
+  const stored = await serverTranscript(name);
+  expectSame(toolSummary(stored), toolSummary(tab.chat.messages), "get-messages after the tool turn");
+  return assistant;
+}
+
+// send_email needs approval. `reload`: the first tab goes away while the approval is pending and a
+// fresh tab (hydrated from get-messages) answers it.
+// The first turn of an approval scenario: the model calls send_email, the server asks for approval.
+async function startApproval(a, name) {
+  const req = await sendAndFinish(a, `/tool send_email ${JSON.stringify(EMAIL)}`);
+  const userId = req.body.messages[0].id;
+  const first = checkStream(a, req.id, { messageIds: [userId] });
+  const toolCallId = toolCallOf(first, "send_email");
+  expectEqual(chunkTypes(first.chunks), [
+    "start", "start-step", "tool-input-start", "tool-input-delta", "tool-input-available", "tool-approval-request", "finish-step", "finish",
+  ], "A: chunk types of the approval turn (deltas collapsed)");
+  const request = first.chunks.find((c) => c.type === "tool-approval-request");
+  expectEqual(request.toolCallId, toolCallId, "A: tool-approval-request toolCallId");
+  expect(typeof request.approvalId === "string" && request.approvalId, "A: tool-approval-request without approvalId");
+  expectEqual(first.chunks.find((c) => c.type === "tool-input-available").input, EMAIL, "A: tool input");
+
+  const pending = toolParts(a.chat.messages[1]);
+  expectEqual(pending.map((p) => [p.type, p.toolCallId, p.state, p.approval?.id]), [["tool-send_email", toolCallId, "approval-requested", request.approvalId]], "A: tool part waiting for approval");
+  // Persisted as it stands, so a reload shows Approve / Reject (Cloudflare spec §2.8).
+  const storedPending = await serverTranscript(name);
+  expectEqual(
+    storedPending.map((m) => [m.role, toolParts(m).map((p) => [p.toolCallId, p.state, p.approval?.id])]),
+    [["user", []], ["assistant", [[toolCallId, "approval-requested", request.approvalId]]]],
+    "get-messages while the approval is pending",
+  );
+  return { req, userId, first, toolCallId, request, storedPending };
+}
+
+async function approvalScenario(name, { approved, reload = false }) {
+  const a = await openTab("A", name);
+  const { req, userId, first, toolCallId, request, storedPending } = await startApproval(a, name);
+  let tab = a;
+  if (reload) {
+    await closeTab(a);
+    tab = await openTab("B", name);
+    expectSame(toolSummary(tab.chat.messages), toolSummary(storedPending), "B: hydrated messages (the pending approval)");
+  }
+  const answerAt = tab.log.length;
+  tab.chat.addToolApprovalResponse({ id: request.approvalId, approved });
+  const contId = await waitForContinuationEnd(tab, answerAt);
+  expectEqual(
+    tab.outbound((f) => f.type === "cf_agent_tool_approval"),
+    [{ type: "cf_agent_tool_approval", toolCallId, approved, autoContinue: true }],
+    `${tab.label}: cf_agent_tool_approval frames sent`,
+  );
+  const cont = checkContinuation(tab, answerAt, req.id);
+  expectEqual(cont.contId, contId, `${tab.label}: continuation id`);
+  const updated = cont.updates.filter((f) => toolParts(f.message).some((p) => p.toolCallId === toolCallId));
+  expect(updated.length > 0, `${tab.label}: no cf_agent_message_updated for the approval`);
+  expectEqual(updated[0].message.id, first.messageId, `${tab.label}: cf_agent_message_updated message id`);
+  const updatedPart = toolParts(updated[0].message).find((p) => p.toolCallId === toolCallId);
+  expectEqual(
+    [updatedPart.state, updatedPart.approval?.id, updatedPart.approval?.approved],
+    [approved ? "approval-responded" : "output-denied", request.approvalId, approved],
+    `${tab.label}: tool part in the first cf_agent_message_updated (state, approval.id, approval.approved)`,
+  );
+
+  const text = approved ? `send_email returned ${EMAIL_OUTPUT}.` : DENIED_TEXT;
+  // The continuation settles the tool part of the previous assistant message on the client: the
+  // AI SDK's streamText emits tool-output-available for an approved call it executes, and
+  // tool-output-denied for a denied one (ai 7 dist/index.js, "localDeniedToolApprovals").
+  const outputs = cont.chunks.filter((c) => c.type.startsWith("tool-output-"));
+  expectSame(
+    outputs,
+    [approved ? { type: "tool-output-available", toolCallId, output: EMAIL_OUTPUT } : { type: "tool-output-denied", toolCallId }],
+    `${tab.label}: tool-output-* chunks of the continuation`,
+  );
+  const firstText = cont.chunks.findIndex((c) => c.type === "text-start");
+  expect(cont.chunks.indexOf(outputs[0]) < firstText, `${tab.label}: the tool outcome must come before the continuation's text`);
+  expectEqual(cont.text, text, `${tab.label}: continuation text`);
+  const message = await checkMergedToolTurn(tab, name, {
+    userId,
+    assistantId: first.messageId,
+    tool: {
+      type: "tool-send_email",
+      toolCallId,
+      state: approved ? "output-available" : "output-denied",
+      input: EMAIL,
+      output: approved ? EMAIL_OUTPUT : undefined,
+      approved,
+    },
+    text,
+  });
+  expectEqual(toolParts(message)[0].approval?.id, request.approvalId, `${tab.label}: approval.id kept`);
+  return { contId, probeAnswer: cont.probeAnswer, replayEnd: cont.replayEnd, replayed: cont.replayed, live: cont.live };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -768,6 +1061,124 @@ const scenarios = {
     expectEqual(b.chat.messages[1].id, stream.messageId, "B: assistant id equals start.messageId");
     expectEqual(summary(await serverTranscript(name)), summary(b.chat.messages), "get-messages after the turn");
     return { replayed: stream.replayed, live: stream.live };
+  },
+
+  // Approve a tool call (send_email needs approval): cf_agent_tool_approval, message_updated,
+  // continuation handshake, one merged assistant message: tool part output-available + the text.
+  async approve(name) {
+    return approvalScenario(name, { approved: true });
+  },
+
+  // Reject it: the part becomes output-denied, the tool never runs, the model explains the denial.
+  async reject(name) {
+    return approvalScenario(name, { approved: false });
+  },
+
+  // The page reloads while an approval is pending: a fresh client shows the stored
+  // approval-requested part from get-messages and approves from there; one merged message.
+  async approvereload(name) {
+    return approvalScenario(name, { approved: true, reload: true });
+  },
+
+  // A client tool declared by the server (getBrowserInfo): onToolCall answers with addToolOutput;
+  // cf_agent_tool_result, message_updated, continuation; one merged assistant message.
+  async clienttool(name) {
+    const calls = [];
+    const onToolCall = async ({ toolCall, addToolOutput }) => {
+      calls.push({ t: now(), toolCall });
+      if (toolCall.toolName !== "getBrowserInfo") return;
+      await sleep(20); // a real browser tool answers asynchronously
+      addToolOutput({ toolCallId: toolCall.toolCallId, output: BROWSER_INFO });
+    };
+    const a = await openTab("A", name, { onToolCall });
+    const answerAt = a.log.length;
+    const req = await sendAndFinish(a, "/tool getBrowserInfo {}");
+    const userId = req.body.messages[0].id;
+    const first = checkStream(a, req.id, { messageIds: [userId] });
+    const toolCallId = toolCallOf(first, "getBrowserInfo");
+    expectEqual(chunkTypes(first.chunks), [
+      "start", "start-step", "tool-input-start", "tool-input-delta", "tool-input-available", "finish-step", "finish",
+    ], "A: chunk types of the client-tool turn (deltas collapsed)");
+    expectEqual(first.chunks.find((c) => c.type === "tool-input-available").input, {}, "A: tool-input-available input");
+    expectEqual(first.chunks.at(-1).messageMetadata?.finishReason, "tool-calls", "A: finish reason of the client-tool turn");
+
+    await waitFor("A to send cf_agent_tool_result", () => a.outbound((f) => f.type === "cf_agent_tool_result").length);
+    const contId = await waitForContinuationEnd(a, answerAt);
+    expectEqual(calls.map((c) => c.toolCall), [{ toolCallId, toolName: "getBrowserInfo", input: {} }], "A: onToolCall calls");
+    expectEqual(
+      a.outbound((f) => f.type === "cf_agent_tool_result"),
+      [{ type: "cf_agent_tool_result", toolCallId, toolName: "getBrowserInfo", output: BROWSER_INFO, autoContinue: true }],
+      "A: cf_agent_tool_result frames sent",
+    );
+    const cont = checkContinuation(a, answerAt, req.id);
+    expectEqual(cont.contId, contId, "A: continuation id");
+    const updated = cont.updates.filter((f) => toolParts(f.message).some((p) => p.toolCallId === toolCallId));
+    expect(updated.length > 0, "A: no cf_agent_message_updated for the tool result");
+    expectEqual(updated[0].message.id, first.messageId, "A: cf_agent_message_updated message id (the assistant message)");
+    expectEqual(
+      toolParts(updated[0].message).map((p) => [p.toolCallId, p.state, p.output]),
+      [[toolCallId, "output-available", BROWSER_INFO]],
+      "A: tool part in cf_agent_message_updated",
+    );
+
+    const expectedText = `getBrowserInfo returned ${JSON.stringify(BROWSER_INFO)}.`;
+    expectEqual(cont.text, expectedText, "A: continuation text");
+    await checkMergedToolTurn(a, name, {
+      userId,
+      assistantId: first.messageId,
+      tool: { type: "tool-getBrowserInfo", toolCallId, state: "output-available", input: {}, output: BROWSER_INFO },
+      text: expectedText,
+    });
+    return { contId, probeAnswer: cont.probeAnswer, replayEnd: cont.replayEnd, replayed: cont.replayed, live: cont.live };
+  },
+
+  // A streaming server tool (crunch_numbers): preliminary outputs and data-progress parts in the
+  // same turn; onData saw the progress; the final output is not preliminary.
+  async progress(name) {
+    const a = await openTab("A", name);
+    const count = 3;
+    const req = await sendAndFinish(a, `/tool crunch_numbers ${JSON.stringify({ count })}`);
+    const userId = req.body.messages[0].id;
+    const stream = checkStream(a, req.id, { messageIds: [userId] });
+    const toolCallId = toolCallOf(stream, "crunch_numbers");
+    const expectedProgress = Array.from({ length: count }, (_, i) => ({ done: i + 1, of: count }));
+    const outputs = Array.from({ length: count }, (_, i) => ({ done: i + 1, total: ((i + 1) * (i + 2)) / 2 }));
+    const final = outputs.at(-1);
+
+    const progressChunks = stream.chunks.filter((c) => c.type === "data-progress");
+    expectEqual(progressChunks.map((c) => c.data), expectedProgress, "A: data-progress chunks");
+    const outputChunks = stream.chunks.filter((c) => c.type === "tool-output-available");
+    expect(outputChunks.every((c) => c.toolCallId === toolCallId), "A: tool-output-available for another call id");
+    expectEqual(outputChunks.filter((c) => c.preliminary === true).map((c) => c.output), outputs, "A: preliminary outputs");
+    const last = outputChunks.at(-1);
+    expect(last.preliminary !== true, `A: the last tool-output-available must be final (not preliminary), got ${JSON.stringify(last)}`);
+    expectEqual(last.output, final, "A: final tool output");
+    const types = chunkTypes(stream.chunks);
+    expect(types.indexOf("tool-input-available") < types.indexOf("data-progress"), "A: progress before the tool input was complete");
+    expect(types.lastIndexOf("tool-output-available") < types.indexOf("text-start"), "A: text before the final tool output");
+
+    expectEqual(
+      a.dataParts.filter((d) => d.part.type === "data-progress").map((d) => d.part.data),
+      expectedProgress,
+      "A: data-progress parts seen by onData",
+    );
+    // No client round trip: the tool runs on the server inside the turn.
+    expectEqual(
+      a.outbound().map((f) => f.type),
+      ["cf_agent_stream_resume_request", "cf_agent_use_chat_request"],
+      "A: frames sent (no tool result, approval or continuation probe)",
+    );
+    const expectedText = `crunch_numbers returned ${JSON.stringify(final)}.`;
+    expectEqual(stream.text, expectedText, "A: text after the tool");
+    const message = await checkMergedToolTurn(a, name, {
+      userId,
+      assistantId: stream.messageId,
+      tool: { type: "tool-crunch_numbers", toolCallId, state: "output-available", input: { count }, output: final },
+      text: expectedText,
+      data: [{ type: "data-progress", id: "crunch", data: expectedProgress.at(-1) }],
+    });
+    expect(toolParts(message)[0].preliminary !== true, "A: the final tool part is still marked preliminary");
+    return { preliminary: outputs.length, onData: a.dataParts.length };
   },
 
   // A refused connection (no valid session) must close with a terminal code (1008 or 4000-4999,

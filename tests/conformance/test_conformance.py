@@ -35,6 +35,11 @@ SCENARIOS = [
     "resume",
     "reload",
     "unauthenticated",
+    "approve",
+    "reject",
+    "approvereload",
+    "clienttool",
+    "progress",
 ]
 USERNAME = "conformance"
 NPM_TIMEOUT = 280

@@ -92,10 +92,10 @@ def test_drops_at_a_hundred_random_points_lose_and_duplicate_nothing(stack):
     async def scenario():
         reader = Reader()
         sock = await open_socket(daphnes[0].ws, path, cookie)
-        await sock.send(json.dumps(chat_request("r1", [user_message("u1", "/slow 500 20")])))
+        await sock.send(json.dumps(chat_request("r1", [user_message("u1", "/slow 500 40")])))
         drops = 0
-        # Each drop comes a random 1-5 live frames after the previous (re)connection caught up.
-        budget = rng.randint(1, 5)
+        # Each drop comes a random 1-4 live frames after the previous (re)connection caught up.
+        budget = rng.randint(1, 4)
         while reader.done is None:
             frame = await recv_json(sock, timeout=20)
             reader.feed(frame)
@@ -105,7 +105,7 @@ def test_drops_at_a_hundred_random_points_lose_and_duplicate_nothing(stack):
                 await sock.close()
                 drops += 1
                 sock = await reconnect(daphnes[drops % 2], path, cookie, reader)
-                budget = rng.randint(1, 5)
+                budget = rng.randint(1, 4)
         await sock.close()
         return reader, drops
 

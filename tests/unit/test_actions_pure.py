@@ -386,7 +386,7 @@ def test_action_errors_form_one_family() -> None:
 
 
 async def test_ledger_messages_match_the_envelopes() -> None:
-    """ledger.py keeps its own copies of these strings; they must not drift apart."""
+    """The ledger's outcome messages are the envelopes' exact strings."""
     from agents_app import ledger
 
     pending = pending_error()["error"]

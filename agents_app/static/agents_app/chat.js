@@ -102,7 +102,11 @@
   let messages = [];
   /** Active streams by request id. */
   const streams = new Map();
-  /** Request ids whose further frames this page ignores (stopped or cleared locally). */
+  /**
+   * Request ids whose further frames this page ignores: stopped or cleared locally, or ended (a
+   * request id streams once; frames after its terminal frame repeat it, e.g. the live frames of a
+   * continuation that finished before this page's ACK, arriving after the replay that closed it).
+   */
   const ignored = new Set();
   /** Error text shown under a message, by message id (survives transcript replacement). */
   const messageErrors = new Map();
@@ -432,6 +436,7 @@
     if (!s) {
       if (frame.done && !frame.body) {
         // A terminal frame of a stream that never produced chunks (e.g. a skipped turn).
+        ignored.add(id);
         if (id === ownRequestId) {
           ownRequestId = null;
           updateControls();
@@ -714,6 +719,7 @@
 
   function endStream(s, outcome) {
     streams.delete(s.id);
+    ignored.add(s.id);
     transcriptVersion += 1;
     s.transient.clear();
     const message = s.message;
