@@ -25,7 +25,7 @@ DEFAULTS: dict[str, Any] = {
     # Largest number of model requests in one turn (tool loops), as pydantic-ai's request limit.
     "AGENT_MAX_STEPS": 10,
     # Store each reply's chunks so a reconnecting client resumes mid-stream. Off only to measure
-    # what storing costs (bench/stream.py --no-buffer): a reconnect then replays nothing.
+    # what storing costs (the "stream buffer off" row of bench/stream.py): a reconnect then replays nothing.
     "AGENT_STREAM_BUFFER": True,
     # How long a ``pending`` action-ledger row with an explicit idempotency key may stay pending
     # before another call may reclaim and re-run it (a timedelta; default 5 minutes, spec §5.9

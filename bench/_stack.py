@@ -72,8 +72,9 @@ class Stack:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def _daphne(self, app: str) -> Daphne:
+    def _daphne(self, app: str, extra_env: dict[str, str] | None = None) -> Daphne:
         assert self.live is not None
+        env = {**self.live.env, **(extra_env or {})}
         port = free_port()
         prefix: list[str] = [PYTHON]
         if self.profile_dir is not None:
@@ -81,7 +82,7 @@ class Stack:
             prefix += ["-m", "cProfile", "-o", str(self.profile_dir / f"daphne-{port}.prof")]
         log = open(self.workdir / f"daphne-{port}.log", "ab")  # noqa: SIM115 - lives as long as the process
         proc = subprocess.Popen([*prefix, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app],
-                                cwd=ROOT, env=self.live.env, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         log.close()
         self.extra.append(proc)
@@ -91,6 +92,11 @@ class Stack:
     def start_bare(self) -> Daphne:
         """A second Daphne serving ``bench.bare_asgi:application`` (the stack's ceiling)."""
         return self._daphne("bench.bare_asgi:application")
+
+    def start_project(self, extra_env: dict[str, str]) -> Daphne:
+        """One more project Daphne (same database and Redis, not in ``daphnes``) whose environment
+        adds ``extra_env`` to the stack's, e.g. ``{"AGENT_STREAM_BUFFER": "0"}``."""
+        return self._daphne(self.app, extra_env)
 
     @property
     def redis_pid(self) -> int:
@@ -135,6 +141,20 @@ def cpu_seconds(pids: Sequence[int]) -> float:
             fields = f.read().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / CLK_TCK
     return total
+
+
+def cpu_seconds_fine(pids: Sequence[int]) -> float:
+    """CPU time of the processes' live threads in nanosecond resolution (``/proc/<pid>/task/*/schedstat``),
+    for windows of a few ticks where ``cpu_seconds`` (10 ms ticks) is too coarse. Threads that exit
+    between two readings take their time with them; Daphne's threads live as long as the process."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError, IndexError, ValueError), \
+                        open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+    return total / 1e9
 
 
 def rss_mb(pids: Sequence[int]) -> float:

@@ -8,6 +8,11 @@ streams N words with no delay) with everything the project does: Turn rows, the 
 pydantic-ai, the Redis channel-layer fan-out, and the reply persisted at the end. Each run is a
 fresh room (agent instance) on a fresh socket; a warm-up run is not counted.
 
+A second project Daphne on the same database and Redis runs with ``AGENT_STREAM_BUFFER=0``
+(the reply's chunks are not stored for resumes): the row "think, stream buffer off" is the same
+turn without the buffer, so the two rows show what storing costs. Their runs alternate (on, off,
+on, off, ...) so that load from other processes on the machine hits both alike.
+
 Beside it, the same client receives N frames of the same size from a second Daphne serving
 ``bench.bare_asgi`` (two rows: a consumer that only sends, and one whose frames go through the
 Redis layer in batches of 64 like ``agents_app.streaming.fanout``): that is the ceiling of
@@ -23,6 +28,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +48,7 @@ from bench._stack import (
     timed_turn,
     user_message,
 )
+from tests.support.live import Daphne
 
 AGENT_PATH = "/agents/demo-agent"
 # CPU a process keeps using after the done frame (persisting, releasing the queue) is counted
@@ -58,37 +65,55 @@ class Series:
     client_cpu: list[float] = field(default_factory=list)
 
 
+@dataclass
+class Server:
+    """One row's server: where its rooms are, what it is asked, which process it is."""
+
+    name: str
+    url_of: Callable[[str], str]
+    cookie: str | None
+    request_of: Callable[[str], str]
+    pid: int
+    check_text: bool
+
+
 def expected_text(n: int) -> str:
     return "".join(f"w{i} " for i in range(n))
 
 
-async def run_series(name: str, url_of: Any, cookie: str | None, request_of: Any, *, runs: int, warmup: int,
-                     n: int, pid: int, redis_pid: int, check_text: bool) -> Series:
-    series = Series(name)
+async def one_run(server: Server, *, n: int, redis_pid: int) -> tuple[TurnResult, float, float, float]:
+    """One turn on a fresh room and socket: the result, server, redis and client CPU seconds."""
+    ws = await open_socket(server.url_of(f"stream-{uuid.uuid4().hex[:8]}"), server.cookie)
+    try:
+        await drain_connect_frames(ws)
+        cpu0, redis0, client0 = cpu_seconds([server.pid]), cpu_seconds([redis_pid]), time.process_time()
+        result = await timed_turn(ws, server.request_of("r1"), "r1")
+        client = time.process_time() - client0
+        await asyncio.sleep(SETTLE_S)
+        cpu1, redis1 = cpu_seconds([server.pid]), cpu_seconds([redis_pid])
+    finally:
+        await ws.close()
+    if result.deltas != n or result.errors or (server.check_text and result.text != expected_text(n)):
+        raise RuntimeError(f"{server.name}: got {result.deltas}/{n} deltas, errors={result.errors}")
+    return result, cpu1 - cpu0, redis1 - redis0, client
+
+
+async def run_series(servers: list[Server], *, runs: int, warmup: int, n: int, redis_pid: int) -> list[Series]:
+    """``warmup`` + ``runs`` turns per server; the servers take turns run by run."""
+    out = [Series(s.name) for s in servers]
     for run in range(warmup + runs):
-        ws = await open_socket(url_of(f"stream-{uuid.uuid4().hex[:8]}"), cookie)
-        try:
-            await drain_connect_frames(ws)
-            cpu0, redis0, client0 = cpu_seconds([pid]), cpu_seconds([redis_pid]), time.process_time()
-            result = await timed_turn(ws, request_of("r1"), "r1")
-            client = time.process_time() - client0
-            await asyncio.sleep(SETTLE_S)
-            cpu1, redis1 = cpu_seconds([pid]), cpu_seconds([redis_pid])
-        finally:
-            await ws.close()
-        if result.deltas != n or result.errors or (check_text and result.text != expected_text(n)):
-            raise RuntimeError(f"{name}: run {run} got {result.deltas}/{n} deltas, errors={result.errors}")
-        if run < warmup:
-            continue
-        series.results.append(result)
-        series.server_cpu.append(cpu1 - cpu0)
-        series.redis_cpu.append(redis1 - redis0)
-        series.client_cpu.append(client)
-        print(f"  {name} run {run - warmup + 1}: {result.total * 1000:.1f} ms, "
-              f"{n / result.total:.0f} chunks/s, first chunk {result.first_chunk * 1000:.1f} ms, "
-              f"server CPU {cpu1 - cpu0:.2f} s, redis CPU {redis1 - redis0:.2f} s, client CPU {client:.2f} s",
-              flush=True)
-    return series
+        for server, series in zip(servers, out, strict=True):
+            result, cpu, redis, client = await one_run(server, n=n, redis_pid=redis_pid)
+            if run < warmup:
+                continue
+            series.results.append(result)
+            series.server_cpu.append(cpu)
+            series.redis_cpu.append(redis)
+            series.client_cpu.append(client)
+            print(f"  {server.name} run {run - warmup + 1}: {result.total * 1000:.1f} ms, "
+                  f"{n / result.total:.0f} chunks/s, first chunk {result.first_chunk * 1000:.1f} ms, "
+                  f"server CPU {cpu:.2f} s, redis CPU {redis:.2f} s, client CPU {client:.2f} s", flush=True)
+    return out
 
 
 def row(series: Series, n: int) -> list[Any]:
@@ -119,38 +144,46 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     print(f"machine: {machine_load()} (other processes on the machine skew the wall times)", flush=True)
     with Stack(1, profile_dir=args.profile, extra_env=parse_env(args.env),
                    keep=args.keep) as stack:
-        bare = stack.start_bare()
         ours = stack.daphnes[0]
-        print(f"stack up: project Daphne pid {ours.proc.pid} port {ours.port}, bare Daphne pid "
-              f"{bare.proc.pid} port {bare.port}, redis pid {stack.redis_pid}, workdir {stack.workdir}",
-              flush=True)
+        unbuffered = None if args.skip_buffer_off else stack.start_project({"AGENT_STREAM_BUFFER": "0"})
+        bare = stack.start_bare()
+        print(f"stack up: project Daphne pid {ours.proc.pid} port {ours.port}"
+              + (f", buffer-off Daphne pid {unbuffered.proc.pid} port {unbuffered.port}" if unbuffered else "")
+              + f", bare Daphne pid {bare.proc.pid} port {bare.port}, redis pid {stack.redis_pid}, "
+              f"workdir {stack.workdir}", flush=True)
         common = {"runs": args.runs, "warmup": args.warmup, "n": n, "redis_pid": stack.redis_pid}
 
         def ours_request(rid: str) -> str:
             return chat_request(rid, [user_message("u1", f"/burst {n}")])
 
-        think = await run_series(
-            "think (/burst, persisted)", lambda room: f"{ours.ws}{AGENT_PATH}/{room}", stack.cookie,
-            ours_request, pid=ours.proc.pid, check_text=True, **common)
-        size = round(mean_frame_bytes(think))
+        def project(name: str, daphne: Daphne) -> Server:
+            return Server(name, lambda room: f"{daphne.ws}{AGENT_PATH}/{room}", stack.cookie, ours_request,
+                          daphne.proc.pid, check_text=True)
+
+        think_servers = [project("think (/burst, persisted)", ours)]
+        if unbuffered is not None:
+            think_servers.append(project("think, stream buffer off", unbuffered))
+        think = await run_series(think_servers, **common)
+        size = round(mean_frame_bytes(think[0]))
 
         def bare_request(rid: str) -> str:
             return chat_request(rid, [user_message("u1", "bare")], chunks=n, frameBytes=size)
 
-        layer = await run_series(
-            "ceiling: Channels + Redis layer", lambda room: f"{bare.ws}/layer/{room}", None,
-            bare_request, pid=bare.proc.pid, check_text=False, **common)
-        direct = await run_series(
-            "ceiling: bare Channels consumer", lambda room: f"{bare.ws}/bare/{room}", None,
-            bare_request, pid=bare.proc.pid, check_text=False, **common)
-    rows = [row(s, n) for s in (think, layer, direct)]
+        layer, direct = await run_series([
+            Server("ceiling: Channels + Redis layer", lambda room: f"{bare.ws}/layer/{room}", None,
+                   bare_request, bare.proc.pid, check_text=False),
+            Server("ceiling: bare Channels consumer", lambda room: f"{bare.ws}/bare/{room}", None,
+                   bare_request, bare.proc.pid, check_text=False),
+        ], **common)
+    all_series = [*think, layer, direct]
+    rows = [row(s, n) for s in all_series]
     print()
     print(f"## bench/stream.py: 1 client, 1 turn of {n} text-delta chunks, {args.runs} runs "
           f"(+{args.warmup} warm-up), {time.strftime('%Y-%m-%d')}")
     print(table(HEADERS, rows))
     print(f"machine after: {machine_load()}")
     return {"headers": HEADERS, "rows": rows,
-            "server_cpu_per_run": {s.name: s.server_cpu for s in (think, layer, direct)}}
+            "server_cpu_per_run": {s.name: s.server_cpu for s in all_series}}
 
 
 def main() -> None:
@@ -160,6 +193,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="uncounted runs first (default 1)")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="extra environment of the project's Daphne (repeatable)")
+    parser.add_argument("--skip-buffer-off", action="store_true",
+                        help="leave out the row of a second project Daphne run with AGENT_STREAM_BUFFER=0")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (server logs, database) and print its path")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
