@@ -201,14 +201,25 @@ def rewrite_finish(chunk: Chunk, default_reason: str) -> Chunk:
     return {"type": "finish", "messageMetadata": metadata}
 
 
-def trailing_user_ids(messages: list[UIMessage]) -> list[str]:
-    """Ids of the user messages at the end of a request: the ``messageIds`` of its done frame."""
+def request_message_ids(messages: list[UIMessage]) -> list[str]:
+    """Ids of the last run of user messages (skipping a trailing reply, for continuations).
+
+    They are the ``messageIds`` of a turn's terminal frame.
+    """
     ids: list[str] = []
     for message in reversed(messages):
-        if message.get("role") != "user":
+        if message.get("role") == "user":
+            ids.append(message["id"])
+        elif ids:
             break
-        ids.append(message["id"])
     return list(reversed(ids))
+
+
+def builder_for_reply(messages: list[UIMessage], *, continuation: bool, message_id: str) -> "MessageBuilder":
+    """The builder of a turn's reply: a continuation extends the last assistant message."""
+    if continuation and messages and messages[-1].get("role") == "assistant":
+        return MessageBuilder(clone(messages[-1]))
+    return MessageBuilder.new(message_id)
 
 
 def clone(message: UIMessage) -> UIMessage:

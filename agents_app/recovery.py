@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import transcript
-from .messages import MessageBuilder, clone
+from .messages import builder_for_reply
 from .models import AgentInstance, StreamRecord, Turn
 from .protocol import frames
 from .streaming import buffer, fanout
@@ -21,12 +21,16 @@ from .streaming import buffer, fanout
 INTERRUPTED = "Interrupted: the process running this turn stopped"
 
 
+def _abort(turn_pk: int) -> None:
+    Turn.objects.filter(pk=turn_pk, status=Turn.Status.RUNNING).update(
+        status=Turn.Status.ABORTED, error=INTERRUPTED, finished_at=timezone.now()
+    )
+
+
 def interrupt(turn: Turn) -> list[dict] | None:
     """Mark a dead turn aborted and finalise its stream; the new transcript if it changed."""
     with transaction.atomic():
-        Turn.objects.filter(pk=turn.pk, status=Turn.Status.RUNNING).update(
-            status=Turn.Status.ABORTED, error=INTERRUPTED, finished_at=timezone.now()
-        )
+        _abort(turn.pk)
         stream = (
             StreamRecord.objects.filter(turn=turn, status=StreamRecord.Status.STREAMING).select_related("turn").first()
         )
@@ -42,10 +46,7 @@ def _finalize(stream: StreamRecord) -> list[dict] | None:
         return None
     instance = AgentInstance.objects.get(pk=stream.instance_id)
     messages = transcript.load(instance)
-    if stream.continuation and messages and messages[-1].get("role") == "assistant":
-        builder = MessageBuilder(clone(messages[-1]))
-    else:
-        builder = MessageBuilder.new(stream.message_id)
+    builder = builder_for_reply(messages, continuation=stream.continuation, message_id=stream.message_id)
     for _, body in buffer.read(stream):
         builder.apply(json.loads(body))
     if not builder.has_content():
@@ -59,9 +60,7 @@ def _finalize_stream(stream_pk: int) -> tuple[int, list[dict] | None]:
     with transaction.atomic():
         stream = StreamRecord.objects.select_related("turn").get(pk=stream_pk)
         if stream.turn is not None:
-            Turn.objects.filter(pk=stream.turn.pk, status=Turn.Status.RUNNING).update(
-                status=Turn.Status.ABORTED, error=INTERRUPTED, finished_at=timezone.now()
-            )
+            _abort(stream.turn.pk)
         return stream.instance_id, _finalize(stream)
 
 

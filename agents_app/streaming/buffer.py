@@ -125,10 +125,6 @@ def read(stream: StreamRecord) -> list[tuple[int, str]]:
     return chunks
 
 
-def active_stream(instance: AgentInstance) -> StreamRecord | None:
-    return StreamRecord.objects.filter(instance=instance, status=StreamRecord.Status.STREAMING).last()
-
-
 def by_request(instance: AgentInstance, request_id: str) -> StreamRecord | None:
     return StreamRecord.objects.filter(instance=instance, request_id=request_id).last()
 

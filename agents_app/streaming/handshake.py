@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 
 from ..models import AgentInstance, StreamRecord, Turn
 from ..protocol import frames
@@ -221,17 +222,11 @@ class ResumeDriver:
 
     async def _check_later(self, token: str) -> None:
         await asyncio.sleep(FLUSH_REPLY_TIMEOUT.total_seconds())
-        await self.channel_layer.send(self.channel_name, {"type": FLUSH_CHECK, "token": token})
+        await get_channel_layer().send(self.channel_name, {"type": FLUSH_CHECK, "token": token})
 
     def close(self) -> None:
         for timer in list(self._timers):
             timer.cancel()
-
-    @property
-    def channel_layer(self) -> Any:
-        from channels.layers import get_channel_layer
-
-        return get_channel_layer()
 
     async def flushed(self, token: str) -> None:
         """The writer has stored every chunk sent so far: replay them, then release held frames."""

@@ -14,7 +14,7 @@ from django.db.models import F
 
 from .. import transcript
 from ..agent import SaveMessagesResult
-from ..messages import UIMessage, awaits_interaction, new_message_id, new_request_id, trailing_user_ids
+from ..messages import UIMessage, awaits_interaction, new_message_id, new_request_id, request_message_ids
 from ..models import AgentInstance, Turn
 from ..protocol import frames
 from ..protocol.parse import ChatRequest
@@ -50,7 +50,7 @@ def _accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: 
             instance=instance, request_id=request.request_id, kind=Turn.Kind.CHAT,
             generation=_generation(instance), origin_channel=origin_channel,
             body=request.body, client_tools=request.client_tools,
-            message_ids=trailing_user_ids(request.messages),
+            message_ids=request_message_ids(request.messages),
             assistant_message_id=new_message_id(),
         )
     return merged

@@ -20,11 +20,12 @@ from ..agent import AbortSignal, ChatAgent, ChatResponse, ChatResponseResult
 from ..messages import (
     MessageBuilder,
     awaits_interaction,
-    clone,
+    builder_for_reply,
     denied_parts,
     is_replayed_chunk,
     new_message_id,
     ready_to_continue,
+    request_message_ids,
     rewrite_finish,
 )
 from ..models import AgentInstance, Turn
@@ -139,7 +140,7 @@ class TurnRun:
         agent.continuation = turn.continuation
         agent.abort_signal = self.signal
         if not turn.message_ids:
-            turn.message_ids = _request_message_ids(messages)
+            turn.message_ids = request_message_ids(messages)
         await self.publisher.send_item(fanout.event(handshake.STREAM_START, rid=turn.request_id))
         if cancel_requested:
             self.signal.abort("Cancelled before it started")
@@ -178,16 +179,14 @@ class TurnRun:
             lock.finish(self.turn, Turn.Status.SKIPPED)
             return None
         self.instance = instance
-        self.builder = self._builder_for(messages)
+        self.builder = builder_for_reply(
+            messages, continuation=self.turn.continuation,
+            message_id=self.turn.assistant_message_id or new_message_id(),
+        )
         stream = buffer.start(self.turn, self.builder.message["id"])
         self.stream_pk = stream.pk
         self.writer = buffer.StreamWriter(stream.pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
         return instance, messages, cancel_requested
-
-    def _builder_for(self, messages: list[dict[str, Any]]) -> MessageBuilder:
-        if self.turn.continuation and messages and messages[-1].get("role") == "assistant":
-            return MessageBuilder(clone(messages[-1]))
-        return MessageBuilder.new(self.turn.assistant_message_id or new_message_id())
 
     async def _stream(self, agent: ChatAgent) -> None:
         response = await agent.on_chat_message()
@@ -333,17 +332,6 @@ class TurnRun:
             terminal_error=(self.error or "Error") if failed else "",
         )
         lock.finish(self.turn, self.status, self.error or "")
-
-
-def _request_message_ids(messages: list[dict[str, Any]]) -> list[str]:
-    """The last run of user messages (skipping a trailing assistant, for continuations)."""
-    ids: list[str] = []
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            ids.append(message["id"])
-        elif ids:
-            break
-    return list(reversed(ids))
 
 
 async def _aiter(response: Any) -> AsyncIterator[Any]:
