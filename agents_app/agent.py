@@ -6,14 +6,13 @@ the engine builds it, fills in the turn's state (``messages``, ``request_id``, `
 gives a handle for programmatic turns (``save_messages``).
 """
 
-import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from channels.db import database_sync_to_async
 from pydantic import TypeAdapter
-from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults
+from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.messages import repair_messages
 from pydantic_ai.models import Model
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter, VercelAIEventStream
@@ -21,46 +20,21 @@ from pydantic_ai.ui.vercel_ai.request_types import UIMessage as PydanticUIMessag
 from pydantic_ai.usage import UsageLimits
 
 from . import conf, llm
+from .abort import AbortSignal
+from .actions import NO_ATTACHMENTS, Action, NullReplyAttachments, ReplyAttachments, call_maybe_async, compile_actions
+from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext
+from .actions.envelopes import missing_permission_message
+from .actions.pipeline import action_tool, needs_approval
+from .hooks import ToolCall, ToolCallDecision
 from .messages import UIMessage
 from .registry import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
-from .tools import ToolPolicy, client_tools_from_schemas, compile_tools
+from .tools import ApprovalGate, ToolPolicy, client_tools_from_schemas, compile_tools
 
 # What on_chat_message may return: UI message chunks (dicts), plain-text pieces (str), a whole
 # plain-text reply, or None for "no response".
 ChatResponse = AsyncIterable[dict[str, Any] | str] | Iterable[dict[str, Any] | str] | str | None
 
 _UI_MESSAGES = TypeAdapter(list[PydanticUIMessage])
-
-
-class AbortSignal:
-    """Fires when the turn is cancelled (stop button, ``cancel_chat``, clear, timeout)."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-        self.reason: str | None = None
-        self._callbacks: list[Callable[[], Any]] = []
-
-    @property
-    def aborted(self) -> bool:
-        return self._event.is_set()
-
-    def abort(self, reason: str = "Aborted") -> None:
-        if self._event.is_set():
-            return
-        self.reason = reason
-        self._event.set()
-        for callback in self._callbacks:
-            callback()
-
-    def add_callback(self, callback: Callable[[], Any]) -> None:
-        """Call ``callback`` on abort (at once if already aborted)."""
-        if self.aborted:
-            callback()
-        else:
-            self._callbacks.append(callback)
-
-    async def wait(self) -> None:
-        await self._event.wait()
 
 
 @dataclass(kw_only=True)
@@ -72,6 +46,8 @@ class ChatResponseResult:
     continuation: bool
     status: str
     error: str | None = None
+    # What the turn's actions attached (``ctx.attach_reply``); a copy, yours to change.
+    attachments: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -86,17 +62,20 @@ class SaveMessagesResult:
 def _for_pydantic_ai(messages: list[UIMessage]) -> list[UIMessage]:
     """The transcript as pydantic-ai's UIMessage model accepts it.
 
-    The stored ``tool-<name>`` parts carry ``toolName`` (as Cloudflare persists them); the AI SDK
-    type pydantic-ai validates against allows it only on ``dynamic-tool`` parts.
+    The stored ``tool-<name>`` parts carry fields the AI SDK type pydantic-ai validates against
+    does not allow there: ``toolName`` (as Cloudflare persists it), and the action approval
+    descriptors (``approvalDescriptor``, ``approval.descriptor``), which are for people, not the model.
     """
-    return [
-        {**m, "parts": [
-            {k: v for k, v in p.items() if k != "toolName"}
-            if str(p.get("type", "")).startswith("tool-") else p
-            for p in m.get("parts", [])
-        ]}
-        for m in messages
-    ]
+    return [{**m, "parts": [_tool_part_for_pydantic_ai(p) for p in m.get("parts", [])]} for m in messages]
+
+
+def _tool_part_for_pydantic_ai(part: dict[str, Any]) -> dict[str, Any]:
+    if not str(part.get("type", "")).startswith("tool-"):
+        return part
+    cleaned = {k: v for k, v in part.items() if k not in ("toolName", "approvalDescriptor")}
+    if isinstance(part.get("approval"), dict) and "descriptor" in part["approval"]:
+        cleaned["approval"] = {k: v for k, v in part["approval"].items() if k != "descriptor"}
+    return cleaned
 
 
 def _approved_calls(messages: list[UIMessage]) -> DeferredToolResults | None:
@@ -145,6 +124,16 @@ class ChatAgent:
         self.client_tools: list[dict[str, Any]] | None = None
         self.continuation: bool = False
         self.abort_signal = AbortSignal()
+        # Who asked for the turn (None for programmatic turns and approvals made later).
+        self.user: Any = None
+        # Set once per model run by ``authorize_turn``; actions are authorized against it.
+        self.turn_authorization = ALLOW_ALL
+        # Where ``ctx.attach_reply`` records, for this turn (``actions.attachments``).
+        self.reply_recorder: ReplyAttachments | NullReplyAttachments = NO_ATTACHMENTS
+        # Descriptors of this turn's calls awaiting approval / parked for staff, by tool call id:
+        # they annotate the ``tool-approval-request`` / ``tool-output-available`` chunks.
+        self.approval_descriptors: dict[str, dict[str, Any]] = {}
+        self.parked_descriptors: dict[str, dict[str, Any]] = {}
         # Set by the engine while a turn runs: sends a chunk into the reply.
         self._emit: Callable[[dict[str, Any]], Awaitable[None]] | None = None
 
@@ -166,6 +155,56 @@ class ChatAgent:
         ``ClientTool(...)`` runs in the browser. Tools the client declares are added.
         """
         return []
+
+    def get_actions(self) -> dict[str, Any]:
+        """The actions of this agent: ``{"refund_order": action(...), ...}`` (see ``agents_app.actions``).
+
+        Each becomes a tool named after its key (or its ``name``), merged after ``get_tools()``:
+        an action wins a name clash with a plain tool, a client tool wins over both.
+        """
+        return {}
+
+    def compiled_actions(self) -> dict[str, Action[Any]]:
+        """``get_actions()`` validated, by tool name; raises ``AgentConfigurationError`` if malformed."""
+        return compile_actions(self.get_actions())
+
+    async def authorize_turn(self, turn: TurnContext) -> bool | dict[str, Any] | AuthorizationDecision:
+        """Decide once per model run what this turn's actions may do (spec §5.11).
+
+        Return True (the default: everything), False (no action may run), or a decision with
+        ``granted_permissions`` (a list: actions requiring anything else are refused) and a
+        ``reason``. ``turn.user`` and ``turn.body`` say who asks and with what request body.
+        """
+        return True
+
+    async def authorize_action(self, ctx: ActionAuthorizationContext) -> bool | dict[str, Any] | AuthorizationDecision:
+        """Decide whether one action call may run; by default, by the turn's granted permissions.
+
+        Called at every execution, and before asking for an approval (a call that would be
+        refused is not put to the user). Denied: the model gets ``ActionAuthorizationError``.
+        """
+        if not ctx.turn.allowed:
+            return AuthorizationDecision(allowed=False, reason=ctx.turn.reason)
+        if ctx.granted_permissions is None:
+            return True
+        missing = [p for p in ctx.required_permissions if p not in ctx.granted_permissions]
+        return True if not missing else AuthorizationDecision(allowed=False, reason=missing_permission_message(missing))
+
+    async def before_tool_call(self, call: ToolCall) -> ToolCallDecision | dict[str, Any] | None:
+        """The outer gate of every server tool and action call (``agents_app.hooks``); None runs it."""
+        return None
+
+    async def after_tool_call(self, call: ToolCall, output: Any) -> None:
+        """Observe what a server tool or action call gave the model."""
+
+    def render_attachment(self, attachment: dict[str, Any]) -> dict[str, Any] | None:
+        """How a reply attachment is shown to channels (the chat page), or None to hide it.
+
+        The default shows it as recorded; the chat page draws ``email_draft``, ``card`` and
+        ``voice_note`` attachments, and any other type as a generic card. ``on_chat_response``
+        and ``reply_attachments()`` always get the attachments as recorded.
+        """
+        return attachment
 
     def get_model(self) -> Model:
         return llm.get_model(self.model)
@@ -221,21 +260,83 @@ class ChatAgent:
 
         return await turns.cancel_all(self.instance)
 
+    async def reply_attachments(self, request_id: str | None = None) -> list[dict[str, Any]]:
+        """What the actions of a turn attached: turn ``request_id``, else the latest finished turn."""
+        from .models import Turn
+
+        turns = Turn.objects.filter(instance_id=self.instance.pk).exclude(
+            status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
+        )
+        if request_id is not None:
+            turns = turns.filter(request_id=request_id)
+        turn = await turns.order_by("-pk").only("attachments").afirst()
+        return list(turn.attachments) if turn is not None else []
+
+    async def pending_approvals(self, execution_id: str | None = None) -> list[dict[str, Any]]:
+        """Parked durable-pause calls of this instance: ``[{executionId, source, descriptor}]``."""
+        from . import approvals
+
+        return await database_sync_to_async(approvals.pending_approvals)(self.instance, execution_id)
+
+    async def approve_execution(self, execution_id: str, *, actor: Any = None) -> Any:
+        """Run a parked call once and continue the conversation (``approvals.approve_execution``)."""
+        from . import approvals
+
+        return await approvals.approve_execution(execution_id, actor=actor, instance=self.instance)
+
+    async def reject_execution(self, execution_id: str, reason: str | None = None, *, actor: Any = None) -> Any:
+        """Refuse a parked call and continue the conversation (``approvals.reject_execution``)."""
+        from . import approvals
+
+        return await approvals.reject_execution(execution_id, reason, actor=actor, instance=self.instance)
+
     # --- the default model turn -----------------------------------------------------------------
     def build_pydantic_agent(self) -> Agent[Any, Any]:
-        """The pydantic-ai agent of this turn: model, instructions, server and client tools.
+        """The pydantic-ai agent of this turn: model, instructions, tools, actions and client tools.
 
         Tools get this ``ChatAgent`` as ``ctx.deps`` (declare ``ctx: RunContext[MyAgent]``).
         """
-        toolset = compile_tools(self.get_tools(), client_tools_from_schemas(self.client_tools))
+        actions = self.compiled_actions()
+        toolset = compile_tools(
+            self.get_tools(), client_tools_from_schemas(self.client_tools),
+            actions={name: action_tool(self, a) for name, a in actions.items()},
+            action_gates={name: self._approval_gate(a) for name, a in actions.items() if a.approval_configured},
+        )
         return Agent(
             self.get_model(),
             instructions=self.get_system_prompt(),
             tools=toolset.server,
             toolsets=[toolset.external] if toolset.external else [],
             output_type=[str, DeferredToolRequests],
-            capabilities=[ToolPolicy(toolset.approval_predicates, emit=self.write)],
+            capabilities=[ToolPolicy(
+                agent=self, approval_gates=toolset.approval_gates, emit=self.write,
+                models={name: a.input_schema for name, a in actions.items()},
+            )],
         )
+
+    def _approval_gate(self, action: Action[Any]) -> ApprovalGate:
+        async def gate(ctx: RunContext[Any], args: dict[str, Any]) -> bool:
+            return await needs_approval(self, action, args["input"], ctx.tool_call_id or "", ctx.messages)
+
+        return gate
+
+    async def _authorize_turn(self, agent: Agent[Any, Any]) -> None:
+        """Ask ``authorize_turn`` once for this model run (spec §5.11)."""
+        self.turn_authorization = ALLOW_ALL
+        decision = await call_maybe_async(self.authorize_turn, TurnContext(
+            agent=self, system=self.get_system_prompt(), messages=self.messages,
+            tools=sorted(agent._function_toolset.tools), model=str(getattr(agent.model, "model_name", agent.model)),
+            continuation=self.continuation, body=self.body, user=self.user,
+        ))
+        self.turn_authorization = AuthorizationDecision.of(decision)
+
+    def _annotate(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        """Add an action's approval descriptor to its approval request or paused output (spec §2.10 d)."""
+        descriptors = {
+            "tool-approval-request": self.approval_descriptors, "tool-output-available": self.parked_descriptors,
+        }.get(chunk["type"])
+        descriptor = descriptors.get(chunk.get("toolCallId", "")) if descriptors else None
+        return {**chunk, "approvalDescriptor": descriptor} if descriptor is not None else chunk
 
     async def stream_model_reply(self) -> AsyncIterator[dict[str, Any]]:
         """Run the model over ``self.messages`` and yield AI SDK UI message chunks.
@@ -244,6 +345,7 @@ class ChatAgent:
         become pydantic-ai's deferred results); a new prompt closes calls left unanswered.
         """
         agent = self.build_pydantic_agent()
+        await self._authorize_turn(agent)
         history = VercelAIAdapter.load_messages(_UI_MESSAGES.validate_python(_for_pydantic_ai(self.messages)))
         history = repair_messages(history, repair_last_response=not self.continuation)
         token = CancellationToken()
@@ -258,7 +360,7 @@ class ChatAgent:
             async for chunk in encoder.transform_stream(events):
                 data = chunk.model_dump(mode="json", by_alias=True, exclude_none=True)
                 if not _is_encoder_internal(data):
-                    yield data
+                    yield self._annotate(data)
 
     # --- handles outside a turn -----------------------------------------------------------------
     @classmethod

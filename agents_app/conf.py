@@ -39,6 +39,14 @@ DEFAULTS: dict[str, Any] = {
         "pending": timedelta(days=90),
         "batch_size": 500,
     },
+    # How long a parked durable-pause call waits for a decision before the sweep removes it and
+    # tells the model the request expired (a timedelta; default 30 days, spec §5.10
+    # actionPendingApprovalTtlMs). None: parked calls wait forever.
+    "AGENT_ACTION_PENDING_APPROVAL_TTL": timedelta(days=30),
+    # Where the turn that follows a durable-pause decision runs: "celery" (a worker, so the model
+    # reacts with nobody connected, whichever process decided) or "inline" (in the deciding
+    # call, before it returns: single-process setups and the in-process test suite).
+    "AGENT_APPROVAL_CONTINUATION": "celery",
 }
 
 

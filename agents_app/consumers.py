@@ -66,7 +66,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         assert instance is not None
         match event:
             case parse.ChatRequest():
-                await turns.submit_chat(instance, event, self.channel_name)
+                await turns.submit_chat(instance, event, self.channel_name, self.scope.get("user"))
             case parse.Cancel():
                 await turns.cancel(instance, event.request_id)
             case parse.Clear():

@@ -121,6 +121,12 @@ class Turn(models.Model):
     message_ids = models.JSONField(default=list, blank=True)
     assistant_message_id = models.CharField(max_length=200, blank=True, default="")
     cancel_requested = models.BooleanField(default=False)
+    # Who asked for it (the connection's or API caller's user); ``authorize_turn`` sees it.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Reply attachments recorded by actions during the turn (``ctx.attach_reply``, spec §5.12).
+    attachments = models.JSONField(default=list, blank=True)
     # Which process runs it (host:pid), for crash detection by the recovery sweep.
     worker = models.CharField(max_length=200, blank=True, default="")
     # Refreshed while the turn runs; a running turn whose heartbeat is stale was orphaned.
@@ -243,3 +249,84 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.status})"
+
+
+class PendingApproval(models.Model):
+    """A durable-pause action call waiting for a human (spec cloudflare-agents.md §5.10).
+
+    A row exists exactly while the call is pending: approving or rejecting *deletes* it first
+    ("claim by delete"), so of any number of concurrent deciders, on any process, exactly one
+    gets the row and runs or rejects the action. The turn that parked the call has long ended;
+    nothing about it lives in memory.
+    """
+
+    class Risk(models.TextChoices):
+        LOW = "low"
+        MEDIUM = "medium"
+        HIGH = "high"
+
+    # ``actpause_<uuid4>``: the id the model sees in the paused envelope.
+    execution_id = models.CharField(max_length=64, primary_key=True)
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="pending_approvals")
+    action_name = models.CharField(max_length=200)
+    tool_call_id = models.CharField(max_length=200)
+    request_id = models.CharField(max_length=200, blank=True, default="")
+    input = models.JSONField()
+    # ``{requestId, toolCallId, action, summary, input, permissions, risk?, kind}``.
+    descriptor = models.JSONField()
+    # Copied out of the descriptor so the admin can filter and sort on it.
+    risk = models.CharField(max_length=10, choices=Risk.choices, blank=True, default="")
+    summary = models.TextField(blank=True, default="")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "execution_id"]
+        permissions = [("approve_action", "Can approve or reject paused agent actions")]
+        indexes = [
+            models.Index(fields=["created_at"], name="pending_approval_created"),
+            models.Index(fields=["instance", "created_at"], name="pending_approval_instance"),
+            models.Index(fields=["action_name", "created_at"], name="pending_approval_action"),
+            models.Index(fields=["risk", "created_at"], name="pending_approval_risk"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action_name} ({self.execution_id})"
+
+
+class ApprovalDecision(models.Model):
+    """The audit log of durable-pause decisions: who decided what, when, and what came of it.
+
+    Written in the same transaction as the claim-by-delete of the pending row, so a decision
+    is never lost and never recorded twice. Expired rows (the TTL sweep) are recorded too.
+    """
+
+    class Decision(models.TextChoices):
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+
+    execution_id = models.CharField(max_length=64, unique=True)
+    instance = models.ForeignKey(
+        AgentInstance, null=True, blank=True, on_delete=models.SET_NULL, related_name="approval_decisions"
+    )
+    action_name = models.CharField(max_length=200)
+    decision = models.CharField(max_length=10, choices=Decision.choices)
+    reason = models.TextField(blank=True, default="")
+    descriptor = models.JSONField()
+    # What the model was told: the action's output, the rejection, or the error.
+    result = models.JSONField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_at = models.DateTimeField()
+    decided_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-decided_at"]
+        indexes = [models.Index(fields=["-decided_at"], name="approval_decision_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.decision} {self.action_name} ({self.execution_id})"

@@ -6,7 +6,7 @@ from typing import Any, TypeVar
 from asgiref.sync import async_to_sync
 from celery import shared_task
 
-from . import recovery, registry, turns
+from . import approvals, ledger, recovery, registry, turns
 from .streaming import buffer
 from .turns import control
 
@@ -40,6 +40,13 @@ def save_messages(slug: str, name: str, texts: list[str]) -> dict[str, Any]:
     return run_async(_save_messages, slug, name, texts)
 
 
+@shared_task(name="agents_app.drain_instance")
+def drain_instance(instance_id: int) -> dict[str, int]:
+    """Run the instance's queued turns here (e.g. the continuation after an approval decision)."""
+    run_async(turns.drain, instance_id)
+    return {"instance": instance_id}
+
+
 @shared_task(name="agents_app.drain_stalled_instances")
 def drain_stalled_instances() -> dict[str, int]:
     """Run queued turns that no process is running (their submitter exited before draining)."""
@@ -64,6 +71,10 @@ def recover_interrupted_turns() -> dict[str, int]:
 @shared_task(name="agents_app.sweep_action_ledger")
 def sweep_action_ledger() -> dict[str, int]:
     """Remove action-ledger rows past ``AGENT_ACTION_LEDGER_RETENTION`` (``ledger.sweep_expired``)."""
-    from . import ledger  # imported here so this append leaves the module's import block alone
-
     return ledger.sweep_expired()
+
+
+@shared_task(name="agents_app.sweep_pending_approvals")
+def sweep_pending_approvals() -> dict[str, int]:
+    """Expire parked calls older than ``AGENT_ACTION_PENDING_APPROVAL_TTL`` (``approvals.sweep_expired``)."""
+    return {"swept": approvals.sweep_expired()}

@@ -16,16 +16,21 @@ the pydantic-ai capability that applies the rules around every server tool call.
 import dataclasses
 import inspect
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
 from pydantic_ai import ApprovalRequired, CallDeferred, ModelRetry, RunContext, SkipToolExecution, Tool, ToolFailed
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import ExternalToolset
 
+from .hooks import ToolCall, ToolCallDecision
+
 Predicate = Callable[[dict[str, Any]], bool]
+# Asked before a call runs: does it wait for the user's approval? (``ctx``, validated arguments).
+ApprovalGate = Callable[[RunContext[Any], dict[str, Any]], Awaitable[bool]]
 # Exceptions pydantic-ai uses as signals; they pass through ToolPolicy untouched.
 _SIGNALS = (ApprovalRequired, CallDeferred, ModelRetry, SkipToolExecution, ToolFailed)
 
@@ -74,11 +79,11 @@ def client_tools_from_schemas(schemas: list[dict[str, Any]] | None) -> list[Clie
 
 @dataclass
 class Toolset:
-    """What ``get_tools()`` and the request's client tools compile to for one model run."""
+    """What ``get_tools()``, ``get_actions()`` and the request's client tools compile to for one model run."""
 
     server: list[Tool[Any]]
     external: ExternalToolset[Any] | None
-    approval_predicates: dict[str, Predicate]
+    approval_gates: dict[str, ApprovalGate]
     client_names: frozenset[str]
 
 
@@ -91,63 +96,112 @@ def _function_tool(function: Callable[..., Any], **options: Any) -> Tool[Any]:
         return Tool(function, **options)
 
 
-def compile_tools(declared: list[Any], client: list[ClientTool]) -> Toolset:
+def _predicate_gate(predicate: Predicate) -> ApprovalGate:
+    async def gate(ctx: RunContext[Any], args: dict[str, Any]) -> bool:
+        return bool(predicate(args))
+
+    return gate
+
+
+def compile_tools(declared: list[Any], client: list[ClientTool], actions: dict[str, Tool[Any]] | None = None,
+                  action_gates: dict[str, ApprovalGate] | None = None) -> Toolset:
     """Split declared tools into pydantic-ai function tools and one external (client) toolset.
 
-    Client tools come last and win a name clash, as in the reference's merge order (spec §5.1).
+    The merge order is the reference's (spec §5.1): ``get_tools()`` < actions < client tools; a
+    later source wins a name clash. ``actions`` are the compiled action tools by name, and
+    ``action_gates`` the approval gates of the approval-gated ones.
     """
+    actions = actions or {}
     client_all = [t for t in declared if isinstance(t, ClientTool)] + client
     client_by_name = {t.name: t for t in client_all}
-    server: list[Tool[Any]] = []
-    predicates: dict[str, Predicate] = {}
+    server: dict[str, Tool[Any]] = {}
+    gates: dict[str, ApprovalGate] = {}
     for entry in declared:
         if isinstance(entry, ClientTool):
             continue
         if isinstance(entry, ServerTool):
-            if entry.tool_name in client_by_name:
-                continue
-            server.append(_function_tool(entry.function, name=entry.name, description=entry.description,
-                                         requires_approval=entry.needs_approval is True))
+            server[entry.tool_name] = _function_tool(entry.function, name=entry.name, description=entry.description,
+                                                     requires_approval=entry.needs_approval is True)
             if callable(entry.needs_approval):
-                predicates[entry.tool_name] = entry.needs_approval
+                gates[entry.tool_name] = _predicate_gate(entry.needs_approval)
         elif isinstance(entry, Tool):
-            if entry.name not in client_by_name:
-                server.append(entry)
+            server[entry.name] = entry
         elif callable(entry):
-            if getattr(entry, "__name__", "") not in client_by_name:
-                server.append(_function_tool(entry))
+            server[entry.__name__] = _function_tool(entry)
         else:
             raise TypeError(f"get_tools() entry {entry!r} is not a function, Tool, tool(...) or ClientTool")
+    for name, compiled in actions.items():
+        server[name] = compiled
+        gates.pop(name, None)
+    gates.update(action_gates or {})
+    for name in client_by_name:
+        server.pop(name, None)
+        gates.pop(name, None)
     external = ExternalToolset([
         ToolDefinition(name=t.name, description=t.description, parameters_json_schema=t.parameters)
         for t in client_by_name.values()
     ]) if client_by_name else None
-    return Toolset(server, external, predicates, frozenset(client_by_name))
+    return Toolset(list(server.values()), external, gates, frozenset(client_by_name))
 
 
 @dataclass
 class ToolPolicy(AbstractCapability[Any]):
-    """The rules around every server tool call.
+    """The rules around every server tool and action call, in this order.
 
-    * An approval predicate that holds for the input defers the call to the user.
+    * An approval gate that holds for the input defers the call to the user (unless approved).
+    * ``before_tool_call`` of the agent may allow (optionally with another input), block or
+      substitute the call; ``after_tool_call`` observes the output (``agents_app.hooks``).
     * A tool that raises gives the model a structured error (``tool-output-error``) and the turn
       goes on; pydantic-ai's own signals pass through.
     * A tool written as an async generator streams each value as a preliminary output
       (``preliminary: true``); its last value is the output.
     """
 
-    approval_predicates: dict[str, Predicate] = dataclasses.field(default_factory=dict)
+    agent: Any = None
+    approval_gates: dict[str, ApprovalGate] = dataclasses.field(default_factory=dict)
+    # Tools whose single argument is a pydantic model (actions): hooks see and return its JSON.
+    models: dict[str, type[BaseModel]] = dataclasses.field(default_factory=dict)
     emit: Callable[[dict[str, Any]], Any] | None = None
-
-    async def before_tool_execute(self, ctx: RunContext[Any], *, call: Any, tool_def: ToolDefinition,
-                                  args: dict[str, Any]) -> dict[str, Any]:
-        predicate = self.approval_predicates.get(call.tool_name)
-        if predicate is not None and not ctx.tool_call_approved and predicate(args):
-            raise ApprovalRequired()
-        return args
 
     async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: Any, tool_def: ToolDefinition,
                                 args: dict[str, Any], handler: Any) -> Any:
+        name = call.tool_name
+        gate = self.approval_gates.get(name)
+        if gate is not None and not ctx.tool_call_approved and await gate(ctx, args):
+            raise ApprovalRequired()
+        seen = ToolCall(tool_name=name, tool_call_id=call.tool_call_id or "", input=self._hook_input(name, args),
+                        approved=ctx.tool_call_approved)
+        decision = await self._before(seen)
+        if decision is not None and decision.action == "block":
+            result: Any = decision.reason
+        elif decision is not None and decision.action == "substitute":
+            result = decision.output
+        else:
+            if decision is not None and decision.input is not None:
+                args = self._with_input(name, decision.input)
+            result = await self._run(call, args, handler)
+        if self.agent is not None:
+            await self.agent.after_tool_call(seen, result)
+        return result
+
+    async def _before(self, call: ToolCall) -> ToolCallDecision | None:
+        if self.agent is None:
+            return None
+        decision = await self.agent.before_tool_call(call)
+        if decision is None or isinstance(decision, ToolCallDecision):
+            return decision
+        return ToolCallDecision(**decision)
+
+    def _hook_input(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        if name in self.models and isinstance(args.get("input"), BaseModel):
+            return args["input"].model_dump(mode="json")
+        return dict(args)
+
+    def _with_input(self, name: str, new_input: dict[str, Any]) -> dict[str, Any]:
+        model = self.models.get(name)
+        return {"input": model.model_validate(new_input)} if model is not None else new_input
+
+    async def _run(self, call: Any, args: dict[str, Any], handler: Any) -> Any:
         try:
             result = await handler(args)
             if inspect.isasyncgen(result):

@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_celery_beat",
     "agents_app",
+    "agents_app.demo",
 ]
 
 MIDDLEWARE = [
@@ -154,6 +155,11 @@ CELERY_BEAT_SCHEDULE = {
     "agents-sweep-action-ledger": {
         "task": "agents_app.sweep_action_ledger",
         "schedule": crontab(minute=17),
+    },
+    # Hourly, drop parked durable-pause calls nobody decided within AGENT_ACTION_PENDING_APPROVAL_TTL.
+    "agents-sweep-pending-approvals": {
+        "task": "agents_app.sweep_pending_approvals",
+        "schedule": crontab(minute=23),
     },
 }
 

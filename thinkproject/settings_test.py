@@ -10,6 +10,8 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 AGENT_DEMO_DELAY_MS = 0
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
+# No Celery worker in-process: the turn after an approval decision runs in the deciding call.
+AGENT_APPROVAL_CONTINUATION = "inline"
 AGENT_CLASSES = [
     "agents_app.demo.agents.DemoAgent",
     "tests.agents.BodyEchoAgent",

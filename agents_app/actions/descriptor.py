@@ -281,16 +281,18 @@ def compile_actions(actions: Mapping[str, Any]) -> dict[str, Action[Any]]:
 
 
 # --------------------------------------------------------------------------------------- policies
-async def call_maybe_async(function: Callable[..., Any], *args: Any) -> Any:
+async def call_maybe_async(function: Callable[..., Any], *args: Any, thread_sensitive: bool = True) -> Any:
     """Call a user callback that may be sync or async, and return its result.
 
     A coroutine function (or an object with an ``async def __call__``) is awaited on the loop; a
     plain function runs in Django's sync thread (``sync_to_async``) so it may use the ORM.
-    A plain function that returns an awaitable has it awaited too.
+    A plain function that returns an awaitable has it awaited too. ``thread_sensitive=False``
+    runs it in a thread of its own instead: for ``execute``, which a timeout may abandon while
+    it still runs, and which must not hold up every other ORM call of the process meanwhile.
     """
     if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__):
         return await function(*args)
-    result = await sync_to_async(function, thread_sensitive=True)(*args)
+    result = await sync_to_async(function, thread_sensitive=thread_sensitive)(*args)
     if inspect.isawaitable(result):
         result = await result
     return result

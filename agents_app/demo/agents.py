@@ -1,19 +1,34 @@
-"""``DemoAgent``: one tool of each kind, so a fresh ``make run`` shows them all.
+"""``DemoAgent``: one tool and one action of each kind, so a fresh ``make run`` shows them all.
 
 With the offline demo model, name a tool to call it (``/tool NAME {json}`` or a word of its name):
 ``get_weather`` runs here; ``send_email`` waits for Approve / Reject; ``getBrowserInfo`` runs in
-the browser; ``crunch_numbers`` reports progress while it works.
+the browser; ``crunch_numbers`` reports progress while it works. Two actions show the ledger and
+approvals at work:
+
+* ``refund_order`` (``/tool refund_order {"order_id": "A1", "amount": 250}``) needs the
+  ``orders:refund`` permission, asks the user to approve refunds above 100, makes one
+  ``demo.Refund`` row per order however often it is retried (idempotency key ``refund:<order>``),
+  and attaches a draft confirmation email to the reply;
+* ``deploy_release`` (``/tool deploy_release {"version": "1.4.2"}``) parks until staff approve
+  it in the admin ("Pending approvals"), then deploys (demo: nothing happens) and the
+  conversation continues by itself.
 """
 
 import asyncio
 from collections.abc import AsyncIterator
+from decimal import Decimal
 
+from pydantic import BaseModel, Field
 from pydantic_ai import RunContext
 
 from agents_app import ChatAgent
+from agents_app.actions import Action, action
+from agents_app.actions.context import ActionContext, TurnContext
 from agents_app.tools import ClientTool, tool
 
 WEATHER = {"paris": "sunny, 21°C", "oslo": "snow, -3°C", "lisbon": "clear, 18°C"}
+# Refunds above this amount wait for the user's Approve / Reject.
+REFUND_APPROVAL_ABOVE = 100
 
 
 def get_weather(city: str) -> str:
@@ -36,8 +51,55 @@ async def crunch_numbers(ctx: RunContext["DemoAgent"], count: int = 5) -> AsyncI
         yield {"done": i, "total": total}
 
 
+class RefundInput(BaseModel):
+    order_id: str = Field(description="The order to refund")
+    amount: float = Field(gt=0, description="Amount to refund, in euros")
+    reason: str = Field(default="", description="Why the customer gets a refund")
+
+
+def refund(input: RefundInput, ctx: ActionContext) -> dict[str, object]:
+    """Make the refund (a ``demo.Refund`` row) and attach the confirmation email draft."""
+    from .models import Refund
+
+    made = Refund.objects.create(
+        order_id=input.order_id, amount=Decimal(str(input.amount)), reason=input.reason,
+        request_id=ctx.request_id, tool_call_id=ctx.tool_call_id,
+    )
+    ctx.attach_reply({
+        "type": "email_draft", "to": ["customer@example.com"], "subject": f"Your refund for order {input.order_id}",
+        "body": f"We refunded {input.amount:.2f} EUR for order {input.order_id}.",
+    })
+    return {"refund_id": made.pk, "order_id": input.order_id, "refunded": input.amount}
+
+
+class DeployInput(BaseModel):
+    version: str = Field(description="The release to deploy, e.g. 1.4.2")
+    environment: str = Field(default="production", description="Where to deploy it")
+
+
+def deploy(input: DeployInput, ctx: ActionContext) -> str:
+    """Deploy a release (demo: nothing is deployed)."""
+    return f"Deployed {input.version} to {input.environment}."
+
+
+ACTIONS: dict[str, Action[BaseModel]] = {
+    "refund_order": action(
+        description="Refund an order (demo: records a refund row)",
+        input_schema=RefundInput, execute=refund, permissions=["orders:refund"],
+        approval=lambda input, ctx: input.amount > REFUND_APPROVAL_ABOVE,
+        approval_summary="Refund an order", approval_risk="medium",
+        idempotency_key=lambda input, ctx: f"refund:{input.order_id}",
+    ),
+    "deploy_release": action(
+        description="Deploy a release to an environment; staff must approve it first",
+        input_schema=DeployInput, execute=deploy, kind="durable-pause", permissions=["deploy:run"],
+        approval_summary="Deploy a release", approval_risk="high",
+    ),
+}
+
+
 class DemoAgent(ChatAgent):
-    """Echoes with the offline demo model, and has a server, a client and an approval tool."""
+    """Echoes with the offline demo model, and has a tool and an action of each kind."""
 
     system_prompt = "You are the demo agent of Think for Django. Be brief."
 
@@ -48,3 +110,10 @@ class DemoAgent(ChatAgent):
             crunch_numbers,
             ClientTool("getBrowserInfo", "The user's browser, language and time zone"),
         ]
+
+    def get_actions(self) -> dict[str, Action[BaseModel]]:
+        return ACTIONS
+
+    async def authorize_turn(self, turn: TurnContext) -> dict[str, object]:
+        """Every demo user may refund and deploy; a real agent would ask ``turn.user``'s permissions."""
+        return {"allowed": True, "granted_permissions": ["orders:refund", "deploy:run"]}

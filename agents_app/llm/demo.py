@@ -17,7 +17,9 @@ anything else
     If it names a tool (its name or a word of 4+ letters of it), call that tool with arguments
     made from its JSON schema; otherwise echo: ``(demo model, offline) You said: ...``.
 
-After tool results come back it summarises them: ``get_weather returned Sunny in Oslo.``
+After tool results come back it summarises them: ``get_weather returned Sunny in Oslo.``; asked
+to go on with nothing new from the user (a continuation after an approval decided later), it
+summarises the latest results again, as they read now.
 """
 
 import asyncio
@@ -97,6 +99,11 @@ def plan(messages: list[ModelMessage], info: AgentInfo, default_delay: float) ->
     """The response to the history: deterministic in the messages and the tool schemas."""
     last = messages[-1]
     parts = list(last.parts) if isinstance(last, ModelRequest) else []
+    if not parts:
+        # Nothing new from the user: a continuation after a tool result changed (an approval
+        # decided later). Summarise the latest results again, as they read now.
+        parts = next((list(m.parts) for m in reversed(messages) if isinstance(m, ModelRequest) and any(
+            isinstance(p, ToolReturnPart | RetryPromptPart) for p in m.parts)), [])
     if any(isinstance(p, ToolReturnPart | RetryPromptPart) for p in parts):
         return Plan(words=re.findall(r"\S+\s*", _summarise(parts)), delay=default_delay)
     prompt = " ".join(

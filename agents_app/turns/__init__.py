@@ -7,6 +7,7 @@ process claims it.
 """
 
 import asyncio
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import transaction
@@ -30,25 +31,26 @@ __all__ = [
 ]
 
 
-async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str) -> None:
+async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any = None) -> None:
     """Accept a ``cf_agent_use_chat_request``: persist the user's messages, queue the turn.
 
     Order of frames as the reference server (spec §2.4): the other connections see the incoming
     transcript at once and again once persisted; the reply streams to everyone.
     """
     await fanout.publish(instance.pk, frames.chat_messages(request.messages), exclude=[origin_channel])
-    merged = await database_sync_to_async(_accept_chat)(instance, request, origin_channel)
+    merged = await database_sync_to_async(_accept_chat)(instance, request, origin_channel, user)
     await fanout.publish(instance.pk, frames.chat_messages(merged), exclude=[origin_channel])
     start_drain(instance.pk)
 
 
-def _accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str) -> list[UIMessage]:
+def _accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any) -> list[UIMessage]:
     with transaction.atomic():
         merged = transcript.persist(instance, request.messages, delete_stale=True)
         transcript.store_request_context(instance, request.body, request.client_tools)
         Turn.objects.create(
             instance=instance, request_id=request.request_id, kind=Turn.Kind.CHAT,
             generation=_generation(instance), origin_channel=origin_channel,
+            user=user if getattr(user, "is_authenticated", False) else None,
             body=request.body, client_tools=request.client_tools,
             message_ids=request_message_ids(request.messages),
             assistant_message_id=new_message_id(),

@@ -16,7 +16,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from ..agent import AbortSignal
+from ..abort import AbortSignal
 
 logger = logging.getLogger("agents_app.turns")
 

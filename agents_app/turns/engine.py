@@ -16,7 +16,9 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from .. import conf, registry, transcript
-from ..agent import AbortSignal, ChatAgent, ChatResponse, ChatResponseResult
+from ..abort import AbortSignal
+from ..actions.attachments import ReplyAttachments
+from ..agent import ChatAgent, ChatResponse, ChatResponseResult
 from ..messages import (
     MessageBuilder,
     awaits_interaction,
@@ -104,6 +106,9 @@ class TurnRun:
         self.instance: AgentInstance | None = None
         self.stream_pk = 0
         self.final_transcript: list[dict[str, Any]] | None = None
+        # What the turn's actions attach to the reply (``ctx.attach_reply``).
+        self.attachments = ReplyAttachments(turn.request_id)
+        self.agent: ChatAgent | None = None
 
     async def run(self) -> ChatResponseResult:
         async with control.listening(self.turn.pk, self.signal, self._on_control):
@@ -132,13 +137,16 @@ class TurnRun:
         if prepared is None:
             return ChatResponseResult(message=None, request_id=turn.request_id, continuation=True,
                                       status=Turn.Status.SKIPPED)
-        instance, messages, cancel_requested = prepared
+        instance, messages, cancel_requested, user = prepared
         agent = registry.get_agent_class(instance.slug)(instance)
         agent._emit = self._write
         agent.messages, agent.request_id = messages, turn.request_id
         agent.body, agent.client_tools = turn.body, turn.client_tools
         agent.continuation = turn.continuation
         agent.abort_signal = self.signal
+        agent.user = user
+        agent.reply_recorder = self.attachments
+        self.agent = agent
         if not turn.message_ids:
             turn.message_ids = request_message_ids(messages)
         await self.publisher.send_item(fanout.event(handshake.STREAM_START, rid=turn.request_id))
@@ -158,7 +166,7 @@ class TurnRun:
         result = ChatResponseResult(
             message=self.builder.message if self.builder.has_content() else None,
             request_id=turn.request_id, continuation=turn.continuation,
-            status=self.status, error=self.error,
+            status=self.status, error=self.error, attachments=self.attachments.items(),
         )
         try:
             await agent.on_chat_response(result)
@@ -166,11 +174,12 @@ class TurnRun:
             logger.exception("on_chat_response of %s raised", instance)
         return result
 
-    def _prepare(self) -> tuple[AgentInstance, list[dict[str, Any]], bool] | None:
+    def _prepare(self) -> tuple[AgentInstance, list[dict[str, Any]], bool, Any] | None:
         """One database round trip before the first chunk: transcript, cancel flag, buffer.
 
-        Returns the instance, its transcript, and whether a cancel came before the turn could hear
-        it; None for a continuation with nothing to continue yet (it is skipped, silently).
+        Returns the instance, its transcript, whether a cancel came before the turn could hear
+        it, and who asked; None for a continuation with nothing to continue yet (it is skipped,
+        silently).
         """
         instance = AgentInstance.objects.get(pk=self.turn.instance_id)
         cancel_requested = Turn.objects.values_list("cancel_requested", flat=True).get(pk=self.turn.pk)
@@ -186,7 +195,7 @@ class TurnRun:
         stream = buffer.start(self.turn, self.builder.message["id"])
         self.stream_pk = stream.pk
         self.writer = buffer.StreamWriter(stream.pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
-        return instance, messages, cancel_requested
+        return instance, messages, cancel_requested, self.turn.user
 
     async def _stream(self, agent: ChatAgent) -> None:
         response = await agent.on_chat_message()
@@ -268,11 +277,26 @@ class TurnRun:
         elif kind == "finish":
             waiting = any(awaits_interaction(p) for p in self.builder.parts)
             chunk = rewrite_finish(chunk, "tool-calls" if waiting else "stop")
+            await self._emit_attachments()
         await self._emit(chunk)
-        if kind == "tool-approval-request":
-            # Stored at once, so a page reloaded before the turn ends shows Approve / Reject.
+        if kind == "tool-approval-request" or (kind == "tool-output-available" and "approvalDescriptor" in chunk):
+            # Stored at once, so a page reloaded before the turn ends shows Approve / Reject, and
+            # a parked call decided in the admin at once finds its part.
             await database_sync_to_async(transcript.save_message)(self.instance, self.builder.message)
         return False
+
+    async def _emit_attachments(self) -> None:
+        """Put the turn's reply attachments, as channels show them, in the message's metadata.
+
+        A continuation adds to what the reply already shows.
+        """
+        assert self.builder is not None
+        if not len(self.attachments) or self.agent is None:
+            return
+        shown = [a for a in map(self.agent.render_attachment, self.attachments.items()) if a is not None]
+        earlier = (self.builder.message.get("metadata") or {}).get("attachments") or []
+        if shown:
+            await self._emit({"type": "message-metadata", "messageMetadata": {"attachments": [*earlier, *shown]}})
 
     async def _emit(self, chunk: dict[str, Any]) -> None:
         assert self.builder is not None
@@ -326,6 +350,8 @@ class TurnRun:
             self.final_transcript = transcript.load(instance)
         failed = self.status == Turn.Status.ERROR
         buffer.finish(self.stream_pk, error=failed)
+        if len(self.attachments):
+            Turn.objects.filter(pk=self.turn.pk).update(attachments=self.attachments.items())
         # The last failure is replayed to clients that were away, until a later turn supersedes it.
         AgentInstance.objects.filter(pk=instance.pk).update(
             terminal_request_id=self.turn.request_id if failed else "",

@@ -1,0 +1,220 @@
+"""The action pipeline: what happens on every call of an action (spec cloudflare-agents.md §5.4-§5.10).
+
+``action_tool`` turns an ``Action`` into a pydantic-ai ``Tool`` whose function runs::
+
+    (approved? input unchanged by before_tool_call) → authorize → (durable-pause: park)
+    → ledger claim → execute, raced against the timeout and the turn's cancellation
+    → output checked and made JSON-safe → ledger settle (or release on failure)
+
+Whatever goes wrong becomes the model-visible ``{"error": {"name", "message"}}`` envelope: an
+action never crashes its turn. ``needs_approval`` is the gate ``ToolPolicy`` asks before an
+approval-gated action runs (it authorizes first, so a denied call never prompts anyone), and
+``run_approved_pause`` runs a parked call once staff approve it, days later, with no turn.
+"""
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+from pydantic_ai import RunContext, Tool
+
+from .. import ledger
+from ..errors import ActionAbortedError, ActionApprovalInputError, ActionTimeoutError
+from .attachments import NO_ATTACHMENTS
+from .context import ActionAuthorizationContext, ActionContext, AuthorizationDecision
+from .descriptor import (
+    Action,
+    approval_descriptor,
+    call_maybe_async,
+    evaluate_approval,
+    resolve_idempotency_key,
+    resolve_permissions,
+)
+from .envelopes import (
+    aborted_error,
+    authorization_error,
+    error_envelope,
+    key_conflict_error,
+    pending_error,
+    prepare_output,
+)
+
+if TYPE_CHECKING:
+    from ..agent import ChatAgent
+    from ..models import PendingApproval
+
+__all__ = ["action_tool", "execute_action", "input_json", "needs_approval", "run_approved_pause"]
+
+
+def input_json(value: Any) -> Any:
+    """An action input as JSON: what hooks, descriptors, the ledger hash and the transcript see."""
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+def action_tool(agent: "ChatAgent", action: Action[Any]) -> Tool[Any]:
+    """The pydantic-ai tool of ``action`` for one turn of ``agent``.
+
+    Its single parameter is the action's ``input_schema``, so the model is shown that schema and
+    pydantic-ai validates the arguments into an instance (a bad input goes back to the model as
+    a retry, like any tool's).
+    """
+
+    async def run(ctx: RunContext[Any], input: BaseModel) -> Any:
+        return await execute_action(
+            agent, action, input, tool_call_id=ctx.tool_call_id or "", messages=ctx.messages,
+            approved_input=_approved_input(agent, ctx.tool_call_id) if ctx.tool_call_approved else None,
+        )
+
+    run.__annotations__ = {"ctx": RunContext[Any], "input": action.input_schema, "return": Any}
+    return Tool(run, name=action.name, description=action.description)
+
+
+def _approved_input(agent: "ChatAgent", tool_call_id: str | None) -> Any:
+    """The input the user approved for this call: its descriptor's, as stored in the transcript."""
+    for message in reversed(agent.messages):
+        for part in message.get("parts", []):
+            if part.get("toolCallId") == tool_call_id:
+                descriptor = (part.get("approval") or {}).get("descriptor") or {}
+                return descriptor.get("input", part.get("input"))
+    return None
+
+
+def _context(agent: "ChatAgent", action: Action[Any], tool_call_id: str, messages: Sequence[Any]) -> ActionContext:
+    assert action.name is not None
+    return ActionContext(
+        agent=agent, action=action.name, request_id=agent.request_id, tool_call_id=tool_call_id,
+        messages=messages, signal=agent.abort_signal.child(),
+        attachments=agent.reply_recorder.attempt(action.name),
+    )
+
+
+async def _authorize(agent: "ChatAgent", action: Action[Any], input: Any, ctx: ActionContext,
+                     permissions: Sequence[str]) -> AuthorizationDecision:
+    """``agent.authorize_action`` for this call, normalised (spec §5.11)."""
+    turn = agent.turn_authorization
+    decision = await call_maybe_async(agent.authorize_action, ActionAuthorizationContext(
+        agent=agent, action=ctx.action, kind=action.kind, request_id=ctx.request_id,
+        tool_call_id=ctx.tool_call_id, input=input, required_permissions=tuple(permissions),
+        granted_permissions=turn.granted_permissions, turn=turn, messages=ctx.messages,
+    ))
+    return AuthorizationDecision.of(decision)
+
+
+async def needs_approval(agent: "ChatAgent", action: Action[Any], input: Any, tool_call_id: str,
+                         messages: Sequence[Any]) -> bool:
+    """Whether this call of an approval-gated action must wait for the user (spec §5.8 step 1).
+
+    A call the user may not make anyway is not put to them: it runs and gets the authorization
+    error. When it must wait, its descriptor is kept for the ``tool-approval-request`` chunk.
+    """
+    ctx = _context(agent, action, tool_call_id, messages).for_policy()
+    permissions = await resolve_permissions(action, input, ctx)
+    if not (await _authorize(agent, action, input, ctx, permissions)).allowed:
+        return False
+    if not await evaluate_approval(action, input, ctx):
+        return False
+    agent.approval_descriptors[tool_call_id] = approval_descriptor(
+        action, request_id=agent.request_id, tool_call_id=tool_call_id, input=input, permissions=permissions,
+    )
+    return True
+
+
+async def execute_action(agent: "ChatAgent", action: Action[Any], input: Any, *, tool_call_id: str,
+                         messages: Sequence[Any], approved_input: Any = None) -> Any:
+    """One call of ``action`` inside a turn; returns what the model reads (spec §5.4).
+
+    ``approved_input`` is the input the user approved, when this call ran after an approval.
+    """
+    ctx = _context(agent, action, tool_call_id, messages)
+    try:
+        if approved_input is not None and ledger.input_hash(input_json(input)) != ledger.input_hash(approved_input):
+            raise ActionApprovalInputError()
+        policy = ctx.for_policy()
+        permissions = await resolve_permissions(action, input, policy)
+        decision = await _authorize(agent, action, input, policy, permissions)
+        if not decision.allowed:
+            return authorization_error(decision.reason, permissions)
+        if ctx.signal.aborted:
+            return aborted_error(ctx.signal.reason)
+        if action.kind == "durable-pause" and await evaluate_approval(action, input, policy):
+            from .. import approvals
+
+            return await approvals.park(agent, action, input, ctx, permissions)
+        return await _run_ledgered(action, input, ctx)
+    except Exception as exc:  # noqa: BLE001 (spec §5.4 step 6: the model gets the envelope, the turn goes on)
+        return error_envelope(exc)
+
+
+async def run_approved_pause(agent: "ChatAgent", action: Action[Any], row: "PendingApproval") -> Any:
+    """Run a parked call that staff approved: no turn, no re-authorization (spec §5.10).
+
+    Authorization was checked when the call parked and the approver's decision stands. The
+    context has no messages and ``attach_reply`` does nothing; the timeout and the ledger apply.
+    """
+    assert action.name is not None
+    ctx = ActionContext(agent=agent, action=action.name, request_id=row.request_id, tool_call_id=row.tool_call_id,
+                        attachments=NO_ATTACHMENTS)
+    try:
+        input = action.validate_input(row.input if isinstance(row.input, dict) else {})
+        return await _run_ledgered(action, input, ctx)
+    except Exception as exc:  # noqa: BLE001 (the approver and the model get the envelope)
+        return error_envelope(exc)
+
+
+async def _run_ledgered(action: Action[Any], input: Any, ctx: ActionContext) -> Any:
+    """Execute at most once per ledger key; replay a settled result (spec §5.9)."""
+    assert action.name is not None
+    explicit = await resolve_idempotency_key(action, input, ctx.for_policy())
+    key = ledger.ledger_key(action.name, explicit, ctx.tool_call_id or None)
+
+    async def execute() -> Any:
+        try:
+            output = action.validate_output(await _execute_in_time(action, input, ctx))
+        except BaseException:
+            ctx.attachments.rollback()
+            raise
+        return prepare_output(output)
+
+    result = await ledger.run_once(
+        key, action_name=action.name, input_hash=ledger.input_hash(input_json(input)),
+        request_id=ctx.request_id, tool_call_id=ctx.tool_call_id, retryable=explicit is not None, execute=execute,
+    )
+    if result.outcome == "conflict":
+        return key_conflict_error(key or "", action.name)
+    if result.outcome == "pending":
+        return pending_error()
+    return result.value
+
+
+async def _execute_in_time(action: Action[Any], input: Any, ctx: ActionContext) -> Any:
+    """``execute``, raced against the action's timeout and the turn's cancellation (spec §5.7).
+
+    A plain-function ``execute`` runs in a thread of its own: if it hangs, the timeout abandons
+    it there (Python cannot kill a thread) and the turn goes on.
+    """
+    loop = asyncio.get_running_loop()
+    seconds = action.timeout_seconds
+    timed_out = ActionTimeoutError(action.timeout_ms)
+    expired = asyncio.Event()
+
+    def expire() -> None:
+        expired.set()
+        ctx.signal.abort(str(timed_out))
+
+    timer = loop.call_later(seconds, expire) if seconds is not None else None
+    running = asyncio.ensure_future(call_maybe_async(action.execute, input, ctx, thread_sensitive=False))
+    aborted = asyncio.ensure_future(ctx.signal.wait())
+    try:
+        await asyncio.wait({running, aborted}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        aborted.cancel()
+        if timer is not None:
+            timer.cancel()
+        if not running.done():
+            running.cancel()
+    if running.done() and not running.cancelled():
+        return running.result()
+    if expired.is_set():
+        raise timed_out
+    raise ActionAbortedError()
