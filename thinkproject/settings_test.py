@@ -21,4 +21,5 @@ AGENT_CLASSES = [
     "tests.agents.SharedRoomAgent",
     "tests.agents.ToolAgent",
     "tests.agents.GateAgent",
+    "tests.action_agents.ActionTestAgent",
 ]

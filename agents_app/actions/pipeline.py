@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from pydantic_ai import RunContext, Tool
 
-from .. import ledger
+from .. import events, ledger
 from ..errors import ActionAbortedError, ActionApprovalInputError, ActionTimeoutError
 from .attachments import NO_ATTACHMENTS
 from .context import ActionAuthorizationContext, ActionContext, AuthorizationDecision
@@ -174,17 +174,40 @@ async def _run_ledgered(action: Action[Any], input: Any, ctx: ActionContext) -> 
         except BaseException:
             ctx.attachments.rollback()
             raise
-        return prepare_output(output)
+        prepared = prepare_output(output)
+        if _unserialisable(prepared):
+            raise _Unrecorded(prepared)
+        return prepared
 
-    result = await ledger.run_once(
-        key, action_name=action.name, input_hash=ledger.input_hash(input_json(input)),
-        request_id=ctx.request_id, tool_call_id=ctx.tool_call_id, retryable=explicit is not None, execute=execute,
-    )
+    try:
+        result = await ledger.run_once(
+            key, action_name=action.name, input_hash=ledger.input_hash(input_json(input)),
+            request_id=ctx.request_id, tool_call_id=ctx.tool_call_id, retryable=explicit is not None,
+            execute=execute,
+        )
+    except _Unrecorded as unrecorded:
+        # The action ran, but its result cannot be stored for replays: its row is released
+        # (a retry runs again) and the model gets what there is (spec §5.9 serialize_failed).
+        events.emit(events.LEDGER_SERIALIZE_FAILED, action=action.name, key=key)
+        return unrecorded.output
     if result.outcome == "conflict":
         return key_conflict_error(key or "", action.name)
     if result.outcome == "pending":
         return pending_error()
     return result.value
+
+
+class _Unrecorded(Exception):
+    """``execute`` succeeded but its output could not be made JSON: nothing to store in the ledger."""
+
+    def __init__(self, output: Any) -> None:
+        super().__init__("unserialisable action output")
+        self.output = output
+
+
+def _unserialisable(prepared: Any) -> bool:
+    """Whether ``prepare_output`` reported an output it could not serialise."""
+    return isinstance(prepared, dict) and prepared.keys() == {"serialized", "error"} and prepared["serialized"] is False
 
 
 async def _execute_in_time(action: Action[Any], input: Any, ctx: ActionContext) -> Any:
