@@ -1,39 +1,44 @@
 """Durable AI chat agents for Django.
 
 The public API: subclass ``ChatAgent``, list the class in ``AGENT_CLASSES``, and talk to it at
-``/agents/<slug>/<name>`` with the ``cf_agent_*`` protocol. Names are imported lazily so that a
-module defining agents can import this package before Django's app registry is ready.
+``/agents/<slug>/<name>`` with the ``cf_agent_*`` protocol. Declare side effects with
+``action()``; steer tool calls with ``before_tool_call`` (``ToolCallDecision``). Names are
+imported lazily so that a module defining agents can import this package before Django's app
+registry is ready.
 """
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .abort import AbortSignal
     from .actions import Action, action
-    from .agent import AbortSignal, ChatAgent, ChatResponseResult, SaveMessagesResult
+    from .actions.context import ActionAuthorizationContext, ActionContext, AuthorizationDecision, TurnContext
+    from .agent import ChatAgent, ChatResponseResult, SaveMessagesResult
     from .errors import AgentConfigurationError
+    from .hooks import ToolCall, ToolCallDecision
 
-__all__ = [
-    "AbortSignal",
-    "Action",
-    "AgentConfigurationError",
-    "ChatAgent",
-    "ChatResponseResult",
-    "SaveMessagesResult",
-    "action",
-]
+# Public name → the module that defines it.
+_EXPORTS = {
+    "AbortSignal": ".abort",
+    "Action": ".actions",
+    "ActionAuthorizationContext": ".actions.context",
+    "ActionContext": ".actions.context",
+    "AgentConfigurationError": ".errors",
+    "AuthorizationDecision": ".actions.context",
+    "ChatAgent": ".agent",
+    "ChatResponseResult": ".agent",
+    "SaveMessagesResult": ".agent",
+    "ToolCall": ".hooks",
+    "ToolCallDecision": ".hooks",
+    "TurnContext": ".actions.context",
+    "action": ".actions",
+}
+
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("AbortSignal", "ChatAgent", "ChatResponseResult", "SaveMessagesResult"):
-        from . import agent
-
-        return getattr(agent, name)
-    if name in ("Action", "action"):
-        from . import actions
-
-        return getattr(actions, name)
-    if name == "AgentConfigurationError":
-        from .errors import AgentConfigurationError
-
-        return AgentConfigurationError
-    raise AttributeError(name)
+    if name not in _EXPORTS:
+        raise AttributeError(name)
+    return getattr(import_module(_EXPORTS[name], __name__), name)

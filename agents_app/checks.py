@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
 E001 = "agents_app.E001"
+E003 = "agents_app.E003"
 E004 = "agents_app.E004"
 W001 = "agents_app.W001"
 W002 = "agents_app.W002"
@@ -23,6 +24,30 @@ def check_agent_classes(app_configs: Any, **kwargs: Any) -> list[Error]:
     except AgentConfigurationError as exc:
         return [Error(str(exc), hint="Fix AGENT_CLASSES in settings.py.", id=E001)]
     return []
+
+
+@register(Tags.compatibility)
+def check_agent_actions(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """E003: every agent's ``get_actions()`` is a dict of valid ``action()`` declarations.
+
+    A malformed action then fails ``manage.py check`` (and startup), not a conversation.
+    """
+    from types import SimpleNamespace
+
+    from .errors import AgentConfigurationError
+    from .registry import agent_classes
+
+    errors = []
+    try:
+        classes = agent_classes()
+    except AgentConfigurationError:
+        return []  # E001 reports it
+    for slug, agent_class in sorted(classes.items()):
+        try:
+            agent_class(SimpleNamespace(name="(system check)", pk=None)).compiled_actions()
+        except AgentConfigurationError as exc:
+            errors.append(Error(f"{agent_class.__qualname__} ({slug}): {exc}", hint="Fix its get_actions().", id=E003))
+    return errors
 
 
 @register(Tags.compatibility)
