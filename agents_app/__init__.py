@@ -35,7 +35,21 @@ _EXPORTS = {
     "action": ".actions",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "AbortSignal",
+    "Action",
+    "ActionAuthorizationContext",
+    "ActionContext",
+    "AgentConfigurationError",
+    "AuthorizationDecision",
+    "ChatAgent",
+    "ChatResponseResult",
+    "SaveMessagesResult",
+    "ToolCall",
+    "ToolCallDecision",
+    "TurnContext",
+    "action",
+]
 
 
 def __getattr__(name: str) -> Any:
