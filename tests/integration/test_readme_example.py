@@ -37,3 +37,58 @@ async def test_support_agent_from_the_readme_answers_with_its_tool(readme_agents
     await a.send_json_to(chat_request("r1", [user_message("u1", '/tool lookup_order {"order_id": "42"}')]))
     frames = await receive_until(a, is_done("r1"))
     assert text_of(frames) == "lookup_order returned Order 42: shipped."
+
+
+@pytest.fixture
+def readme_actions():
+    """The Python block of "### Actions", importable as module ``readme_actions``."""
+    section = README.read_text().split("### Actions", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    module = types.ModuleType("readme_actions")
+    exec(compile(code, "README.md", "exec"), module.__dict__)
+    sys.modules["readme_actions"] = module
+    with override_settings(AGENT_CLASSES=[*settings.AGENT_CLASSES, "readme_actions.ShopAgent"]):
+        yield module
+    del sys.modules["readme_actions"]
+
+
+async def test_shop_agent_from_the_readme_refunds_once_and_parks_its_deploy(readme_actions, make_user):
+    from channels.db import database_sync_to_async
+
+    from agents_app import transcript
+
+    staff = await database_sync_to_async(make_user)("staffer", is_staff=True)
+    agent = await readme_actions.ShopAgent.aget("shop-1", owner=staff)
+    refund = '/tool refund_order {"order_id": "A1", "amount": 20}'
+    await agent.save_messages([refund])
+    await agent.save_messages([refund])
+    # Programmatic turns have no user: authorize_turn grants nothing, so the refund is refused.
+    assert readme_actions.REFUNDS == []
+    messages = await database_sync_to_async(transcript.load)(agent.instance)
+    refused = [p for m in messages for p in m["parts"] if p.get("type") == "tool-refund_order"]
+    assert refused[0]["output"]["error"]["name"] == "ActionAuthorizationError"
+
+    await agent.save_messages(['/tool deploy {"order_id": "v2", "amount": 1}'])
+    [pending] = await agent.pending_approvals()
+    assert await agent.approve_execution(pending["executionId"], actor=staff) == "Refunded 1.0 on v2"
+    assert readme_actions.REFUNDS == ["v2"]
+    assert await agent.pending_approvals() == []
+
+
+async def test_shop_agent_refunds_once_for_a_staff_user_over_the_websocket(readme_actions, make_user):
+    from channels.db import database_sync_to_async
+
+    from tests.conftest import connect
+
+    staff = await database_sync_to_async(make_user)("staffer", is_staff=True)
+    a, connected, _ = await connect("/agents/shop-agent/shop-2", staff)
+    assert connected
+    await a.receive_json_from()
+    await a.receive_json_from()
+    for request_id in ("r1", "r2"):
+        await a.send_json_to(chat_request(request_id, [user_message(f"u-{request_id}",
+                                                                    '/tool refund_order {"order_id": "B7", "amount": 20}')]))
+        frames = await receive_until(a, is_done(request_id))
+        assert text_of(frames) == "refund_order returned Refunded 20.0 on B7."
+    assert readme_actions.REFUNDS == ["B7"]
+    await a.disconnect()
