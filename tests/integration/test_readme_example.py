@@ -85,9 +85,9 @@ async def test_shop_agent_refunds_once_for_a_staff_user_over_the_websocket(readm
     assert connected
     await a.receive_json_from()
     await a.receive_json_from()
+    refund = '/tool refund_order {"order_id": "B7", "amount": 20}'
     for request_id in ("r1", "r2"):
-        await a.send_json_to(chat_request(request_id, [user_message(f"u-{request_id}",
-                                                                    '/tool refund_order {"order_id": "B7", "amount": 20}')]))
+        await a.send_json_to(chat_request(request_id, [user_message(f"u-{request_id}", refund)]))
         frames = await receive_until(a, is_done(request_id))
         assert text_of(frames) == "refund_order returned Refunded 20.0 on B7."
     assert readme_actions.REFUNDS == ["B7"]
