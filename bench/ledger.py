@@ -10,7 +10,10 @@ connection is reused, ``DB_CONN_MAX_AGE``) around an ``execute`` that returns a 
 * *direct*: ``await execute()`` with no ledger, the baseline;
 * *distinct keys*: every call a new key (claim INSERT + settle UPDATE, two thread hops);
 * *one key*: every call the same key (the first executes, then replays: a failed INSERT + a read);
-* the two ledger workloads again from T asyncio tasks in one process (``--tasks``), and from P
+* *action pipeline*: a whole action call (``actions.pipeline.execute_action``: permissions,
+  ``authorize_action``, idempotency-key policy, ledger, timeout, output preparation), distinct
+  keys, against the same ``execute``: what an ``action()`` costs over a plain tool;
+* the ledger workloads again from T asyncio tasks in one process (``--tasks``), and from P
   processes at once (``--processes``; each does calls/P, started together on a wall-clock mark).
 
 Columns: *calls/s* = calls / wall time of the row; *µs/call* = latency of one call (median, p95),
@@ -32,6 +35,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from bench._stack import machine_load, median, p95, table
 from tests.support.live import PYTHON, ROOT, LiveStack, PostgresServer
 
@@ -47,25 +52,59 @@ def _setup_django() -> None:
     django.setup()
 
 
-async def _calls(indices: range, *, prefix: str, same_key: bool, use_ledger: bool,
+class _RefundInput(BaseModel):
+    order_id: str
+    amount: str
+    reason: str
+
+
+async def _bench_action(execute: Any) -> tuple[Any, Any]:
+    """An agent with one action around ``execute`` (key: the order id), on a fresh instance."""
+    from channels.db import database_sync_to_async
+
+    from agents_app import ChatAgent, action
+    from agents_app.models import AgentInstance
+
+    class BenchAgent(ChatAgent):
+        def get_actions(self) -> dict[str, Any]:
+            return {"refund": action(description="Refund", input_schema=_RefundInput, permissions=["refund"],
+                                     execute=lambda input, ctx: execute(),
+                                     idempotency_key=lambda input, ctx: input.order_id)}
+
+    instance = await database_sync_to_async(AgentInstance.objects.create)(slug="bench", name=uuid.uuid4().hex)
+    agent = BenchAgent(instance)
+    return agent, agent.compiled_actions()["refund"]
+
+
+async def _calls(indices: range, *, prefix: str, same_key: bool, mode: str,
                  latencies: list[float], outcomes: Counter[str], executed: list[int]) -> None:
     from agents_app import ledger
+    from agents_app.actions.pipeline import execute_action
 
-    async def execute() -> dict[str, Any]:
+    def execute() -> dict[str, Any]:
         executed[0] += 1
         return {"ok": True, "refund": "12.50"}
 
+    async def execute_async() -> dict[str, Any]:
+        return execute()
+
+    agent, refund = await _bench_action(execute) if mode == "action" else (None, None)
     for i in indices:
         key = f"action:refund:{prefix}" if same_key else f"action:refund:{prefix}-{i}"
         started = time.perf_counter()
-        if use_ledger:
+        if mode == "ledger":
             result = await ledger.run_once(
                 key, action_name="refund", input_hash=ledger.input_hash(INPUT), request_id="bench",
-                tool_call_id=f"tc-{i}", retryable=True, lease=ledger.DEFAULT_PENDING_RETRY_LEASE, execute=execute,
+                tool_call_id=f"tc-{i}", retryable=True, lease=ledger.DEFAULT_PENDING_RETRY_LEASE,
+                execute=execute_async,
             )
             outcomes[result.outcome + (" (coalesced)" if result.coalesced else "")] += 1
+        elif mode == "action":
+            output = await execute_action(agent, refund, refund.validate_input({**INPUT, "order_id": key}),
+                                          tool_call_id=f"tc-{i}", messages=[])
+            outcomes["error" if "error" in output else "executed"] += 1
         else:
-            await execute()
+            await execute_async()
             outcomes["direct"] += 1
         latencies.append(time.perf_counter() - started)
 
@@ -76,7 +115,8 @@ async def _in_process(workload: str, *, calls: int, tasks: int) -> dict[str, Any
     outcomes: Counter[str] = Counter()
     executed = [0]
     prefix = uuid.uuid4().hex[:8]
-    options = {"prefix": prefix, "same_key": workload == "one key", "use_ledger": workload != "direct",
+    mode = {"direct": "direct", "action pipeline": "action"}.get(workload, "ledger")
+    options = {"prefix": prefix, "same_key": workload == "one key", "mode": mode,
                "latencies": latencies, "outcomes": outcomes, "executed": executed}
     started = time.perf_counter()
     await asyncio.gather(*(_calls(range(k, calls, tasks), **options) for k in range(tasks)))
@@ -93,7 +133,7 @@ def child(args: argparse.Namespace) -> None:
         await _in_process("distinct keys", calls=100, tasks=1)  # warm-up: connection, imports, caches
         rows = []
         for tasks in (1, args.tasks):
-            for workload in ("direct", "distinct keys", "one key"):
+            for workload in ("direct", "distinct keys", "one key", "action pipeline"):
                 rows.append(await _in_process(workload, calls=args.calls, tasks=tasks))
         return rows
 
@@ -112,12 +152,12 @@ def worker(args: argparse.Namespace) -> None:
     indices = range(args.index, args.calls, args.processes)
 
     async def main() -> None:
-        await _calls(range(0, 20), prefix=f"warm-{uuid.uuid4().hex[:8]}", same_key=False, use_ledger=True,
+        await _calls(range(0, 20), prefix=f"warm-{uuid.uuid4().hex[:8]}", same_key=False, mode="ledger",
                      latencies=[], outcomes=Counter(), executed=[0])
         print("ready", flush=True)
         start_at = float(sys.stdin.readline())
         await asyncio.sleep(max(0.0, start_at - time.time()))
-        await _calls(indices, prefix=args.prefix, same_key=args.same_key, use_ledger=True,
+        await _calls(indices, prefix=args.prefix, same_key=args.same_key, mode="ledger",
                      latencies=latencies, outcomes=outcomes, executed=executed)
 
     asyncio.run(main())
