@@ -7,6 +7,7 @@ rewrites the fixtures from the current output, and the diff is reviewed like cod
 import asyncio
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,34 @@ async def _follow_continuation(a):
         if got[-1]["type"] == "cf_agent_stream_resuming":
             await a.send_json_to({"type": "cf_agent_stream_resume_ack", "id": got[-1]["id"]})
     return got
+
+
+async def test_action_approval_round_trip(ws):
+    """Spec §2.10 d: an approval-gated action's request carries its ``approvalDescriptor``, and the
+    approved call runs in the continuation."""
+    from tests.action_agents import SETUP, Setup
+
+    SETUP["golden-action"] = Setup(permissions=["echo:run"], granted=["echo:run"], approval=True,
+                                   approval_summary="Approve echo action", approval_risk="low")
+    a = await ws("/agents/action-test-agent/golden-action")
+    await a.receive_json_from()
+    await a.receive_json_from()
+    await a.send_json_to(chat_request("r1", [user_message("u1", '/tool echo {"message": "hello"}')]))
+    got = await receive_until(a, is_done("r1"))
+    await a.send_json_to({"type": "cf_agent_tool_approval", "toolCallId": "demo_0_0", "approved": True,
+                          "autoContinue": True})
+    got += await _follow_continuation(a)
+    del SETUP["golden-action"]
+    assert_golden("action_approval_round_trip", normalize(_without_handshake(got)))
+
+
+async def test_durable_pause_parks_with_its_descriptor(ws):
+    """Spec §2.10 e: the paused output, with the descriptor beside it, then the model's text."""
+    a = await ws("/agents/demo-agent/golden-pause")
+    await a.receive_json_from()
+    await a.receive_json_from()
+    await a.send_json_to(chat_request("r1", [user_message("u1", '/tool deploy_release {"version": "1.4.2"}')]))
+    got = normalize(await receive_until(a, is_done("r1")))
+    # The execution id is a fresh uuid, also inside the model's text: named like the other ids.
+    text = re.sub(r"actpause_[0-9a-f-]{36}", "actpause_<uuid>", json.dumps(got))
+    assert_golden("durable_pause", json.loads(text))
