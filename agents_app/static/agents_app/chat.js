@@ -1062,6 +1062,10 @@
       if (node) body.append(node);
       if (part.type !== "step-start") sawContent = true;
     });
+    if (role === "assistant") {
+      const attachments = renderAttachments(message);
+      if (attachments) body.append(attachments);
+    }
     if (s) {
       for (const [type, data] of s.transient) body.append(renderData(type, data, true));
       if (!hasContent(message)) body.append(el("span", "typing", "…"));
@@ -1135,13 +1139,14 @@
     card.dataset.state = part.state || "";
     card.dataset.tool = toolName;
     card.dataset.toolCallId = part.toolCallId || "";
-    const paused = part.state === "output-available" && part.output && typeof part.output === "object"
-      && part.output.status === "paused";
+    const pause = pauseOf(part);
     let label = STATE_LABEL[part.state] || part.state || "";
     if (part.state === "output-available" && part.preliminary) label = "in progress…";
-    if (paused) {
-      label = "paused";
-      card.dataset.paused = "true";
+    if (pause) {
+      label = pause.decision;
+      card.dataset.decision = pause.decision;
+      if (pause.decision === "paused") card.dataset.paused = "true";
+      if (pause.executionId) card.dataset.executionId = pause.executionId;
     }
     if (part.state === "approval-responded" && part.approval) {
       label = part.approval.approved ? "approved" : "rejected";
@@ -1154,15 +1159,16 @@
     head.append(el("span", "tool-state", label));
     card.append(head);
 
+    // What the approver is asked about stays on the card after the decision too.
+    const descriptor = descriptorOf(part);
+    if (descriptor) card.append(renderDescriptor(descriptor));
+
     const rawInput = toolInputText.get(part);
-    if (part.input !== undefined) card.append(ioBlock("input", json(part.input)));
+    const toolInput = part.input !== undefined ? part.input : descriptor?.input;
+    if (toolInput !== undefined) card.append(ioBlock("input", json(toolInput)));
     else if (rawInput) card.append(ioBlock("input", rawInput));
 
-    const descriptor = part.approval?.descriptor || part.approvalDescriptor;
     if (part.state === "approval-requested") {
-      if (descriptor && typeof descriptor === "object" && descriptor.summary) {
-        card.append(el("div", "tool-note", String(descriptor.summary)));
-      }
       const actions = el("div", "tool-actions");
       const approve = el("button", "approve", "Approve");
       const reject = el("button", "reject", "Reject");
@@ -1174,15 +1180,69 @@
       actions.append(approve, reject);
       card.append(actions);
     }
-    if (paused) {
-      card.append(el("div", "tool-note paused", "waiting for approval by staff"));
-      if (part.output.message) card.append(el("div", "tool-note", String(part.output.message)));
+    if (pause) {
+      // Capitalised on screen by CSS (::first-letter); the text keeps the wording the page always used.
+      if (pause.decision === "paused") card.append(el("div", "tool-note paused", "waiting for approval by staff"));
+      else card.append(el("div", "tool-decision", pause.text));
+      if (pause.executionId) card.append(el("small", "execution-id", pause.executionId));
     } else if (part.state === "output-available") {
       card.append(ioBlock(part.preliminary ? "progress" : "output", json(part.output)));
     }
     if (part.state === "output-error") card.append(el("div", "tool-error", part.errorText || "Tool failed"));
     if (part.state === "output-denied") card.append(el("div", "tool-note", "The call was rejected."));
     return card;
+  }
+
+  /**
+   * The approval descriptor of a tool part: `approval.descriptor` on an inline (approval-gated)
+   * call, the sibling `approvalDescriptor` on a durable-pause one (spec §5.8, §5.10).
+   */
+  function descriptorOf(part) {
+    const descriptor = part.approval?.descriptor || part.approvalDescriptor;
+    return descriptor && typeof descriptor === "object" && !Array.isArray(descriptor) ? descriptor : null;
+  }
+
+  /**
+   * Where a durable pause stands (spec §5.10): null for any other tool part. The part keeps state
+   * output-available throughout; only its output changes, from the paused envelope to the
+   * decision's outcome (the action's output, a rejection or an error object), sent as
+   * cf_agent_message_updated. A paused envelope without a descriptor (e.g. from another producer)
+   * still reads as paused.
+   */
+  function pauseOf(part) {
+    if (part.state !== "output-available" || part.preliminary) return null;
+    const output = part.output;
+    const record = output && typeof output === "object" && !Array.isArray(output) ? output : null;
+    const executionId = typeof record?.executionId === "string" ? record.executionId : null;
+    if (record?.status === "paused") return { decision: "paused", executionId };
+    if (!part.approvalDescriptor) return null;
+    if (record?.status === "rejected") {
+      return { decision: "rejected", executionId, text: `Rejected: ${record.reason || "no reason given"}` };
+    }
+    // {status: "error", error: "..."} from the approval service, {error: {name, message}} from a failed execute.
+    const error = record?.status === "error" ? record.error : record?.error?.message;
+    if (error !== undefined) return { decision: "error", executionId, text: `Error: ${textOf(error)}` };
+    return { decision: "approved", executionId, text: `Approved: ${textOf(output)}` };
+  }
+
+  function renderDescriptor(descriptor) {
+    const box = el("div", "approval");
+    const line = el("div", "approval-head");
+    if (descriptor.summary) line.append(el("span", "approval-summary", descriptor.summary));
+    if (typeof descriptor.risk === "string" && descriptor.risk) {
+      const risk = el("span", "risk", `${descriptor.risk} risk`);
+      risk.dataset.risk = descriptor.risk;
+      line.append(risk);
+    }
+    if (line.childElementCount) box.append(line);
+    const permissions = Array.isArray(descriptor.permissions) ? descriptor.permissions : [];
+    if (permissions.length) {
+      const list = el("div", "permissions");
+      list.append(el("span", "io-label", "permissions"));
+      for (const permission of permissions) list.append(el("code", "permission", permission));
+      box.append(list);
+    }
+    return box;
   }
 
   function ioBlock(label, text) {
@@ -1245,6 +1305,87 @@
     } catch {
       return String(value);
     }
+  }
+
+  // ---------------------------------------------------------------- reply attachments
+  // Extras an action attached to the turn's reply (spec §5.12), in the message's metadata.
+  const ATTACHMENT_RENDERERS = {
+    email_draft: renderEmailDraft,
+    card: renderCardAttachment,
+    voice_note: renderVoiceNote,
+  };
+
+  function renderAttachments(message) {
+    const list = message.metadata?.attachments;
+    if (!Array.isArray(list)) return null;
+    const items = list.filter((a) => a && typeof a === "object" && typeof a.type === "string");
+    if (!items.length) return null;
+    const wrap = el("div", "attachments");
+    for (const attachment of items) {
+      const node = el("div", "attachment");
+      node.dataset.type = attachment.type;
+      const render = Object.hasOwn(ATTACHMENT_RENDERERS, attachment.type)
+        ? ATTACHMENT_RENDERERS[attachment.type]
+        : renderOtherAttachment;
+      render(node, attachment);
+      wrap.append(node);
+    }
+    return wrap;
+  }
+
+  function renderEmailDraft(node, attachment) {
+    node.append(el("div", "attachment-title", "Email draft"));
+    const to = Array.isArray(attachment.to) ? attachment.to.map(textOf).join(", ") : attachment.to;
+    appendFields(node, [["To", to], ["Subject", attachment.subject]]);
+    if (hasValue(attachment.body)) node.append(el("div", "attachment-body", textOf(attachment.body)));
+  }
+
+  function renderCardAttachment(node, attachment) {
+    node.append(el("div", "attachment-title", hasValue(attachment.title) ? textOf(attachment.title) : "Card"));
+    const payload = attachment.payload;
+    if (payload && typeof payload === "object" && !Array.isArray(payload)) {
+      appendFields(node, Object.entries(payload));
+    } else if (payload !== undefined) {
+      node.append(el("pre", "attachment-json", json(payload)));
+    }
+  }
+
+  function renderVoiceNote(node, attachment) {
+    node.append(el("div", "attachment-title", "Voice note"));
+    const src = safeUrl(attachment.url, true);
+    if (src) {
+      const audio = el("audio");
+      audio.controls = true;
+      audio.preload = "none";
+      audio.src = src;
+      node.append(audio);
+    } else if (hasValue(attachment.text)) {
+      node.append(el("div", "attachment-body", textOf(attachment.text)));
+    }
+  }
+
+  function renderOtherAttachment(node, attachment) {
+    const { type, ...rest } = attachment;
+    node.append(el("div", "attachment-title", type));
+    node.append(el("pre", "attachment-json", json(rest)));
+  }
+
+  /** A <dl> of the [label, value] pairs that have a value, if any has. */
+  function appendFields(node, pairs) {
+    const dl = el("dl", "attachment-fields");
+    for (const [label, value] of pairs) {
+      if (hasValue(value)) dl.append(el("dt", null, label), el("dd", null, textOf(value)));
+    }
+    if (dl.childElementCount) node.append(dl);
+  }
+
+  function hasValue(value) {
+    return value !== undefined && value !== null && value !== "";
+  }
+
+  /** Strings as they are, anything else as compact JSON. */
+  function textOf(value) {
+    return typeof value === "string" ? value : json(value, 0);
   }
 
   // ---------------------------------------------------------------- start
