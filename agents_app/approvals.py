@@ -29,7 +29,7 @@ from . import conf, events, registry, transcript
 from .actions.descriptor import approval_descriptor
 from .errors import UnknownAgent
 from .ledger import USE_SETTING, _Setting
-from .messages import is_tool_part, new_request_id
+from .messages import is_tool_part
 from .models import AgentInstance, ApprovalDecision, ChatMessage, PendingApproval, Turn
 from .protocol import frames
 from .streaming import fanout
@@ -266,8 +266,9 @@ async def continue_conversation(instance: AgentInstance) -> None:
     API call); ``"inline"`` runs it here before returning (single-process setups and tests).
     Connected clients see it stream either way, through the instance's group.
     """
-    turn_pk = await database_sync_to_async(_enqueue)(instance)
-    if turn_pk is None:
+    from .turns.interactions import enqueue_continuation
+
+    if await database_sync_to_async(enqueue_continuation)(instance) is None:
         return
     if conf.get("AGENT_APPROVAL_CONTINUATION") == "inline":
         from .turns import drain
@@ -277,23 +278,6 @@ async def continue_conversation(instance: AgentInstance) -> None:
         from .tasks import drain_instance
 
         await sync_to_async(drain_instance.delay)(instance.pk)
-
-
-def _enqueue(instance: AgentInstance) -> int | None:
-    """The continuation turn's row (one queued continuation serves several outcomes)."""
-    with transaction.atomic():
-        if Turn.objects.filter(instance=instance, kind=Turn.Kind.CONTINUATION, status=Turn.Status.QUEUED).exists():
-            return None
-        messages = transcript.load(instance)
-        body, client_tools = transcript.request_context(instance)
-        generation = AgentInstance.objects.values_list("generation", flat=True).get(pk=instance.pk)
-        turn = Turn.objects.create(
-            instance=instance, request_id=new_request_id(), kind=Turn.Kind.CONTINUATION,
-            # A reply to continue, or (after an outcome note) a new reply.
-            continuation=bool(messages) and messages[-1].get("role") == "assistant",
-            generation=generation, body=body, client_tools=client_tools,
-        )
-    return turn.pk
 
 
 # ----------------------------------------------------------------------------------------- sweep

@@ -42,8 +42,8 @@ class Setup:
     behaviour: str = "return"
     error: str = "action failed"
     delay: float = 0.05
-    # What authorize_turn grants: None = everything.
-    granted: list[str] | None = None
+    # What authorize_turn grants: None = everything; "user" = echo:run to a turn with a user only.
+    granted: list[str] | str | None = None
     turn_allowed: bool = True
     # before_tool_call's answer (None: run as asked).
     before: Callable[[ToolCall], ToolCallDecision | None] | None = None
@@ -188,7 +188,10 @@ class ActionTestAgent(ChatAgent):
         return actions
 
     async def authorize_turn(self, turn: TurnContext) -> dict[str, Any]:
-        return {"allowed": self.setup.turn_allowed, "granted_permissions": self.setup.granted}
+        granted = self.setup.granted
+        if granted == "user":
+            granted = ["echo:run"] if turn.user is not None else []
+        return {"allowed": self.setup.turn_allowed, "granted_permissions": granted}
 
     async def before_tool_call(self, call: ToolCall) -> ToolCallDecision | None:
         probe(self.name).before.append(call)

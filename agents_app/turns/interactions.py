@@ -142,18 +142,28 @@ async def schedule_continuation(instance: AgentInstance, origin_channel: str) ->
     The turn row exists at once, so the client's resume probe is told to keep waiting
     (``cf_agent_stream_pending``) until the continuation streams.
     """
-    if await database_sync_to_async(_enqueue_continuation)(instance, origin_channel):
+    if await database_sync_to_async(enqueue_continuation)(instance, origin_channel) is not None:
         start_drain(instance.pk, delay=COALESCE_SECONDS)
 
 
-def _enqueue_continuation(instance: AgentInstance, origin_channel: str) -> bool:
+def enqueue_continuation(instance: AgentInstance, origin_channel: str = "") -> Turn | None:
+    """The continuation turn's row, or None when one is already queued (it serves both answers).
+
+    It continues the last reply, or starts a new one when the transcript ends otherwise (an
+    approval outcome noted as a system message). It acts for whoever asked last, so
+    ``authorize_turn`` grants the same permissions as in the turn that asked for the tool.
+    """
     with transaction.atomic():
         if Turn.objects.filter(instance=instance, kind=Turn.Kind.CONTINUATION, status=Turn.Status.QUEUED).exists():
-            return False
+            return None
         body, client_tools = transcript.request_context(instance)
         generation = AgentInstance.objects.values_list("generation", flat=True).get(pk=instance.pk)
-        Turn.objects.create(
-            instance=instance, request_id=new_request_id(), kind=Turn.Kind.CONTINUATION, continuation=True,
-            generation=generation, origin_channel=origin_channel, body=body, client_tools=client_tools,
+        last_role = ChatMessage.objects.filter(instance=instance).order_by("-position").values_list(
+            "role", flat=True).first()
+        asker = Turn.objects.filter(instance=instance, user__isnull=False).order_by("-pk").values_list(
+            "user_id", flat=True).first()
+        return Turn.objects.create(
+            instance=instance, request_id=new_request_id(), kind=Turn.Kind.CONTINUATION,
+            continuation=last_role == "assistant", generation=generation, origin_channel=origin_channel,
+            body=body, client_tools=client_tools, user_id=asker,
         )
-    return True

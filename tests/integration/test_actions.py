@@ -353,6 +353,16 @@ async def test_23_rechecks_authorization_after_approval_before_execute(ws):
     assert probe("t23").count == 0
 
 
+async def test_the_continuation_after_an_approval_acts_for_the_user_who_asked(ws):
+    """authorize_turn sees the same user in the continuation as in the turn that asked."""
+    configure("t23b", permissions=["echo:run"], granted="user", **APPROVAL)
+    a = await opened(ws, "t23b")
+    await ask(a)
+    await answer(a, True)
+    assert part(await stored("t23b"))["output"] == "action echo: hello"
+    assert probe("t23b").count == 1
+
+
 async def test_24_resumes_and_executes_an_approved_action(ws):
     configure("t24", **APPROVAL)
     a = await opened(ws, "t24")
