@@ -235,6 +235,8 @@ cat <<EOF
   Admin:   $base_url/admin/
 ${api_line}  Log in:  $login_help
   Model:   ${AGENT_MODEL:-demo}$([[ ${AGENT_MODEL:-demo} == demo ]] && echo " (offline demo model: try /slow 40, /fail, /tool get_weather {\"city\": \"Oslo\"})")
+  Actions: /tool refund_order {"order_id": "A1", "amount": 250}  (Approve in the chat; rows in Admin > Refunds)
+           /tool deploy_release {"version": "1.4.2"}  (staff approve it in Admin > Pending approvals)
   Logs:    $LOG_DIR/{daphne,celery-worker,celery-beat$([[ ${NAMES[0]} == redis ]] && echo ",redis")}.log
 
   Press Ctrl-C to stop everything.
