@@ -271,9 +271,10 @@ async def continue_conversation(instance: AgentInstance) -> None:
     if await database_sync_to_async(enqueue_continuation)(instance) is None:
         return
     if conf.get("AGENT_APPROVAL_CONTINUATION") == "inline":
-        from .turns import drain
+        from .turns import control, drain
 
-        await drain(instance.pk)
+        async with control.scoped():
+            await drain(instance.pk)
     else:
         from .tasks import drain_instance
 

@@ -102,3 +102,18 @@ async def shutdown() -> None:
         control.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await control.task
+
+
+@contextlib.asynccontextmanager
+async def scoped() -> AsyncIterator[None]:
+    """Run a block that may start this loop's receiver, and stop it after unless it was running.
+
+    For engine work on a loop that may end with the call (``async_to_sync`` in a sync view);
+    a server's loop keeps the receiver it already had.
+    """
+    existed = asyncio.get_running_loop() in _controls
+    try:
+        yield
+    finally:
+        if not existed:
+            await shutdown()
