@@ -1,10 +1,12 @@
-"""Fixtures for browser tests: one live stack (Redis + Daphne) per session, one Chromium per module.
+"""Fixtures for browser tests: one live stack (Redis + Daphne + a Celery worker) per session, one
+Chromium per module.
 
 Sync Playwright runs an event loop on the main thread while it is started; keeping it to a
 module lets the asyncio tests of other modules run in the same pytest process.
 
 Every test gets a fresh browser context (its own cookies) and a conversation name of its own, so
-tests share the server but never a transcript.
+tests share the server but never a transcript. The worker runs the turns queued outside a socket
+(the continuation after a staff approval); ``approver_context`` is a staff approver's browser.
 """
 
 import itertools
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, WebSocket, sync_playwright
 
-from tests.browser.pages import PASSWORD, USERNAME, Live, login
+from tests.browser.pages import APPROVER, PASSWORD, USERNAME, Live, create_approver, login
 from tests.support.live import LiveStack, RedisServer
 
 CHROMIUM = "/usr/bin/chromium"
@@ -39,6 +41,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     try:
         stack = LiveStack(workdir, redis.url)
         stack.create_user(USERNAME, PASSWORD)
+        create_approver(stack)
+        stack.start_celery_worker()
         yield Live(stack, stack.start_daphne())
     finally:
         if stack is not None:
@@ -84,21 +88,43 @@ def _record_frames(page: Page, log: list[str], tab: str) -> None:
     page.on("websocket", on_socket)
 
 
-@pytest.fixture(scope="module")
-def session_state(browser: Browser, live: Live) -> Any:
-    """Cookies of a user logged in once through the real login form, reused by every context."""
+def _logged_in_state(browser: Browser, live: Live, username: str) -> Any:
+    """Cookies of ``username`` logged in once through the real login form."""
     ctx = browser.new_context()
-    login(ctx.new_page(), live)
+    login(ctx.new_page(), live, username)
     state = ctx.storage_state()
     ctx.close()
     return state
 
 
+@pytest.fixture(scope="module")
+def session_state(browser: Browser, live: Live) -> Any:
+    """The chat user's cookies, reused by every context."""
+    return _logged_in_state(browser, live, USERNAME)
+
+
+@pytest.fixture(scope="module")
+def approver_state(browser: Browser, live: Live) -> Any:
+    return _logged_in_state(browser, live, APPROVER)
+
+
 @pytest.fixture
-def context(browser: Browser, live: Live, session_state: Any,
-            request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+def context(browser: Browser, session_state: Any, request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
     """A browser context of the logged-in user (``clear_cookies()`` makes it anonymous)."""
-    ctx = browser.new_context(viewport={"width": 1100, "height": 800}, storage_state=session_state)
+    yield from _context(browser, session_state, request)
+
+
+@pytest.fixture
+def approver_context(browser: Browser, approver_state: Any,
+                     request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+    """A browser context of the staff approver (another browser, as far as the chat user knows)."""
+    yield from _context(browser, approver_state, request)
+
+
+def _context(browser: Browser, state: Any, request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+    """A context with these cookies that fails the test on an uncaught page error and, when the test
+    failed, prints its WebSocket frames."""
+    ctx = browser.new_context(viewport={"width": 1100, "height": 800}, storage_state=state)
     ctx.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
     frame_log: list[str] = []

@@ -17,6 +17,8 @@ from tests.support.live import Daphne, LiveStack
 
 USERNAME = "alice"
 PASSWORD = "pw"
+# A staff user (not a superuser) with ``agents_app.approve_action``: decides parked actions in the admin.
+APPROVER = "approver"
 AGENT = "demo-agent"
 WS_PATTERN = re.compile(r"^wss?://[^/]+/agents/")
 RESP = "cf_agent_use_chat_response"
@@ -34,6 +36,17 @@ class Live:
 
     def chat_url(self, name: str, agent: str = AGENT) -> str:
         return f"{self.http}/chat/{agent}/{name}/"
+
+
+def create_approver(stack: LiveStack, username: str = APPROVER, password: str = PASSWORD) -> None:
+    """Create the staff approver in the live stack's database (one ``manage.py shell``)."""
+    code = (
+        "from django.contrib.auth import get_user_model as g;"
+        "from django.contrib.auth.models import Permission as P;"
+        f"u=g().objects.create_user({username!r}, password={password!r}, is_staff=True);"
+        "u.user_permissions.add(P.objects.get(codename='approve_action', content_type__app_label='agents_app'))"
+    )
+    stack.manage("shell", "-c", code)
 
 
 def login(page: Page, live: Live, username: str = USERNAME, password: str = PASSWORD) -> None:
