@@ -81,7 +81,8 @@ def _summarise(parts: list[Any]) -> str:
                 lines.append(f"{part.tool_name} returned {part.model_response_str()}")
         elif isinstance(part, RetryPromptPart) and part.tool_name:
             lines.append(f"{part.tool_name} failed: {part.model_response()}")
-    return " ".join(lines) + "."
+    text = " ".join(lines)
+    return text if text.endswith(".") else text + "."
 
 
 class Plan:

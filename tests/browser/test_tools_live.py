@@ -19,8 +19,8 @@ pytestmark = pytest.mark.browser
 
 SEND_EMAIL = '/tool send_email {"to": "bob@example.com", "subject": "hi"}'
 EMAIL_OUTPUT = "Email to bob@example.com about 'hi' sent (demo)."
-APPROVED_TEXT = f"send_email returned {EMAIL_OUTPUT}."
-DENIED_TEXT = "The call to send_email was denied: The tool call was denied.."
+APPROVED_TEXT = f"send_email returned {EMAIL_OUTPUT}"
+DENIED_TEXT = "The call to send_email was denied: The tool call was denied."
 
 # JS: watch #messages and record, on every change, how many assistant messages there are and
 # what the (first) tool card shows. Installed after the page is ready, before the user acts.

@@ -604,7 +604,7 @@ async function waitForTurnEnd(tab, requestId, expectStatus = "ready") {
 
 const EMAIL = { to: "ada@example.com", subject: "Quarterly report" };
 const EMAIL_OUTPUT = `Email to ${EMAIL.to} about '${EMAIL.subject}' sent (demo).`;
-const DENIED_TEXT = "The call to send_email was denied: The tool call was denied..";
+const DENIED_TEXT = "The call to send_email was denied: The tool call was denied.";
 const BROWSER_INFO = { userAgent: "conformance-harness (jsdom)", language: "en-GB", timeZone: "Europe/Lisbon" };
 
 // The end state of a tool turn: exactly one assistant message (the first stream's id) holding the
@@ -685,7 +685,7 @@ async function approvalScenario(name, { approved, reload = false }) {
     `${tab.label}: tool part in the first cf_agent_message_updated (state, approval.id, approval.approved)`,
   );
 
-  const text = approved ? `send_email returned ${EMAIL_OUTPUT}.` : DENIED_TEXT;
+  const text = approved ? `send_email returned ${EMAIL_OUTPUT}` : DENIED_TEXT;
   // The continuation settles the tool part of the previous assistant message on the client: the
   // AI SDK's streamText emits tool-output-available for an approved call it executes, and
   // tool-output-denied for a denied one (ai 7 dist/index.js, "localDeniedToolApprovals").

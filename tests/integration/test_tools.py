@@ -92,17 +92,17 @@ async def test_approve_runs_the_tool_in_a_continuation_appended_to_the_same_mess
     responses = [f for f in frames if f["type"] == RESP]
     assert all(f.get("continuation") for f in responses)
     assert "messageId" not in chunks(responses)[0]
-    assert text_of(frames) == f"send_email returned {SENT}."
+    assert text_of(frames) == f"send_email returned {SENT}"
     # The other connection sees the continuation live, and ends with the same single reply.
     observed = await receive_until(b, lambda f: f.get("done") is True and f.get("continuation"))
-    assert text_of(observed) == f"send_email returned {SENT}."
+    assert text_of(observed) == f"send_email returned {SENT}"
     messages = await history(user, "approve")
     assert [m["role"] for m in messages] == ["user", "assistant"]
     part = tool_part(messages[-1], "demo_0_0")
     assert part["state"] == "output-available"
     assert part["output"] == SENT
     assert part["approval"] == {"id": "demo_0_0", "approved": True}
-    assert messages[-1]["parts"][-1]["text"] == f"send_email returned {SENT}."
+    assert messages[-1]["parts"][-1]["text"] == f"send_email returned {SENT}"
     assert observed[-2]["messages"] == messages
 
 
@@ -114,7 +114,7 @@ async def test_reject_never_runs_the_tool_and_tells_the_model(ws, user):
                           "autoContinue": True})
     frames = await follow_continuation(a)
     assert "tool-output-available" not in [c["type"] for c in chunks(frames)]
-    assert text_of(frames) == "The call to send_email was denied: The tool call was denied.."
+    assert text_of(frames) == "The call to send_email was denied: The tool call was denied."
     part = tool_part((await history(user, "reject"))[-1], "demo_0_0")
     assert part["state"] == "output-denied"
     assert part["approval"] == {"id": "demo_0_0", "approved": False}
