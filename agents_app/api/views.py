@@ -1,0 +1,158 @@
+"""API views: pending approvals (list, retrieve, approve, reject) and instance transcripts.
+
+Approve and reject make exactly one call, ``approvals.approve_execution`` / ``reject_execution``,
+the same entry point as the admin and the chat page (style guide §0 rule 4). The service claims
+the pending row by deleting it, so of any number of concurrent approvers exactly one runs the
+action; every other one gets its "no longer pending" error object, which becomes 409 here.
+"""
+
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import CursorPagination
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agents_app import approvals, registry, transcript
+from agents_app.errors import UnknownAgent
+from agents_app.models import AgentInstance, PendingApproval
+
+from .permissions import CanApproveActions, IsInstanceOwnerOrStaff
+from .serializers import (
+    ApprovalFilterSerializer,
+    DecisionErrorSerializer,
+    DecisionSerializer,
+    PendingApprovalSerializer,
+    RejectSerializer,
+)
+
+# Token first: DRF answers an anonymous request with the first class's ``WWW-Authenticate``
+# header, and session authentication has none, which would turn "log in" (401) into 403.
+AUTHENTICATION_CLASSES = [TokenAuthentication, SessionAuthentication]
+
+CONFLICT_DESCRIPTION = (
+    "Nothing was decided by this request: the execution was already approved or rejected "
+    "(elsewhere, or by an earlier request; a second approve never runs the action again), never "
+    "existed (indistinguishable from a decided one by design: rows exist only while pending), or "
+    "its action is no longer registered (then the approval is consumed and recorded, and nothing ran)."
+)
+
+
+class OldestFirstCursorPagination(CursorPagination):
+    """Oldest first, a fixed page size, and a cost per page that does not grow with the table.
+
+    A cursor is a seek on the ``created_at`` index rather than an OFFSET, and there is no
+    ``COUNT(*)``: page 2,000 of 100,000 rows costs what page 1 does.
+    """
+
+    page_size = 50
+    ordering = ("created_at", "execution_id")
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Pending approvals, oldest first", parameters=[ApprovalFilterSerializer]),
+    retrieve=extend_schema(summary="One pending approval"),
+)
+class PendingApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Durable-pause action calls waiting for a human; a row leaves the list once decided."""
+
+    serializer_class = PendingApprovalSerializer
+    authentication_classes = AUTHENTICATION_CLASSES
+    permission_classes = [IsAuthenticated, CanApproveActions]
+    pagination_class = OldestFirstCursorPagination
+    lookup_field = "execution_id"
+    lookup_value_regex = "[^/]+"
+
+    def get_queryset(self) -> QuerySet[PendingApproval]:
+        queryset = PendingApproval.objects.select_related("instance__owner", "requested_by")
+        if self.action != "list":
+            return queryset
+        filters = ApprovalFilterSerializer(data=self.request.query_params)
+        filters.is_valid(raise_exception=True)
+        lookups = {"risk": "risk", "action": "action_name", "agent": "instance__slug"}
+        return queryset.filter(**{lookups[key]: value for key, value in filters.validated_data.items()})
+
+    @extend_schema(
+        summary="Approve: run the paused action once",
+        operation_id="approvals_approve",
+        request=None,
+        responses={200: DecisionSerializer, 409: OpenApiResponse(DecisionErrorSerializer, CONFLICT_DESCRIPTION)},
+    )
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, execution_id: str) -> Response:
+        """Run the paused action (once, whoever else approves at the same time) and continue the chat.
+
+        The action's output replaces the paused envelope in the transcript and a continuation
+        turn is queued, so the model reacts to it.
+        """
+        result = async_to_sync(approvals.approve_execution)(execution_id, actor=request.user)
+        return _decision(execution_id, "approved", result)
+
+    @extend_schema(
+        summary="Reject: tell the model the action was not run",
+        operation_id="approvals_reject",
+        request=RejectSerializer,
+        responses={200: DecisionSerializer, 409: OpenApiResponse(DecisionErrorSerializer, CONFLICT_DESCRIPTION)},
+    )
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, execution_id: str) -> Response:
+        """Decide not to run the paused action; the model is told so, with the optional reason."""
+        body = RejectSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        reason = body.validated_data.get("reason") or None
+        result = async_to_sync(approvals.reject_execution)(execution_id, reason, actor=request.user)
+        return _decision(execution_id, "rejected", result)
+
+
+def _decision(execution_id: str, decided: str, result: Any) -> Response:
+    """200 with the service's return value, or 409 when the service says nothing was decided."""
+    if approvals.is_error(result):
+        return Response(
+            {"execution_id": execution_id, "status": "error", "error": result["error"]},
+            status=status.HTTP_409_CONFLICT,
+        )
+    return Response({"execution_id": execution_id, "status": decided, "result": result})
+
+
+class InstanceMessagesView(APIView):
+    """The transcript of one agent instance, as ``get-messages`` serves it to the chat client.
+
+    Unlike ``get-messages`` it never creates the instance: reading is not opening.
+    """
+
+    authentication_classes = AUTHENTICATION_CLASSES
+    permission_classes = [IsAuthenticated, IsInstanceOwnerOrStaff]
+
+    def get_instance(self, slug: str, name: str) -> AgentInstance:
+        """The existing instance ``slug/name``, if the caller may read it; 404 before 403."""
+        try:
+            registry.get_agent_class(slug)
+        except UnknownAgent as exc:
+            raise NotFound(str(exc)) from exc
+        instance = get_object_or_404(AgentInstance, slug=slug, name=name)
+        self.check_object_permissions(self.request, instance)
+        return instance
+
+    @extend_schema(
+        summary="Transcript of an agent instance (UIMessages in order)",
+        operation_id="agents_messages_list",
+        responses={
+            200: OpenApiResponse(
+                {"type": "array", "items": {"type": "object", "additionalProperties": True}},
+                "The instance's UIMessages, ordered by position.",
+            ),
+            403: OpenApiResponse(description="The instance belongs to another user."),
+            404: OpenApiResponse(description="No such agent class or instance."),
+        },
+    )
+    def get(self, request: Request, slug: str, name: str) -> Response:
+        return Response(transcript.load(self.get_instance(slug, name)))
