@@ -5,8 +5,10 @@ on a paused action goes through ``approvals.approve_execution`` / ``approvals.re
 the same entry points as the API and the chat page. Nothing here updates or deletes an agent row.
 """
 
+import contextlib
 import json
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -27,8 +29,10 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from . import approvals
+from .errors import AgentConfigurationError
 from .messages import is_tool_part
 from .models import AgentInstance, ApprovalDecision, ChatMessage, LedgerEntry, PendingApproval, Turn
+from .registry import agent_classes
 
 # Messages of the instance's transcript shown on a pending approval's page: enough to see what
 # the user asked and what the model said around the paused call, few enough to read at a glance.
@@ -177,12 +181,43 @@ class RejectForm(forms.Form):
         return self.cleaned_data.get("reason") or None
 
 
-class AgentFilter(admin.AllValuesFieldListFilter):
-    """``instance__slug`` titled for what it is to an approver: the agent."""
+class RegistryFilter(admin.SimpleListFilter):
+    """A filter whose choices come from the registered agent classes, not from the rows.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.title = "agent"
+    Django's field filters list choices with a ``SELECT DISTINCT`` over the whole queue on every
+    page; the registry already knows every agent and action that can park.
+    """
+
+    field: str
+
+    def choices_from_registry(self) -> list[str]:
+        raise NotImplementedError("subclasses of RegistryFilter must provide choices_from_registry()")
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(value, value) for value in self.choices_from_registry()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(**{self.field: self.value()}) if self.value() else queryset
+
+
+class AgentFilter(RegistryFilter):
+    title = "agent"
+    parameter_name = field = "agent"
+
+    def choices_from_registry(self) -> list[str]:
+        return sorted(agent_classes())
+
+
+class ActionFilter(RegistryFilter):
+    title = "action"
+    parameter_name = field = "action_name"
+
+    def choices_from_registry(self) -> list[str]:
+        names: set[str] = set()
+        for agent_class in agent_classes().values():
+            with contextlib.suppress(AgentConfigurationError):  # reported by system check E003
+                names.update(agent_class(SimpleNamespace(name="", pk=None)).compiled_actions())
+        return sorted(names)
 
 
 @admin.register(PendingApproval)
@@ -196,7 +231,7 @@ class PendingApprovalAdmin(EngineRecordAdmin):
 
     list_display = ["agent", "instance_name", "owner", "action_name", "summary", "risk_badge", "requester", "age"]
     list_display_links = ["action_name", "summary"]
-    list_filter = ["risk", "action_name", ("instance__slug", AgentFilter)]
+    list_filter = ["risk", ActionFilter, AgentFilter]
     search_fields = ["action_name", "summary", "instance__name", "execution_id", "instance__owner__username"]
     list_select_related = ["instance__owner", "requested_by"]
     show_full_result_count = False
@@ -219,10 +254,6 @@ class PendingApprovalAdmin(EngineRecordAdmin):
         return approvals.can_approve(request.user)
 
     # --- columns and fields -------------------------------------------------------------------
-    @admin.display(description="agent", ordering="instance__slug")
-    def agent(self, obj: PendingApproval) -> str:
-        return obj.instance.slug
-
     @admin.display(description="instance", ordering="instance__name")
     def instance_name(self, obj: PendingApproval) -> str:
         return obj.instance.name

@@ -98,7 +98,7 @@ async def park(agent: "ChatAgent", action: "Action[Any]", input: Any, ctx: "Acti
     descriptor = approval_descriptor(action, request_id=ctx.request_id, tool_call_id=ctx.tool_call_id,
                                      input=input, permissions=permissions)
     await PendingApproval.objects.acreate(
-        execution_id=execution_id, instance_id=agent.instance.pk, action_name=action.name,
+        execution_id=execution_id, instance_id=agent.instance.pk, agent=agent.instance.slug, action_name=action.name,
         tool_call_id=ctx.tool_call_id, request_id=ctx.request_id, input=descriptor["input"], descriptor=descriptor,
         risk=descriptor.get("risk", ""), summary=descriptor["summary"],
         # Who asked: the turn's user, else (a programmatic turn) the owner of the conversation.
@@ -209,11 +209,23 @@ async def _conclude(row: PendingApproval, output: Any) -> None:
 
 
 async def _settled(instance: AgentInstance) -> None:
-    """Wait (bounded) until no turn of the instance runs: the parked part must be stored first."""
+    """Wait (bounded) until no turn of the instance runs: the parked part must be stored first.
+
+    A running turn whose process died is finalised here (its reply saved from the stream
+    buffer) rather than waited for: the recovery sweep might be a minute away.
+    """
+    from .recovery import interrupt
+    from .turns.lock import is_orphaned
+
     running = Turn.objects.filter(instance=instance, status=Turn.Status.RUNNING)
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(SETTLE_TIMEOUT_SECONDS):
-            while await running.aexists():  # noqa: ASYNC110 (another process's row: no event to wait on)
+            while (turn := await running.afirst()) is not None:
+                if is_orphaned(turn):
+                    messages = await database_sync_to_async(interrupt)(turn)
+                    if messages is not None:
+                        await fanout.publish(instance.pk, frames.chat_messages(messages))
+                    return
                 await asyncio.sleep(_POLL_SECONDS)
 
 
@@ -236,7 +248,7 @@ def _apply_outcome(instance: AgentInstance, execution_id: str, action_name: str,
                     return row.data
         if any(_mentions(part, execution_id) for row in rows for part in row.data.get("parts", [])):
             return None
-        summary = json.dumps(output, ensure_ascii=False)[:OUTCOME_SUMMARY_MAX_CHARS]
+        summary = json.dumps(output, ensure_ascii=False, separators=(",", ":"))[:OUTCOME_SUMMARY_MAX_CHARS]
         transcript.save_message(instance, {
             "id": f"{OUTCOME_NOTE_PREFIX}{execution_id}-{uuid.uuid4()}", "role": "system",
             "parts": [{"type": "text", "text": (

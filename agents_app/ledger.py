@@ -15,6 +15,10 @@ read, and settle/release match the claimer's ``updated_at`` so a slow process ca
 delete a row another process has since reclaimed. This holds across processes on SQLite (WAL,
 IMMEDIATE transactions) and PostgreSQL, and needs no ``select_for_update``.
 
+Each agent instance has a ledger of its own (``scope``), as each Cloudflare agent instance has
+its own table: tool call ids, the fallback keys, repeat across conversations, and an explicit
+key means "once in this conversation".
+
 Within one event loop, concurrent calls with the same key are coalesced before the database is
 asked: the followers await the first call and get its result (spec "same-isolate coalescing").
 Across processes a concurrent caller sees the ``pending`` row instead, as it would on
@@ -40,7 +44,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import PurePath
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias
 
 from channels.db import database_sync_to_async
 from django.core.exceptions import ImproperlyConfigured
@@ -300,6 +304,7 @@ def _ms(age: timedelta) -> int:
 def claim(
     key: str,
     *,
+    scope: str = "",
     action_name: str,
     input_hash: str,
     request_id: str = "",
@@ -310,9 +315,11 @@ def claim(
 ) -> Claim:
     """Claim ``key`` for one execution, or say why not (spec §5.9 claim, in its order).
 
-    ``retryable``: the action declared an explicit idempotency key, so a stale pending row may
-    be re-run; fallback ``tool:`` keys never are. ``lease``: how old (strictly older) a pending
-    row must be to be stale; None disables reclaiming; default the setting.
+    ``scope``: whose ledger (the pipeline passes the agent instance: each conversation has its
+    own ledger, as each Cloudflare agent instance has its own table). ``retryable``: the action
+    declared an explicit idempotency key, so a stale pending row may be re-run; fallback
+    ``tool:`` keys never are. ``lease``: how old (strictly older) a pending row must be to be
+    stale; None disables reclaiming; default the setting.
 
     The INSERT comes first and the unique constraint decides; only a loser reads the row. A
     reclaim is ``UPDATE … WHERE status='pending' AND updated_at=<what we read>``, so of several
@@ -325,7 +332,7 @@ def claim(
         try:
             with transaction.atomic():
                 LedgerEntry.objects.create(
-                    key=key, action_name=action_name, input_hash=input_hash, request_id=request_id or "",
+                    scope=scope, key=key, action_name=action_name, input_hash=input_hash, request_id=request_id or "",
                     tool_call_id=tool_call_id or "", status=LedgerEntry.Status.PENDING, result_json="",
                     created_at=now, updated_at=now,
                 )
@@ -333,7 +340,7 @@ def claim(
             pass  # another call holds the key: decide on its row below
         else:
             return Claim(key=key, outcome="claimed", claimed_at=now)
-        entry = LedgerEntry.objects.filter(key=key).first()
+        entry = LedgerEntry.objects.filter(scope=scope, key=key).first()
         if entry is None:
             continue  # released between our INSERT and this read: the key is free again
         if entry.action_name != action_name or entry.input_hash != input_hash:
@@ -353,13 +360,13 @@ def claim(
     return Claim(key=key, outcome="pending")
 
 
-def _held(key: str, claimed_at: datetime | None) -> Any:
+def _held(key: str, scope: str, claimed_at: datetime | None) -> Any:
     """The pending row of ``key``, and only if it still carries our claim (when we know it)."""
-    rows = LedgerEntry.objects.filter(key=key, status=LedgerEntry.Status.PENDING)
+    rows = LedgerEntry.objects.filter(scope=scope, key=key, status=LedgerEntry.Status.PENDING)
     return rows if claimed_at is None else rows.filter(updated_at=claimed_at)
 
 
-def settle(key: str, value: Any, *, claimed_at: datetime | None = None,
+def settle(key: str, value: Any, *, scope: str = "", claimed_at: datetime | None = None,
            now: datetime | None = None) -> tuple[bool, Any]:
     """Store ``value`` as the result of ``key``; returns ``(True, JSON round trip of value)``.
 
@@ -371,9 +378,9 @@ def settle(key: str, value: Any, *, claimed_at: datetime | None = None,
     try:
         text = _encode_result(value)
     except (TypeError, ValueError, RecursionError):
-        release(key, claimed_at=claimed_at)
+        release(key, scope=scope, claimed_at=claimed_at)
         return False, value
-    updated = _held(key, claimed_at).update(
+    updated = _held(key, scope, claimed_at).update(
         status=LedgerEntry.Status.SETTLED, result_json=text, updated_at=now or timezone.now(),
     )
     if not updated:
@@ -381,12 +388,12 @@ def settle(key: str, value: Any, *, claimed_at: datetime | None = None,
     return True, _decode_result(text)
 
 
-def release(key: str, *, claimed_at: datetime | None = None) -> bool:
+def release(key: str, *, scope: str = "", claimed_at: datetime | None = None) -> bool:
     """Delete the pending row of a failed, timed-out or aborted execution, so a retry can run.
 
     Settled rows are never released. Returns whether a row was deleted.
     """
-    deleted, _ = _held(key, claimed_at).delete()
+    deleted, _ = _held(key, scope, claimed_at).delete()
     return deleted > 0
 
 
@@ -478,7 +485,8 @@ class LedgerResult:
 
 # Same-loop coalescing: event loop → key → the future of the call that runs it. Per loop because
 # a future can only be awaited on its own loop (Celery tasks each run a fresh one).
-_in_flight: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Future[LedgerResult]]]" = (
+_Flights: TypeAlias = dict[tuple[str, str], "asyncio.Future[LedgerResult]"]
+_in_flight: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flights]" = (
     weakref.WeakKeyDictionary()
 )
 
@@ -486,6 +494,7 @@ _in_flight: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyn
 async def run_once(
     key: str | None,
     *,
+    scope: str = "",
     action_name: str,
     input_hash: str,
     request_id: str = "",
@@ -513,7 +522,8 @@ async def run_once(
                             value=await execute(), executed=True)
     loop = asyncio.get_running_loop()
     flights = _in_flight.setdefault(loop, {})
-    while (leader := flights.get(key)) is not None:
+    flight = (scope, key)
+    while (leader := flights.get(flight)) is not None:
         try:
             # shield: our own cancellation must not cancel the leader's future.
             shared = await asyncio.shield(leader)
@@ -523,10 +533,10 @@ async def run_once(
             raise
         return dataclasses.replace(shared, executed=False, coalesced=True)
     future: asyncio.Future[LedgerResult] = loop.create_future()
-    flights[key] = future
+    flights[flight] = future
     try:
         result = await _claim_and_run(
-            key, action_name=action_name, input_hash=input_hash, request_id=request_id,
+            key, scope=scope, action_name=action_name, input_hash=input_hash, request_id=request_id,
             tool_call_id=tool_call_id, retryable=retryable, lease=lease, execute=execute, now=now,
         )
     except asyncio.CancelledError:
@@ -540,13 +550,14 @@ async def run_once(
         future.set_result(result)
         return result
     finally:
-        if flights.get(key) is future:
-            del flights[key]
+        if flights.get(flight) is future:
+            del flights[flight]
 
 
 async def _claim_and_run(
     key: str,
     *,
+    scope: str,
     action_name: str,
     input_hash: str,
     request_id: str,
@@ -557,7 +568,7 @@ async def _claim_and_run(
     now: datetime | None,
 ) -> LedgerResult:
     claiming = asyncio.ensure_future(database_sync_to_async(claim)(
-        key, action_name=action_name, input_hash=input_hash, request_id=request_id,
+        key, scope=scope, action_name=action_name, input_hash=input_hash, request_id=request_id,
         tool_call_id=tool_call_id, retryable=retryable, lease=lease, now=now,
     ))
     try:
@@ -569,7 +580,7 @@ async def _claim_and_run(
         with contextlib.suppress(Exception):
             decided = await asyncio.shield(claiming)
             if decided.must_execute:
-                await asyncio.shield(database_sync_to_async(release)(key, claimed_at=decided.claimed_at))
+                await asyncio.shield(database_sync_to_async(release)(key, scope=scope, claimed_at=decided.claimed_at))
         raise
     about = {"action": action_name, "key": key, "inputHash": input_hash}
     result = LedgerResult(key=key, action_name=action_name, outcome=decided.outcome, age_ms=decided.age_ms)
@@ -588,9 +599,9 @@ async def _claim_and_run(
         value = await execute()
     except BaseException:
         # shield: a second cancellation while releasing must not leave the row pending.
-        await asyncio.shield(database_sync_to_async(release)(key, claimed_at=decided.claimed_at))
+        await asyncio.shield(database_sync_to_async(release)(key, scope=scope, claimed_at=decided.claimed_at))
         raise
-    recorded, value = await database_sync_to_async(settle)(key, value, claimed_at=decided.claimed_at)
+    recorded, value = await database_sync_to_async(settle)(key, value, scope=scope, claimed_at=decided.claimed_at)
     if recorded:
         events.emit(events.LEDGER_SETTLED, **about)
     else:

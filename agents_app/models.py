@@ -214,16 +214,21 @@ class StreamSegment(models.Model):
 class LedgerEntry(models.Model):
     """One row of the action idempotency ledger (spec cloudflare-agents.md §5.9).
 
-    ``key`` is ``action:<name>:<idempotency key>`` or ``tool:<toolCallId>``. The unique
-    constraint on it is what settles a race: every process INSERTs a ``pending`` row and exactly
-    one INSERT wins, on SQLite and PostgreSQL alike. A ``settled`` row holds the JSON result that
-    later calls replay; a failed execution deletes its row so a retry runs cleanly.
+    ``key`` is ``action:<name>:<idempotency key>`` or ``tool:<toolCallId>``, unique within its
+    ``scope`` (the agent instance). The unique constraint is what settles a race: every process
+    INSERTs a ``pending`` row and exactly one INSERT wins, on SQLite and PostgreSQL alike. A
+    ``settled`` row holds the JSON result that later calls replay; a failed execution deletes
+    its row so a retry runs cleanly.
     """
 
     class Status(models.TextChoices):
         PENDING = "pending"
         SETTLED = "settled"
 
+    # Whose ledger: the agent instance's pk (each conversation has its own ledger, as each
+    # Cloudflare agent instance has its own table: tool call ids repeat across conversations).
+    # "" for calls outside any instance.
+    scope = models.CharField(max_length=100, blank=True, default="")
     key = models.TextField()
     action_name = models.CharField(max_length=200)
     request_id = models.CharField(max_length=200, blank=True, default="")
@@ -243,7 +248,7 @@ class LedgerEntry(models.Model):
         constraints = [
             # A named constraint rather than unique=True: PostgreSQL then gets no second
             # ``text_pattern_ops`` index, which the ledger never uses.
-            models.UniqueConstraint(fields=["key"], name="unique_ledger_key"),
+            models.UniqueConstraint(fields=["scope", "key"], name="unique_ledger_key"),
         ]
         indexes = [models.Index(fields=["status", "updated_at"], name="ledger_sweep")]
 
@@ -268,6 +273,8 @@ class PendingApproval(models.Model):
     # ``actpause_<uuid4>``: the id the model sees in the paused envelope.
     execution_id = models.CharField(max_length=64, primary_key=True)
     instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="pending_approvals")
+    # The instance's agent slug, copied here so the queue filters by agent without a join.
+    agent = models.CharField(max_length=100)
     action_name = models.CharField(max_length=200)
     tool_call_id = models.CharField(max_length=200)
     request_id = models.CharField(max_length=200, blank=True, default="")
@@ -285,9 +292,12 @@ class PendingApproval(models.Model):
     class Meta:
         ordering = ["created_at", "execution_id"]
         permissions = [("approve_action", "Can approve or reject paused agent actions")]
+        # One per way the queue is read: in order (and the TTL sweep), per instance, per agent,
+        # per action, per risk; each ends with the order so a filtered page is an index range.
         indexes = [
-            models.Index(fields=["created_at"], name="pending_approval_created"),
+            models.Index(fields=["created_at", "execution_id"], name="pending_approval_created"),
             models.Index(fields=["instance", "created_at"], name="pending_approval_instance"),
+            models.Index(fields=["agent", "created_at"], name="pending_approval_agent"),
             models.Index(fields=["action_name", "created_at"], name="pending_approval_action"),
             models.Index(fields=["risk", "created_at"], name="pending_approval_risk"),
         ]

@@ -181,7 +181,8 @@ async def _run_ledgered(action: Action[Any], input: Any, ctx: ActionContext) -> 
 
     try:
         result = await ledger.run_once(
-            key, action_name=action.name, input_hash=ledger.input_hash(input_json(input)),
+            key, scope=str(ctx.agent.instance.pk), action_name=action.name,
+            input_hash=ledger.input_hash(input_json(input)),
             request_id=ctx.request_id, tool_call_id=ctx.tool_call_id, retryable=explicit is not None,
             execute=execute,
         )

@@ -78,7 +78,7 @@ class PendingApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, v
             return queryset
         filters = ApprovalFilterSerializer(data=self.request.query_params)
         filters.is_valid(raise_exception=True)
-        lookups = {"risk": "risk", "action": "action_name", "agent": "instance__slug"}
+        lookups = {"risk": "risk", "action": "action_name", "agent": "agent"}
         return queryset.filter(**{lookups[key]: value for key, value in filters.validated_data.items()})
 
     @extend_schema(

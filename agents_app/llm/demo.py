@@ -17,6 +17,9 @@ anything else
     If it names a tool (its name or a word of 4+ letters of it), call that tool with arguments
     made from its JSON schema; otherwise echo: ``(demo model, offline) You said: ...``.
 
+A system note (``<system>…</system>``, e.g. the outcome of an approval whose tool call was
+compacted away) is acknowledged as ``(demo model, offline) Noted: …``, never acted on.
+
 After tool results come back it summarises them: ``get_weather returned Sunny in Oslo.``; asked
 to go on with nothing new from the user (a continuation after an approval decided later), it
 summarises the latest results again, as they read now.
@@ -45,6 +48,9 @@ ECHO_PREFIX = "(demo model, offline) You said: "
 _TOOL = re.compile(r"^/tool\s+([\w\-]+)\s*(\{.*\})?\s*$", re.S)
 _SLOW = re.compile(r"^/slow\s+(\d+)(?:\s+(\d+))?\s*$")
 _BURST = re.compile(r"^/burst\s+(\d+)\s*$")
+# How pydantic-ai hands over a system message that is not the first one.
+_SYSTEM_NOTE = re.compile(r"^<system>(.*)</system>$", re.S)
+NOTED_PREFIX = "(demo model, offline) Noted: "
 _SCHEMA_DEFAULTS = {"string": "demo", "integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}}
 # Upper bound on generated words, so a typo cannot stream forever.
 MAX_WORDS = 100_000
@@ -112,6 +118,10 @@ def plan(messages: list[ModelMessage], info: AgentInfo, default_delay: float) ->
         for p in parts
         if isinstance(p, UserPromptPart)
     ).strip()
+    if note := _SYSTEM_NOTE.match(prompt):
+        # A system note later in the conversation (an approval outcome whose tool call is gone)
+        # reaches the model as a wrapped user prompt: acknowledge it, never act on its words.
+        return Plan(words=re.findall(r"\S+\s*", NOTED_PREFIX + note.group(1).strip()), delay=default_delay)
     tools = {t.name: t for t in info.function_tools}
     # Call ids are unique within a conversation: the number of responses so far, then the index.
     turn = sum(isinstance(m, ModelResponse) for m in messages)

@@ -1,11 +1,13 @@
 """Fixtures for tests that run real servers: one Redis per module, one stack per test."""
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.live import LiveStack, RedisServer
+from tests.support.live import LiveStack, PostgresServer, RedisServer
 
 
 @pytest.fixture(scope="module")
@@ -23,3 +25,14 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServer) ->
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         live.print_logs()
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server for the module; each test makes its own database on it."""
+    # Not under pytest's tmp_path: its parents are mode 0700 and the server runs as "postgres".
+    workdir = Path(tempfile.mkdtemp(prefix="crossprocess-pg-"))
+    server = PostgresServer(workdir)
+    yield server
+    server.stop()
+    shutil.rmtree(workdir, ignore_errors=True)

@@ -72,12 +72,16 @@ async def ledger_rows() -> list[dict[str, Any]]:
                                                                               "updated_at")]
 
 
-async def seed(key: str, *, status: str = "pending", age: timedelta = timedelta(0), input: Any = None) -> None:
+async def seed(key: str, *, name: str = "", status: str = "pending", age: timedelta = timedelta(0),
+               input: Any = None) -> None:
+    """A ledger row in the ledger of ``ActionTestAgent/name`` (or outside any instance)."""
     from agents_app import ledger
 
+    scope = str((await ActionTestAgent.aget(name)).instance.pk) if name else ""
     stamp = timezone.now() - age
     await LedgerEntry.objects.acreate(
-        key=key, action_name="echo", input_hash=ledger.input_hash(input or {"message": "hello"}), status=status,
+        scope=scope, key=key, action_name="echo", status=status,
+        input_hash=ledger.input_hash(input or {"message": "hello"}),
         created_at=stamp, updated_at=stamp,
         result_json=json.dumps({"valuePresent": True, "value": "old"}) if status == "settled" else "",
     )
@@ -168,7 +172,7 @@ async def test_9_returns_a_programming_error_for_ledger_key_input_conflicts():
 
 async def test_10_does_not_execute_when_the_ledger_has_an_unknown_pending_row():
     configure("t10", key="pending-key")
-    await seed("action:echo:pending-key")
+    await seed("action:echo:pending-key", name="t10")
     assert part(await turn("t10"))["output"] == PENDING
     assert probe("t10").count == 0
 
@@ -176,7 +180,7 @@ async def test_10_does_not_execute_when_the_ledger_has_an_unknown_pending_row():
 @override_settings(AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE=timedelta(milliseconds=50))
 async def test_11_reclaims_a_stale_explicit_key_pending_row_and_settles_it():
     configure("t11", key="stale-key")
-    await seed("action:echo:stale-key", age=timedelta(seconds=1))
+    await seed("action:echo:stale-key", age=timedelta(seconds=1), name="t11")
     seeded = (await ledger_rows())[0]["updated_at"]
     assert await direct("t11") == "action echo: hello"
     assert probe("t11").count == 1
@@ -187,7 +191,7 @@ async def test_11_reclaims_a_stale_explicit_key_pending_row_and_settles_it():
 @override_settings(AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE=timedelta(milliseconds=50))
 async def test_12_does_not_reclaim_a_stale_fallback_key_pending_row():
     configure("t12")
-    await seed("tool:tc-direct", age=timedelta(seconds=1))
+    await seed("tool:tc-direct", age=timedelta(seconds=1), name="t12")
     assert await direct("t12") == PENDING
     assert probe("t12").count == 0
 
@@ -195,7 +199,7 @@ async def test_12_does_not_reclaim_a_stale_fallback_key_pending_row():
 @override_settings(AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE=None)
 async def test_13_does_not_reclaim_when_the_lease_is_disabled():
     configure("t13", key="stale-key")
-    await seed("action:echo:stale-key", age=timedelta(days=1))
+    await seed("action:echo:stale-key", age=timedelta(days=1), name="t13")
     assert await direct("t13") == PENDING
     assert probe("t13").count == 0
 
@@ -203,7 +207,7 @@ async def test_13_does_not_reclaim_when_the_lease_is_disabled():
 @override_settings(AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE=timedelta(milliseconds=50))
 async def test_14_releases_the_row_when_a_reclaimed_execution_throws():
     configure("t14", key="stale-key", behaviour="throw", error="ledger action failed")
-    await seed("action:echo:stale-key", age=timedelta(seconds=1))
+    await seed("action:echo:stale-key", age=timedelta(seconds=1), name="t14")
     assert await direct("t14") == {"error": {"name": "Error", "message": "ledger action failed"}}
     assert probe("t14").count == 1
     assert await ledger_rows() == []
@@ -215,7 +219,7 @@ async def test_14_releases_the_row_when_a_reclaimed_execution_throws():
 @override_settings(AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE=timedelta(milliseconds=50))
 async def test_15_executes_once_when_a_stale_reclaim_races_itself_in_one_process():
     configure("t15", key="stale-key", behaviour="slow")
-    await seed("action:echo:stale-key", age=timedelta(seconds=1))
+    await seed("action:echo:stale-key", age=timedelta(seconds=1), name="t15")
     assert await asyncio.gather(direct("t15"), direct("t15")) == ["action echo: hello"] * 2
     assert probe("t15").count == 1
     assert [r["status"] for r in await ledger_rows()] == ["settled"]

@@ -76,7 +76,8 @@ def park(instance: AgentInstance, action: str = "deploy_release", *, risk: str =
                   "input": input, "permissions": ["deploy:run"], "kind": "durable-pause",
                   **({"risk": risk} if risk else {})}
     return PendingApproval.objects.create(
-        execution_id=f"actpause_{uuid.uuid4()}", instance=instance, action_name=action, tool_call_id=tool_call_id,
+        execution_id=f"actpause_{uuid.uuid4()}", instance=instance, agent=instance.slug, action_name=action,
+        tool_call_id=tool_call_id,
         request_id="req_1", input=input, descriptor=descriptor, risk=risk, summary=summary,
         requested_by=requested_by, created_at=timezone.now() - age,
     )
@@ -128,7 +129,7 @@ def test_list_shows_each_call_oldest_first_with_its_risk_badge(approver_client, 
     ("risk=high", {"deploy"}),
     ("risk=low", {"restart"}),
     ("action_name=refund_order", {"refund"}),
-    ("instance__slug=ops-agent", {"restart"}),
+    ("agent=ops-agent", {"restart"}),
     ("q=Refund+an", {"refund"}),
     ("q=night-shift", {"restart"}),
     ("q=bob", {"restart"}),

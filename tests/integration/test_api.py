@@ -57,7 +57,8 @@ def park(instance: AgentInstance, minute: int, *, action: str = "deploy_release"
                   "input": {"n": minute}, "permissions": ["deploy:run"], "kind": "durable-pause",
                   **({"risk": risk} if risk else {})}
     return PendingApproval.objects.create(
-        execution_id=execution_id, instance=instance, action_name=action, tool_call_id=f"tc{minute}",
+        execution_id=execution_id, instance=instance, agent=instance.slug,
+        action_name=action, tool_call_id=f"tc{minute}",
         request_id="r1", input={"n": minute}, descriptor=descriptor, risk=risk, summary=descriptor["summary"],
         requested_by=requested_by, created_at=START + timedelta(minutes=minute),
     )
