@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from . import conf, events, registry, transcript
 from .actions.descriptor import approval_descriptor
-from .errors import UnknownAgent
+from .errors import AgentConfigurationError, UnknownAgent
 from .ledger import USE_SETTING, _Setting
 from .messages import is_tool_part
 from .models import AgentInstance, ApprovalDecision, ChatMessage, PendingApproval, Turn
@@ -161,12 +161,16 @@ async def approve_execution(execution_id: str, *, actor: Any = None, instance: A
     if row is None:
         return _not_pending(execution_id)
     agent = _agent(row.instance)
-    action = (await sync_to_async(agent.compiled_actions)()).get(row.action_name) if agent is not None else None
+    try:
+        action = (await sync_to_async(agent.compiled_actions)()).get(row.action_name) if agent is not None else None
+        problem = None
+    except AgentConfigurationError as exc:  # the agent's get_actions() broke since it parked
+        action, problem = None, str(exc)
     if agent is None or action is None:
         output: Any = {
             "status": "error", "executionId": execution_id, "action": row.action_name,
-            "error": f'Action "{row.action_name}" is no longer registered, so the approved call cannot run. '
-                     "The approval was consumed.",
+            "error": problem or f'Action "{row.action_name}" is no longer registered, so the approved call cannot '
+                                "run. The approval was consumed.",
         }
     else:
         from .actions.pipeline import run_approved_pause
