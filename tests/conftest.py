@@ -1,5 +1,6 @@
 """Shared fixtures: users, a logged-in WebSocket communicator, frame helpers."""
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -69,6 +70,20 @@ async def ws(user: Any) -> AsyncIterator[Callable[..., Any]]:
     yield open_ws
     for communicator in opened:
         await communicator.disconnect()
+    await engine_settled()
+
+
+async def engine_settled(timeout: float = 10) -> None:
+    """Wait for the turns this test started in the background to finish their work.
+
+    A turn's terminal frame comes before its last database writes (``on_chat_response``, the
+    queue's idle event): the test database must not be flushed under them.
+    """
+    from agents_app.turns import engine
+
+    pending = [task for task in engine._background if not task.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=timeout)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
