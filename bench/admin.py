@@ -118,8 +118,8 @@ def fill(instances: list[Any], start: int, stop: int, rng: random.Random) -> Non
                           **({"risk": risk} if risk else {})}
             rows.append(PendingApproval(
                 execution_id=f"actpause_{uuid.UUID(int=rng.getrandbits(128), version=4)}", instance=instance,
-                agent=instance.slug, action_name=action, tool_call_id=tool_call_id, request_id=request_id, input=payload,
-                descriptor=descriptor, risk=risk, summary=summary,
+                agent=instance.slug, action_name=action, tool_call_id=tool_call_id, request_id=request_id,
+                input=payload, descriptor=descriptor, risk=risk, summary=summary,
                 requested_by_id=instance.owner_id,
                 created_at=epoch + timedelta(seconds=n),
             ))

@@ -17,10 +17,7 @@ report the rows. ``ActionTestAgent`` joins the production agents in those proces
 import asyncio
 import json
 import os
-import queue
 import signal
-import subprocess
-import threading
 import time
 import urllib.request
 import uuid
@@ -32,7 +29,7 @@ import psycopg
 import pytest
 
 from tests.support.frames import chat_request, is_done, user_message
-from tests.support.live import PYTHON, ROOT, Daphne, LiveStack, PostgresServer, stop_process
+from tests.support.live import Daphne, LiveStack, PostgresServer, ScriptProcess
 from tests.support.wsclient import open_socket, recv_json, recv_until
 
 pytestmark = pytest.mark.crossprocess
@@ -125,45 +122,11 @@ asyncio.run(main())
 """
 
 
-class Decider:
-    """One decider process; its stdout lines arrive on a queue read by a thread."""
+class Decider(ScriptProcess):
+    """One decider process (a ``ScriptProcess`` running ``WORKER``)."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.log = log
-        with open(log, "ab") as err:
-            self.proc = subprocess.Popen([PYTHON, "-c", WORKER], cwd=ROOT, env=env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-
-    def send(self, **command: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-
-    def receive(self, timeout: float = 60) -> dict[str, Any]:
-        try:
-            return json.loads(self.lines.get(timeout=timeout))
-        except queue.Empty:
-            raise AssertionError(f"decider {self.proc.pid} said nothing for {timeout}s:\n"
-                                 f"{self.log.read_text(errors='replace')[-3000:]}") from None
-
-    def ask(self, **command: Any) -> dict[str, Any]:
-        self.send(**command)
-        return self.receive()
-
-    def stop(self) -> None:
-        if self.proc.stdin is not None and self.proc.poll() is None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            stop_process(self.proc)
+        super().__init__(WORKER, env, log)
 
 
 @pytest.fixture

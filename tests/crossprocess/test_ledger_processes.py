@@ -11,13 +11,6 @@ Across processes a caller that loses the race finds the winner's ``pending`` row
 """
 
 import json
-import os
-import queue
-import shutil
-import signal
-import subprocess
-import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -28,7 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support.live import PYTHON, ROOT, LiveStack, PostgresServer, stop_process
+from tests.support.live import LiveStack, PostgresServer, ScriptProcess
 
 pytestmark = pytest.mark.crossprocess
 
@@ -110,46 +103,11 @@ asyncio.run(main())
 """
 
 
-class Worker:
-    """One worker process; its stdout lines arrive on a queue read by a thread."""
+class Worker(ScriptProcess):
+    """One worker process (a ``ScriptProcess`` running ``WORKER``)."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.log = log
-        with open(log, "ab") as err:
-            self.proc = subprocess.Popen([PYTHON, "-c", WORKER], cwd=ROOT, env=env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-
-    def send(self, **command: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-
-    def receive(self, timeout: float = 60) -> dict[str, Any]:
-        try:
-            return json.loads(self.lines.get(timeout=timeout))
-        except queue.Empty:
-            raise AssertionError(f"worker {self.proc.pid} said nothing for {timeout}s:\n"
-                                 f"{self.log.read_text(errors='replace')[-3000:]}") from None
-
-    def kill(self) -> None:
-        """SIGKILL: no ``finally``, no release; the pending row stays behind."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.stdin is not None and self.proc.poll() is None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            stop_process(self.proc)
+        super().__init__(WORKER, env, log)
 
 
 class Cluster:
@@ -190,16 +148,6 @@ class Cluster:
     def stop(self) -> None:
         for worker in self.workers:
             worker.stop()
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    # Not under pytest's tmp_path: its parents are mode 0700 and the server runs as "postgres".
-    workdir = Path(tempfile.mkdtemp(prefix="ledger-pg-"))
-    server = PostgresServer(workdir)
-    yield server
-    server.stop()
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])

@@ -21,7 +21,7 @@ from agents_app.actions.pipeline import execute_action
 from agents_app.hooks import ToolCallDecision
 from agents_app.models import LedgerEntry
 from tests.action_agents import PROBES, SETUP, ActionTestAgent, Setup, probe
-from tests.support.frames import RESP, chat_request, chunks, is_done, receive_until, user_message
+from tests.support.frames import RESP, chat_request, chunks, is_done, open_agent, receive_until, user_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -272,10 +272,7 @@ async def test_19_sweeps_expired_ledger_rows_without_deleting_fresh_rows():
 
 # ----------------------------------------------------------------------------------- §6.1 20-28
 async def opened(ws, name: str):
-    a = await ws(f"/agents/action-test-agent/{name}")
-    assert (await a.receive_json_from())["type"] == "cf_agent_identity"
-    assert (await a.receive_json_from())["type"] == "cf_agent_mcp_servers"
-    return a
+    return await open_agent(ws, f"/agents/action-test-agent/{name}")
 
 
 async def ask(a, prompt: str = HELLO) -> list[dict[str, Any]]:

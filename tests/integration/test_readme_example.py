@@ -1,8 +1,10 @@
 """The README's agent example runs as written (a doc that runs stays true)."""
 
+import contextlib
 import re
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,17 +18,25 @@ pytestmark = pytest.mark.django_db(transaction=True)
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-@pytest.fixture
-def readme_agents():
-    """The first Python block of "Writing an agent", importable as module ``readme_agents``."""
-    section = README.read_text().split("## Writing an agent", 1)[1]
+@contextlib.contextmanager
+def readme_module(heading: str, module_name: str, agent_class: str) -> Iterator[types.ModuleType]:
+    """The first Python block under ``heading``, importable as ``module_name``, its agent registered."""
+    section = README.read_text().split(heading, 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    module = types.ModuleType("readme_agents")
+    module = types.ModuleType(module_name)
     exec(compile(code, "README.md", "exec"), module.__dict__)
-    sys.modules["readme_agents"] = module
-    with override_settings(AGENT_CLASSES=[*settings.AGENT_CLASSES, "readme_agents.SupportAgent"]):
+    sys.modules[module_name] = module
+    try:
+        with override_settings(AGENT_CLASSES=[*settings.AGENT_CLASSES, f"{module_name}.{agent_class}"]):
+            yield module
+    finally:
+        del sys.modules[module_name]
+
+
+@pytest.fixture
+def readme_agents() -> Iterator[types.ModuleType]:
+    with readme_module("## Writing an agent", "readme_agents", "SupportAgent") as module:
         yield module
-    del sys.modules["readme_agents"]
 
 
 async def test_support_agent_from_the_readme_answers_with_its_tool(readme_agents, ws):
@@ -40,16 +50,9 @@ async def test_support_agent_from_the_readme_answers_with_its_tool(readme_agents
 
 
 @pytest.fixture
-def readme_actions():
-    """The Python block of "### Actions", importable as module ``readme_actions``."""
-    section = README.read_text().split("### Actions", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    module = types.ModuleType("readme_actions")
-    exec(compile(code, "README.md", "exec"), module.__dict__)
-    sys.modules["readme_actions"] = module
-    with override_settings(AGENT_CLASSES=[*settings.AGENT_CLASSES, "readme_actions.ShopAgent"]):
+def readme_actions() -> Iterator[types.ModuleType]:
+    with readme_module("### Actions", "readme_actions", "ShopAgent") as module:
         yield module
-    del sys.modules["readme_actions"]
 
 
 async def test_shop_agent_from_the_readme_refunds_once_and_parks_its_deploy(readme_actions, make_user):

@@ -8,7 +8,7 @@ from django.test import AsyncClient
 
 from agents_app.demo.agents import DemoAgent
 from agents_app.models import AgentInstance, Turn
-from tests.support.frames import RESP, chat_request, chunks, is_done, receive_until, text_of, user_message
+from tests.support.frames import RESP, chat_request, chunks, is_done, open_agent, receive_until, text_of, user_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -16,11 +16,8 @@ EMAIL = '/tool send_email {"to": "bob@example.com", "subject": "hi"}'
 SENT = "Email to bob@example.com about 'hi' sent (demo)."
 
 
-async def opened(ws, name):
-    a = await ws(f"/agents/demo-agent/{name}")
-    assert (await a.receive_json_from())["type"] == "cf_agent_identity"
-    assert (await a.receive_json_from())["type"] == "cf_agent_mcp_servers"
-    return a
+async def opened(ws, name: str):
+    return await open_agent(ws, f"/agents/demo-agent/{name}")
 
 
 async def history(user, name):

@@ -30,6 +30,14 @@ async def receive_until(communicator: WebsocketCommunicator, predicate: Any,
             return received
 
 
+async def open_agent(ws: Any, path: str) -> WebsocketCommunicator:
+    """A connection from the ``ws`` fixture with its connect frames (identity, MCP servers) read."""
+    a = await ws(path)
+    assert (await a.receive_json_from())["type"] == "cf_agent_identity"
+    assert (await a.receive_json_from())["type"] == "cf_agent_mcp_servers"
+    return a
+
+
 def is_done(request_id: str) -> Any:
     return lambda f: f.get("type") == RESP and f.get("id") == request_id and f.get("done") is True
 

@@ -9,11 +9,13 @@ import contextlib
 import http.cookiejar
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -229,3 +231,54 @@ def redis_server(workdir: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+class ScriptProcess:
+    """A Python script in its own process, spoken to in JSON lines on stdin/stdout.
+
+    Its stdout lines arrive on a queue read by a thread, so a test can wait with a timeout; its
+    stderr goes to ``log``, quoted when it falls silent.
+    """
+
+    def __init__(self, script: str, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with open(log, "ab") as err:
+            self.proc = subprocess.Popen([PYTHON, "-c", script], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def send(self, **command: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+
+    def receive(self, timeout: float = 60) -> dict[str, Any]:
+        try:
+            return json.loads(self.lines.get(timeout=timeout))
+        except queue.Empty:
+            raise AssertionError(f"process {self.proc.pid} said nothing for {timeout}s:\n"
+                                 f"{self.log.read_text(errors='replace')[-3000:]}") from None
+
+    def ask(self, **command: Any) -> dict[str, Any]:
+        self.send(**command)
+        return self.receive()
+
+    def kill(self) -> None:
+        """SIGKILL: no ``finally`` runs in it."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        """Close its stdin (its loop ends) and wait; kill it if it does not exit."""
+        if self.proc.stdin is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            stop_process(self.proc)
