@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.frames import chat_request, is_done, normalize, receive_until, user_message
+from tests.support.frames import chat_request, follow_continuation, is_done, normalize, receive_until, user_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FIXTURES = Path(__file__).parent / "frames"
@@ -94,7 +94,7 @@ async def test_client_tool_round_trip(ws):
     got = await receive_until(a, is_done("r1"))
     await a.send_json_to({"type": "cf_agent_tool_result", "toolCallId": "demo_0_0", "toolName": "getBrowserInfo",
                           "output": {"language": "fr"}, "autoContinue": True})
-    got += await _follow_continuation(a)
+    got += await follow_continuation(a)
     assert_golden("client_tool_round_trip", normalize(_without_handshake(got)))
 
 
@@ -109,7 +109,7 @@ async def test_approval_round_trip(ws):
     got = await receive_until(a, is_done("r1"))
     await a.send_json_to({"type": "cf_agent_tool_approval", "toolCallId": "demo_0_0", "approved": True,
                           "autoContinue": True})
-    got += await _follow_continuation(a)
+    got += await follow_continuation(a)
     assert_golden("approval_round_trip", normalize(_without_handshake(got)))
 
 
@@ -126,15 +126,6 @@ def _without_handshake(frames):
     return kept
 
 
-async def _follow_continuation(a):
-    await a.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p2"})
-    got = []
-    while not got or not got[-1].get("done"):
-        got.append(await a.receive_json_from(timeout=5))
-        if got[-1]["type"] == "cf_agent_stream_resuming":
-            await a.send_json_to({"type": "cf_agent_stream_resume_ack", "id": got[-1]["id"]})
-    return got
-
 
 async def test_action_approval_round_trip(ws):
     """Spec §2.10 d: an approval-gated action's request carries its ``approvalDescriptor``, and the
@@ -150,7 +141,7 @@ async def test_action_approval_round_trip(ws):
     got = await receive_until(a, is_done("r1"))
     await a.send_json_to({"type": "cf_agent_tool_approval", "toolCallId": "demo_0_0", "approved": True,
                           "autoContinue": True})
-    got += await _follow_continuation(a)
+    got += await follow_continuation(a)
     del SETUP["golden-action"]
     assert_golden("action_approval_round_trip", normalize(_without_handshake(got)))
 

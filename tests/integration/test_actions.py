@@ -21,7 +21,15 @@ from agents_app.actions.pipeline import execute_action
 from agents_app.hooks import ToolCallDecision
 from agents_app.models import LedgerEntry
 from tests.action_agents import PROBES, SETUP, ActionTestAgent, Setup, probe
-from tests.support.frames import RESP, chat_request, chunks, is_done, open_agent, receive_until, user_message
+from tests.support.frames import (
+    chat_request,
+    chunks,
+    follow_continuation,
+    is_done,
+    open_agent,
+    receive_until,
+    user_message,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -284,15 +292,7 @@ async def answer(a, approved: bool) -> list[dict[str, Any]]:
     """Approve or reject demo_0_0 with autoContinue and follow the continuation to its end."""
     await a.send_json_to({"type": "cf_agent_tool_approval", "toolCallId": "demo_0_0", "approved": approved,
                           "autoContinue": True})
-    await a.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p2"})
-    frames = []
-    while True:
-        frame = await a.receive_json_from(timeout=5)
-        frames.append(frame)
-        if frame["type"] == "cf_agent_stream_resuming":
-            await a.send_json_to({"type": "cf_agent_stream_resume_ack", "id": frame["id"]})
-        if frame["type"] == RESP and frame.get("done"):
-            return frames
+    return await follow_continuation(a)
 
 
 async def stored(name: str) -> list[dict[str, Any]]:

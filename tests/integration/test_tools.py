@@ -8,7 +8,17 @@ from django.test import AsyncClient
 
 from agents_app.demo.agents import DemoAgent
 from agents_app.models import AgentInstance, Turn
-from tests.support.frames import RESP, chat_request, chunks, is_done, open_agent, receive_until, text_of, user_message
+from tests.support.frames import (
+    RESP,
+    chat_request,
+    chunks,
+    follow_continuation,
+    is_done,
+    open_agent,
+    receive_until,
+    text_of,
+    user_message,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,19 +34,6 @@ async def history(user, name):
     client = AsyncClient()
     await client.aforce_login(user)
     return (await client.get(f"/agents/demo-agent/{name}/get-messages")).json()
-
-
-async def follow_continuation(a):
-    """As useAgentChat does after answering: probe, wait (pending), ACK the continuation, read it."""
-    await a.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p2"})
-    frames = []
-    while True:
-        frame = await a.receive_json_from(timeout=5)
-        frames.append(frame)
-        if frame["type"] == "cf_agent_stream_resuming":
-            await a.send_json_to({"type": "cf_agent_stream_resume_ack", "id": frame["id"]})
-        if frame.get("done"):
-            return frames
 
 
 def tool_part(message, tool_call_id):

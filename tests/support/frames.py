@@ -38,6 +38,19 @@ async def open_agent(ws: Any, path: str) -> WebsocketCommunicator:
     return a
 
 
+async def follow_continuation(a: WebsocketCommunicator) -> list[dict[str, Any]]:
+    """As useAgentChat does after answering: probe, wait (pending), ACK the continuation, read it."""
+    await a.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p2"})
+    frames = []
+    while True:
+        frame = await a.receive_json_from(timeout=5)
+        frames.append(frame)
+        if frame["type"] == "cf_agent_stream_resuming":
+            await a.send_json_to({"type": "cf_agent_stream_resume_ack", "id": frame["id"]})
+        if frame.get("done"):
+            return frames
+
+
 def is_done(request_id: str) -> Any:
     return lambda f: f.get("type") == RESP and f.get("id") == request_id and f.get("done") is True
 
