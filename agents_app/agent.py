@@ -134,6 +134,8 @@ class ChatAgent:
         # they annotate the ``tool-approval-request`` / ``tool-output-available`` chunks.
         self.approval_descriptors: dict[str, dict[str, Any]] = {}
         self.parked_descriptors: dict[str, dict[str, Any]] = {}
+        # Names of the tools the model is offered in this turn (``TurnContext.tools``).
+        self._tool_names: list[str] = []
         # Set by the engine while a turn runs: sends a chunk into the reply.
         self._emit: Callable[[dict[str, Any]], Awaitable[None]] | None = None
 
@@ -302,6 +304,7 @@ class ChatAgent:
             actions={name: action_tool(self, a) for name, a in actions.items()},
             action_gates={name: self._approval_gate(a) for name, a in actions.items() if a.approval_configured},
         )
+        self._tool_names = sorted([*(t.name for t in toolset.server), *toolset.client_names])
         return Agent(
             self.get_model(),
             instructions=self.get_system_prompt(),
@@ -325,17 +328,19 @@ class ChatAgent:
         self.turn_authorization = ALLOW_ALL
         decision = await call_maybe_async(self.authorize_turn, TurnContext(
             agent=self, system=self.get_system_prompt(), messages=self.messages,
-            tools=sorted(agent._function_toolset.tools), model=str(getattr(agent.model, "model_name", agent.model)),
+            tools=self._tool_names, model=str(getattr(agent.model, "model_name", agent.model)),
             continuation=self.continuation, body=self.body, user=self.user,
         ))
         self.turn_authorization = AuthorizationDecision.of(decision)
 
     def _annotate(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Add an action's approval descriptor to its approval request or paused output (spec §2.10 d)."""
-        descriptors = {
-            "tool-approval-request": self.approval_descriptors, "tool-output-available": self.parked_descriptors,
-        }.get(chunk["type"])
-        descriptor = descriptors.get(chunk.get("toolCallId", "")) if descriptors else None
+        if chunk["type"] == "tool-approval-request":
+            descriptor = self.approval_descriptors.get(chunk["toolCallId"])
+        elif chunk["type"] == "tool-output-available" and not chunk.get("preliminary"):
+            descriptor = self.parked_descriptors.get(chunk["toolCallId"])
+        else:
+            return chunk
         return {**chunk, "approvalDescriptor": descriptor} if descriptor is not None else chunk
 
     async def stream_model_reply(self) -> AsyncIterator[dict[str, Any]]:

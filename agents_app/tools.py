@@ -15,6 +15,7 @@ the pydantic-ai capability that applies the rules around every server tool call.
 
 import dataclasses
 import inspect
+import logging
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import ExternalToolset
 
 from .hooks import ToolCall, ToolCallDecision
+
+logger = logging.getLogger("agents_app.tools")
 
 Predicate = Callable[[dict[str, Any]], bool]
 # Asked before a call runs: does it wait for the user's approval? (``ctx``, validated arguments).
@@ -181,16 +184,23 @@ class ToolPolicy(AbstractCapability[Any]):
                 args = self._with_input(name, decision.input)
             result = await self._run(call, args, handler)
         if self.agent is not None:
-            await self.agent.after_tool_call(seen, result)
+            try:
+                await self.agent.after_tool_call(seen, result)
+            except Exception:  # an observer's bug must not change what the model gets (logged)
+                logger.exception("after_tool_call of %s raised", name)
         return result
 
     async def _before(self, call: ToolCall) -> ToolCallDecision | None:
+        """The agent's decision; a hook that raises fails the call like a failing tool would."""
         if self.agent is None:
             return None
-        decision = await self.agent.before_tool_call(call)
-        if decision is None or isinstance(decision, ToolCallDecision):
-            return decision
-        return ToolCallDecision(**decision)
+        try:
+            decision = await self.agent.before_tool_call(call)
+            if decision is None or isinstance(decision, ToolCallDecision):
+                return decision
+            return ToolCallDecision(**decision)
+        except Exception as exc:
+            raise ToolFailed(f"before_tool_call: {type(exc).__name__}: {exc}") from exc
 
     def _hook_input(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         if name in self.models and isinstance(args.get("input"), BaseModel):

@@ -18,6 +18,7 @@ from channels.layers import get_channel_layer
 from .. import conf, registry, transcript
 from ..abort import AbortSignal
 from ..actions.attachments import ReplyAttachments
+from ..actions.envelopes import to_json_safe
 from ..agent import ChatAgent, ChatResponse, ChatResponseResult
 from ..messages import (
     MessageBuilder,
@@ -293,7 +294,7 @@ class TurnRun:
         assert self.builder is not None
         if not len(self.attachments) or self.agent is None:
             return
-        shown = [a for a in map(self.agent.render_attachment, self.attachments.items()) if a is not None]
+        shown = [to_json_safe(a) for a in map(self.agent.render_attachment, self.attachments.items()) if a is not None]
         earlier = (self.builder.message.get("metadata") or {}).get("attachments") or []
         if shown:
             await self._emit({"type": "message-metadata", "messageMetadata": {"attachments": [*earlier, *shown]}})

@@ -560,3 +560,14 @@ async def test_render_attachment_decides_what_the_chat_page_is_shown():
     messages = await turn("a13", ATTACH)
     assert await attachments_of("a13") == [{"type": "voice_note"}, {"type": "x-internal"}]
     assert messages[-1]["metadata"]["attachments"] == [{"type": "voice_note", "label": "Voice note"}]
+
+
+async def test_a_before_tool_call_hook_that_raises_fails_the_call_not_the_turn():
+    def broken(call):
+        raise RuntimeError("hook bug")
+
+    configure("h1", before=broken)
+    messages = await turn("h1")
+    assert part(messages)["state"] == "output-error"
+    assert part(messages)["errorText"] == "before_tool_call: RuntimeError: hook bug"
+    assert probe("h1").count == 0
