@@ -151,7 +151,8 @@ def compile_tools(declared: list[Any], client: list[ClientTool], actions: dict[s
 class ToolPolicy(AbstractCapability[Any]):
     """The rules around every server tool and action call, in this order.
 
-    * An approval gate that holds for the input defers the call to the user (unless approved).
+    * An approval gate that holds for the input defers the call to the user (unless approved);
+      a gate that raises fails the call.
     * ``before_tool_call`` of the agent may allow (optionally with another input), block or
       substitute the call; ``after_tool_call`` observes the output (``agents_app.hooks``).
     * A tool that raises gives the model a structured error (``tool-output-error``) and the turn
@@ -170,7 +171,7 @@ class ToolPolicy(AbstractCapability[Any]):
                                 args: dict[str, Any], handler: Any) -> Any:
         name = call.tool_name
         gate = self.approval_gates.get(name)
-        if gate is not None and not ctx.tool_call_approved and await gate(ctx, args):
+        if gate is not None and not ctx.tool_call_approved and await self._must_ask(gate, ctx, args):
             raise ApprovalRequired()
         seen = ToolCall(tool_name=name, tool_call_id=call.tool_call_id or "", input=self._hook_input(name, args),
                         approved=ctx.tool_call_approved)
@@ -189,6 +190,15 @@ class ToolPolicy(AbstractCapability[Any]):
             except Exception:  # an observer's bug must not change what the model gets (logged)
                 logger.exception("after_tool_call of %s raised", name)
         return result
+
+    async def _must_ask(self, gate: ApprovalGate, ctx: RunContext[Any], args: dict[str, Any]) -> bool:
+        """The gate's answer; a gate that raises fails the call, which never runs unasked."""
+        try:
+            return await gate(ctx, args)
+        except _SIGNALS:
+            raise
+        except Exception as exc:
+            raise ToolFailed(f"{type(exc).__name__}: {exc}") from exc
 
     async def _before(self, call: ToolCall) -> ToolCallDecision | None:
         """The agent's decision; a hook that raises fails the call like a failing tool would."""

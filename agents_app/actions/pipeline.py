@@ -106,7 +106,8 @@ async def needs_approval(agent: "ChatAgent", action: Action[Any], input: Any, to
     """Whether this call of an approval-gated action must wait for the user (spec §5.8 step 1).
 
     A call the user may not make anyway is not put to them: it runs and gets the authorization
-    error. When it must wait, its descriptor is kept for the ``tool-approval-request`` chunk.
+    error. (A policy that raises fails the call: ``ToolPolicy`` never runs it unasked.)
+    When it must wait, its descriptor is kept for the ``tool-approval-request`` chunk.
     """
     ctx = _context(agent, action, tool_call_id, messages).for_policy()
     permissions = await resolve_permissions(action, input, ctx)

@@ -571,3 +571,13 @@ async def test_a_before_tool_call_hook_that_raises_fails_the_call_not_the_turn()
     assert part(messages)["state"] == "output-error"
     assert part(messages)["errorText"] == "before_tool_call: RuntimeError: hook bug"
     assert probe("h1").count == 0
+
+
+async def test_an_approval_predicate_that_raises_fails_the_call_and_never_runs_it():
+    def broken(input, ctx):
+        raise ValueError("predicate bug")
+
+    configure("h2", approval=broken)
+    messages = await turn("h2")
+    assert (part(messages)["state"], part(messages)["errorText"]) == ("output-error", "ValueError: predicate bug")
+    assert probe("h2").count == 0
