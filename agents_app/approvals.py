@@ -18,7 +18,7 @@ import contextlib
 import json
 import uuid
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
@@ -28,7 +28,7 @@ from django.utils import timezone
 from . import conf, events, registry, transcript
 from .actions.descriptor import approval_descriptor
 from .errors import AgentConfigurationError, UnknownAgent
-from .ledger import USE_SETTING, _Setting
+from .ledger import USE_SETTING, UseSetting
 from .messages import is_tool_part
 from .models import AgentInstance, ApprovalDecision, ChatMessage, PendingApproval, Turn
 from .protocol import frames
@@ -299,7 +299,7 @@ async def continue_conversation(instance: AgentInstance) -> None:
 
 # ----------------------------------------------------------------------------------------- sweep
 def sweep_expired(*, now: datetime | None = None,
-                  ttl: timedelta | Literal[_Setting.USE] | None = USE_SETTING, batch_size: int = 500) -> int:
+                  ttl: timedelta | UseSetting | None = USE_SETTING, batch_size: int = 500) -> int:
     """Remove parked calls older than ``AGENT_ACTION_PENDING_APPROVAL_TTL``, oldest first (spec §5.10).
 
     Each one is recorded as ``expired`` and its part tells the model the request expired;

@@ -108,6 +108,8 @@ class _Setting(enum.Enum):
 
 # Default of parameters that fall back to their AGENT_* setting, read at call time.
 USE_SETTING: Final = _Setting.USE
+# The type of such a parameter's default, for annotations elsewhere.
+UseSetting: TypeAlias = Literal[_Setting.USE]
 
 # --------------------------------------------------------------------------------------- messages
 # Model-visible error names and messages, exact strings of spec §5.5.
