@@ -75,7 +75,12 @@ def persist(
 
 
 def _keep_server_tool_results(stored: UIMessage, incoming: UIMessage) -> UIMessage:
-    """The incoming message, with tool parts the server has already settled kept as stored."""
+    """The incoming message, with tool parts the server has already settled kept as stored.
+
+    The server is the authority on a settled call: a client's copy may predate a result, an
+    approval decided later by staff, or the descriptors the AI SDK does not keep on an output
+    (``approvalDescriptor``), and must not overwrite them.
+    """
     settled = {
         p["toolCallId"]: p
         for p in stored.get("parts", [])
@@ -83,12 +88,7 @@ def _keep_server_tool_results(stored: UIMessage, incoming: UIMessage) -> UIMessa
     }
     if not settled:
         return incoming
-    parts = [
-        settled.get(p.get("toolCallId"), p)
-        if is_tool_part(p) and p.get("state") in ("input-available", "approval-requested", "approval-responded")
-        else p
-        for p in incoming.get("parts", [])
-    ]
+    parts = [settled.get(p.get("toolCallId"), p) if is_tool_part(p) else p for p in incoming.get("parts", [])]
     return {**incoming, "parts": parts}
 
 

@@ -581,3 +581,24 @@ async def test_an_approval_predicate_that_raises_fails_the_call_and_never_runs_i
     messages = await turn("h2")
     assert (part(messages)["state"], part(messages)["errorText"]) == ("output-error", "ValueError: predicate bug")
     assert probe("h2").count == 0
+
+
+async def test_a_clients_stale_copy_never_overwrites_a_decided_pause(ws):
+    """The next request carries the client's copy of the reply (paused, no descriptor: the AI SDK
+    does not keep it on an output); the server's decided part stays."""
+    configure("s1")
+    a = await opened(ws, "s1")
+    frames = await ask(a, '/tool pauseAction {"message": "hi"}')
+    agent = await ActionTestAgent.aget("s1")
+    [pending] = await agent.pending_approvals()
+    assert await agent.approve_execution(pending["executionId"]) == "paused-exec: hi"
+    reply = (await stored("s1"))[1]
+    stale_part = {k: v for k, v in part([reply]).items() if k != "approvalDescriptor"}
+    stale_part["output"] = next(c["output"] for c in chunks(frames) if c["type"] == "tool-output-available")
+    stale = {**reply, "parts": [stale_part if p.get("toolCallId") else p for p in reply["parts"]]}
+    await a.send_json_to(chat_request("r2", [user_message("u1", '/tool pauseAction {"message": "hi"}'), stale,
+                                             user_message("u2", "thanks")]))
+    await receive_until(a, is_done("r2"))
+    kept = part(await stored("s1"))
+    assert kept["output"] == "paused-exec: hi"
+    assert kept["approvalDescriptor"]["action"] == "pauseAction"
