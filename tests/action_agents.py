@@ -55,6 +55,8 @@ class Setup:
     # "predicate-noop", "permission-noop", "attach-then-throw", "with-internal" (one the chat page
     # is not shown: see render_attachment).
     attach: str = "two"
+    # echo's output_schema (echo returns a string: a schema expecting an object rejects it).
+    output_schema: Any = None
     # echo attaches a voice note before returning.
     echo_attaches: bool = False
     # echo's idempotency_key function attaches (ignored: policies get a no-op attach_reply).
@@ -94,6 +96,8 @@ def echo_action(name: str, setup: Setup) -> Action[EchoInput]:
             await asyncio.sleep(setup.delay)
         if setup.behaviour == "large":
             return "x" * 25_000
+        if setup.behaviour == "structured":
+            return {"echoed": input.message, "length": len(input.message)}
         if setup.behaviour == "non-json":
             cyclic: dict[str, Any] = {"count": 2**80}
             cyclic["self"] = cyclic
@@ -111,7 +115,7 @@ def echo_action(name: str, setup: Setup) -> Action[EchoInput]:
     return action(
         description="Echo a message", input_schema=EchoInput, execute=execute, permissions=setup.permissions,
         approval=setup.approval, approval_summary=setup.approval_summary, approval_risk=setup.approval_risk,
-        idempotency_key=key, timeout_ms=setup.timeout_ms,
+        idempotency_key=key, timeout_ms=setup.timeout_ms, output_schema=setup.output_schema,
     )
 
 

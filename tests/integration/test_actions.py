@@ -15,6 +15,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.test import override_settings
 from django.utils import timezone
+from pydantic import BaseModel
 
 from agents_app import events, transcript
 from agents_app.actions.pipeline import execute_action
@@ -602,3 +603,19 @@ async def test_a_clients_stale_copy_never_overwrites_a_decided_pause(ws):
     kept = part(await stored("s1"))
     assert kept["output"] == "paused-exec: hi"
     assert kept["approvalDescriptor"]["action"] == "pauseAction"
+
+
+class EchoOutput(BaseModel):
+    echoed: str
+    length: int
+
+
+async def test_an_output_schema_checks_and_serialises_what_execute_returns():
+    configure("o1", behaviour="structured", output_schema=EchoOutput)
+    assert part(await turn("o1"))["output"] == {"echoed": "hello", "length": 5}
+    configure("o2", output_schema=EchoOutput)  # execute returns a string
+    output = part(await turn("o2"))["output"]
+    assert output["error"]["name"] == "ValidationError"
+    assert probe("o2").count == 1
+    # o1's call is settled; o2's output failed its schema, so its row was released.
+    assert [r["status"] for r in await ledger_rows()] == ["settled"]
