@@ -628,24 +628,39 @@ async function checkMergedToolTurn(tab, name, { userId, assistantId, tool, text,
   return assistant;
 }
 
-// send_email needs approval. `reload`: the first tab goes away while the approval is pending and a
-// fresh tab (hydrated from get-messages) answers it.
-// The first turn of an approval scenario: the model calls send_email, the server asks for approval.
-async function startApproval(a, name) {
-  const req = await sendAndFinish(a, `/tool send_email ${JSON.stringify(EMAIL)}`);
+// The calls that wait for the user's Approve / Reject. `output(seen)` is the expected tool output
+// (given the one the continuation streamed, for values the server picks), `text(output)` the
+// model's text after it (`deniedText` when rejected). `descriptor` (actions only, Cloudflare spec §5.8) is the expected
+// approvalDescriptor for a {requestId, toolCallId}; `attachments` the reply attachments the
+// approved execution records (message-metadata of the continuation, spec §5.12).
+const SEND_EMAIL_CALL = {
+  tool: "send_email",
+  input: EMAIL,
+  output: () => EMAIL_OUTPUT,
+  text: () => `send_email returned ${EMAIL_OUTPUT}`,
+  deniedText: DENIED_TEXT,
+};
+
+// The first turn of an approval scenario: the model makes the call, the server asks for approval.
+async function startApproval(a, name, call = SEND_EMAIL_CALL) {
+  const req = await sendAndFinish(a, `/tool ${call.tool} ${JSON.stringify(call.input)}`);
   const userId = req.body.messages[0].id;
   const first = checkStream(a, req.id, { messageIds: [userId] });
-  const toolCallId = toolCallOf(first, "send_email");
+  const toolCallId = toolCallOf(first, call.tool);
   expectEqual(chunkTypes(first.chunks), [
     "start", "start-step", "tool-input-start", "tool-input-delta", "tool-input-available", "tool-approval-request", "finish-step", "finish",
   ], "A: chunk types of the approval turn (deltas collapsed)");
   const request = first.chunks.find((c) => c.type === "tool-approval-request");
   expectEqual(request.toolCallId, toolCallId, "A: tool-approval-request toolCallId");
   expect(typeof request.approvalId === "string" && request.approvalId, "A: tool-approval-request without approvalId");
-  expectEqual(first.chunks.find((c) => c.type === "tool-input-available").input, EMAIL, "A: tool input");
+  expectEqual(first.chunks.find((c) => c.type === "tool-input-available").input, call.input, "A: tool input");
+  const descriptor = call.descriptor?.({ requestId: req.id, toolCallId });
+  expectSame(request.approvalDescriptor, descriptor, "A: tool-approval-request approvalDescriptor");
 
   const pending = toolParts(a.chat.messages[1]);
-  expectEqual(pending.map((p) => [p.type, p.toolCallId, p.state, p.approval?.id]), [["tool-send_email", toolCallId, "approval-requested", request.approvalId]], "A: tool part waiting for approval");
+  expectEqual(pending.map((p) => [p.type, p.toolCallId, p.state, p.approval?.id]), [[`tool-${call.tool}`, toolCallId, "approval-requested", request.approvalId]], "A: tool part waiting for approval");
+  // ai 7 keeps the chunk's approvalDescriptor on the part as approval.descriptor.
+  expectSame(pending[0].approval.descriptor, descriptor, "A: approval.descriptor of the client's pending part");
   // Persisted as it stands, so a reload shows Approve / Reject (Cloudflare spec §2.8).
   const storedPending = await serverTranscript(name);
   expectEqual(
@@ -653,12 +668,15 @@ async function startApproval(a, name) {
     [["user", []], ["assistant", [[toolCallId, "approval-requested", request.approvalId]]]],
     "get-messages while the approval is pending",
   );
-  return { req, userId, first, toolCallId, request, storedPending };
+  expectSame(toolParts(storedPending[1])[0].approval.descriptor, descriptor, "get-messages while pending: approval.descriptor");
+  return { req, userId, first, toolCallId, request, storedPending, descriptor };
 }
 
-async function approvalScenario(name, { approved, reload = false }) {
+// The whole approval round trip. `reload`: the first tab goes away while the approval is pending
+// and a fresh tab (hydrated from get-messages) answers it.
+async function approvalScenario(name, { approved, reload = false, call = SEND_EMAIL_CALL }) {
   const a = await openTab("A", name);
-  const { req, userId, first, toolCallId, request, storedPending } = await startApproval(a, name);
+  const { req, userId, first, toolCallId, request, storedPending, descriptor } = await startApproval(a, name, call);
   let tab = a;
   if (reload) {
     await closeTab(a);
@@ -684,15 +702,17 @@ async function approvalScenario(name, { approved, reload = false }) {
     [approved ? "approval-responded" : "output-denied", request.approvalId, approved],
     `${tab.label}: tool part in the first cf_agent_message_updated (state, approval.id, approval.approved)`,
   );
+  expectSame(updatedPart.approval?.descriptor, descriptor, `${tab.label}: approval.descriptor in the first cf_agent_message_updated`);
 
-  const text = approved ? `send_email returned ${EMAIL_OUTPUT}` : DENIED_TEXT;
   // The continuation settles the tool part of the previous assistant message on the client: the
   // AI SDK's streamText emits tool-output-available for an approved call it executes, and
   // tool-output-denied for a denied one (ai 7 dist/index.js, "localDeniedToolApprovals").
   const outputs = cont.chunks.filter((c) => c.type.startsWith("tool-output-"));
+  const output = approved ? call.output(outputs[0]?.output) : undefined;
+  const text = approved ? call.text(output) : call.deniedText;
   expectSame(
     outputs,
-    [approved ? { type: "tool-output-available", toolCallId, output: EMAIL_OUTPUT } : { type: "tool-output-denied", toolCallId }],
+    [approved ? { type: "tool-output-available", toolCallId, output } : { type: "tool-output-denied", toolCallId }],
     `${tab.label}: tool-output-* chunks of the continuation`,
   );
   const firstText = cont.chunks.findIndex((c) => c.type === "text-start");
@@ -701,19 +721,56 @@ async function approvalScenario(name, { approved, reload = false }) {
   const message = await checkMergedToolTurn(tab, name, {
     userId,
     assistantId: first.messageId,
-    tool: {
-      type: "tool-send_email",
-      toolCallId,
-      state: approved ? "output-available" : "output-denied",
-      input: EMAIL,
-      output: approved ? EMAIL_OUTPUT : undefined,
-      approved,
-    },
+    tool: { type: `tool-${call.tool}`, toolCallId, state: approved ? "output-available" : "output-denied", input: call.input, output, approved },
     text,
   });
   expectEqual(toolParts(message)[0].approval?.id, request.approvalId, `${tab.label}: approval.id kept`);
-  return { contId, probeAnswer: cont.probeAnswer, replayEnd: cont.replayEnd, replayed: cont.replayed, live: cont.live };
+  const stored = await serverTranscript(name);
+  // The descriptor stays on the settled part, in the hook and in the stored transcript.
+  expectSame(toolParts(message)[0].approval?.descriptor, descriptor, `${tab.label}: approval.descriptor of the settled part`);
+  expectSame(toolParts(stored[1])[0].approval?.descriptor, descriptor, "get-messages after the turn: approval.descriptor");
+
+  if (call.attachments !== undefined) {
+    // The approved execution's attachments ride on a message-metadata chunk before finish.
+    const metadataChunks = cont.chunks.filter((c) => c.type === "message-metadata");
+    expectSame(metadataChunks, [{ type: "message-metadata", messageMetadata: { attachments: call.attachments } }], `${tab.label}: message-metadata chunks of the continuation`);
+    const types = cont.chunks.map((c) => c.type);
+    expect(types.indexOf("message-metadata") < types.indexOf("finish"), `${tab.label}: message-metadata must precede finish, chunk types: ${JSON.stringify(types)}`);
+    expectSame(message.metadata?.attachments, call.attachments, `${tab.label}: metadata.attachments of the assistant message`);
+    expectSame(stored[1].metadata?.attachments, call.attachments, "get-messages after the turn: metadata.attachments");
+  }
+  const details = { contId, probeAnswer: cont.probeAnswer, replayEnd: cont.replayEnd, replayed: cont.replayed, live: cont.live };
+  return call.attachments === undefined ? details : { ...details, output, metadata: message.metadata };
 }
+
+// refund_order: an approval-gated action (Cloudflare spec §2.10 d, §5.8). Refunds above 100 wait
+// for approval; the approved execution returns the refund row and attaches a confirmation email.
+const REFUND_INPUT = { order_id: "C1", amount: 250 };
+const REFUND_CALL = {
+  tool: "refund_order",
+  input: REFUND_INPUT,
+  output: (seen) => {
+    expect(Number.isInteger(seen?.refund_id) && seen.refund_id > 0, `refund_order output without a positive integer refund_id: ${JSON.stringify(seen)}`);
+    return { refund_id: seen.refund_id, order_id: "C1", refunded: 250 };
+  },
+  // The demo model quotes the tool return as the server serialises it (Python: 250.0).
+  text: (output) => `refund_order returned {"refund_id":${output.refund_id},"order_id":"C1","refunded":250.0}.`,
+  descriptor: ({ requestId, toolCallId }) => ({
+    requestId,
+    toolCallId,
+    action: "refund_order",
+    summary: "Refund an order",
+    input: { ...REFUND_INPUT, reason: "" },
+    permissions: ["orders:refund"],
+    risk: "medium",
+    kind: "approval-gated",
+  }),
+  attachments: [{ type: "email_draft", to: ["customer@example.com"], subject: "Your refund for order C1", body: "We refunded 250.00 EUR for order C1." }],
+};
+
+// deploy_release: a durable-pause action (Cloudflare spec §2.10 e, §5.10).
+const DEPLOY_INPUT = { version: "1.4.2" };
+const PAUSE_MESSAGE = "This action is awaiting human approval. Stop and wait for the approval result before proceeding.";
 
 // ---------------------------------------------------------------------------------------------
 // Scenarios. Each gets a fresh instance name and returns a small summary for RESULT.
@@ -1078,6 +1135,97 @@ const scenarios = {
   // approval-requested part from get-messages and approves from there; one merged message.
   async approvereload(name) {
     return approvalScenario(name, { approved: true, reload: true });
+  },
+
+  // An approval-gated action (refund_order, Cloudflare spec §2.10 d, §5.8): the approval request
+  // carries the action's descriptor, kept as approval.descriptor by the client and the server;
+  // the approved execution's output and its reply attachment (an email draft, message-metadata)
+  // settle the same assistant message.
+  async "action-approval"(name) {
+    return approvalScenario(name, { approved: true, call: REFUND_CALL });
+  },
+
+  // A durable-pause action (deploy_release, Cloudflare spec §2.10 e, §5.10): the turn settles the
+  // tool part with the paused output (approvalDescriptor beside it on the chunk and on the stored
+  // part, never as part.approval) and finishes normally; a next turn keeps the stored descriptor.
+  async "durable-pause"(name) {
+    const a = await openTab("A", name);
+    const req = await sendAndFinish(a, `/tool deploy_release ${JSON.stringify(DEPLOY_INPUT)}`);
+    const userId = req.body.messages[0].id;
+    const stream = checkStream(a, req.id, { messageIds: [userId] });
+    const toolCallId = toolCallOf(stream, "deploy_release");
+    expectEqual(chunkTypes(stream.chunks), [
+      "start", "start-step", "tool-input-start", "tool-input-delta", "tool-input-available", "tool-output-available", "finish-step",
+      "start-step", "text-start", "text-delta", "text-end", "finish-step", "finish",
+    ], "A: chunk types of the durable-pause turn (deltas collapsed; no approval request)");
+    expectEqual(stream.chunks.find((c) => c.type === "tool-input-available").input, DEPLOY_INPUT, "A: tool input");
+    expectEqual(stream.chunks.at(-1).messageMetadata?.finishReason, "stop", "A: finish reason of the durable-pause turn");
+
+    const outputChunk = stream.chunks.find((c) => c.type === "tool-output-available");
+    const executionId = outputChunk.output?.executionId;
+    expect(
+      /^actpause_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(executionId),
+      `A: executionId ${JSON.stringify(executionId)} is not actpause_<uuid>`,
+    );
+    const paused = { status: "paused", executionId, action: "deploy_release", message: PAUSE_MESSAGE };
+    const descriptor = {
+      requestId: req.id,
+      toolCallId,
+      action: "deploy_release",
+      summary: "Deploy a release",
+      input: { ...DEPLOY_INPUT, environment: "production" },
+      permissions: ["deploy:run"],
+      risk: "high",
+      kind: "durable-pause",
+    };
+    expectSame(outputChunk, { type: "tool-output-available", toolCallId, output: paused, approvalDescriptor: descriptor }, "A: tool-output-available chunk (paused output, descriptor beside it)");
+    const text = `deploy_release returned ${JSON.stringify(paused)}.`;
+    expectEqual(stream.text, text, "A: text after the paused action");
+    expectEqual(
+      a.outbound().map((f) => f.type),
+      ["cf_agent_stream_resume_request", "cf_agent_use_chat_request"],
+      "A: frames sent (the pause asks nothing of the client: no approval, tool result or continuation probe)",
+    );
+
+    const tool = { type: "tool-deploy_release", toolCallId, state: "output-available", input: DEPLOY_INPUT, output: paused };
+    const message = await checkMergedToolTurn(a, name, { userId, assistantId: stream.messageId, tool, text });
+    const [part] = toolParts(message);
+    expectEqual(part.approval, undefined, "A: approval of the client's paused part (a settled output is not an approval request)");
+    // ai 7 builds the part from the chunk's known fields only (processUIMessageStream,
+    // "tool-output-available"): the sibling approvalDescriptor is not kept on the client's part.
+    const clientKeepsDescriptor = Object.hasOwn(part, "approvalDescriptor");
+    expectEqual(clientKeepsDescriptor, false, "A: approvalDescriptor kept on the client's part by ai 7");
+    const stored = await serverTranscript(name);
+    const [storedPart] = toolParts(stored[1]);
+    expectSame(storedPart.approvalDescriptor, descriptor, "get-messages after the turn: approvalDescriptor of the tool part");
+    expectEqual(storedPart.approval, undefined, "get-messages after the turn: approval of the paused part");
+
+    // The next turn carries the client's copy of the part (without the descriptor); the server
+    // keeps its settled copy, descriptor and paused output included.
+    const next = await sendAndFinish(a, "thanks");
+    checkStream(a, next.id, { messageIds: trailingUserIds(next.body.messages) });
+    const sentPart = toolParts(next.body.messages.find((m) => m.id === stream.messageId))[0];
+    expectSame(sentPart?.output, paused, "A: paused output in the next request's copy of the part");
+    const sentWithDescriptor = Object.hasOwn(sentPart, "approvalDescriptor");
+    expectEqual(sentWithDescriptor, false, "A: approvalDescriptor in the next request's copy of the part (the client never had it)");
+    expectNoErrorState(a);
+    expectEqual(a.chat.status, "ready", "A: status after the next turn");
+    expectOneAssistantPerTurn(a.chat.messages, 2, "A");
+    expectEqual(textOf(a.chat.messages[3]), `${ECHO_PREFIX}thanks`, "A: reply to the next message");
+    const after = await serverTranscript(name);
+    expectSame(toolSummary(after), toolSummary(a.chat.messages), "get-messages after the next turn");
+    const [afterPart] = toolParts(after[1]);
+    expectSame(afterPart.output, paused, "get-messages after the next turn: paused output");
+    expectSame(afterPart.approvalDescriptor, descriptor, "get-messages after the next turn: approvalDescriptor kept");
+
+    // A page reload hydrates from get-messages: that copy of the part has the descriptor. (A goes
+    // first: useAgentChat shares its initial-messages fetch between hooks of one page.)
+    await closeTab(a);
+    const b = await openTab("B", name);
+    expectSame(toolSummary(b.chat.messages), toolSummary(after), "B: hydrated messages");
+    const hydratedKeepsDescriptor = Object.hasOwn(toolParts(b.chat.messages[1])[0], "approvalDescriptor");
+    expectSame(toolParts(b.chat.messages[1])[0].approvalDescriptor, descriptor, "B: approvalDescriptor of the hydrated part");
+    return { executionId, clientKeepsDescriptor, sentWithDescriptor, hydratedKeepsDescriptor };
   },
 
   // A client tool declared by the server (getBrowserInfo): onToolCall answers with addToolOutput;

@@ -40,6 +40,8 @@ SCENARIOS = [
     "approvereload",
     "clienttool",
     "progress",
+    "action-approval",
+    "durable-pause",
 ]
 USERNAME = "conformance"
 NPM_TIMEOUT = 280
