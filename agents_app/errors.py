@@ -85,6 +85,9 @@ PENDING_MESSAGE = (
     "A prior attempt of this action is in an unknown state; not re-executed. "
     "Manual reconciliation may be required."
 )
+# Raised (not an envelope of its own: it becomes a plain "Error") when an idempotency-key
+# function returns "" (spec §5.5); format with the action's name.
+EMPTY_KEY_MESSAGE = 'Action "{name}" returned an empty idempotency key'
 APPROVAL_INPUT_MESSAGE = "Approved action input cannot be changed by beforeToolCall"
 # The message of an abort (turn cancelled) whose reason is not itself an exception.
 ABORTED_MESSAGE = "Action aborted"

@@ -52,7 +52,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from . import conf, events
-from .errors import PENDING_MESSAGE, ActionKeyConflict, ActionPendingError
+from .errors import EMPTY_KEY_MESSAGE, PENDING_MESSAGE, ActionKeyConflict, ActionPendingError
 from .models import LedgerEntry
 
 __all__ = [
@@ -126,7 +126,7 @@ def conflict_message(ledger_key: str, action_name: str) -> str:
 
 def empty_key_message(action_name: str) -> str:
     """Message of the error raised when an idempotency-key function returns ``""``."""
-    return f'Action "{action_name}" returned an empty idempotency key'
+    return EMPTY_KEY_MESSAGE.format(name=action_name)
 
 
 # --------------------------------------------------------------------------------------- settings
@@ -312,7 +312,7 @@ def claim(
     request_id: str = "",
     tool_call_id: str = "",
     retryable: bool,
-    lease: timedelta | Literal[_Setting.USE] | None = USE_SETTING,
+    lease: timedelta | UseSetting | None = USE_SETTING,
     now: datetime | None = None,
 ) -> Claim:
     """Claim ``key`` for one execution, or say why not (spec §5.9 claim, in its order).
@@ -403,9 +403,9 @@ def release(key: str, *, scope: str = "", claimed_at: datetime | None = None) ->
 def sweep_expired(
     *,
     now: datetime | None = None,
-    settled_ttl: timedelta | Literal[_Setting.USE] | None = USE_SETTING,
-    pending_ttl: timedelta | Literal[_Setting.USE] | None = USE_SETTING,
-    batch_size: int | Literal[_Setting.USE] = USE_SETTING,
+    settled_ttl: timedelta | UseSetting | None = USE_SETTING,
+    pending_ttl: timedelta | UseSetting | None = USE_SETTING,
+    batch_size: int | UseSetting = USE_SETTING,
 ) -> dict[str, int]:
     """Delete settled rows older than ``settled_ttl`` and pending ones older than ``pending_ttl``.
 
@@ -502,7 +502,7 @@ async def run_once(
     request_id: str = "",
     tool_call_id: str = "",
     retryable: bool,
-    lease: timedelta | Literal[_Setting.USE] | None = USE_SETTING,
+    lease: timedelta | UseSetting | None = USE_SETTING,
     execute: Callable[[], Awaitable[Any]],
     now: datetime | None = None,
 ) -> LedgerResult:
@@ -565,7 +565,7 @@ async def _claim_and_run(
     request_id: str,
     tool_call_id: str,
     retryable: bool,
-    lease: timedelta | Literal[_Setting.USE] | None,
+    lease: timedelta | UseSetting | None,
     execute: Callable[[], Awaitable[Any]],
     now: datetime | None,
 ) -> LedgerResult:

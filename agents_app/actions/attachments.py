@@ -15,8 +15,7 @@ Attachments of an attempt that fails (raises, times out, is aborted) are discard
 not promise a draft whose action did not happen. ``attempt(action)`` records on behalf of one
 ``execute`` call and can roll back exactly its own entries, which matters in Python because
 pydantic-ai runs a step's tool calls concurrently: the reference's "truncate to the length before
-the call" (``mark()``/``rollback()``, kept for sequential callers) would also drop the entries of
-a sibling call that recorded in between.
+the call" would also drop the entries of a sibling call that recorded in between.
 
 Policy callbacks (permissions, approval, idempotency key) and approved durable-pause runs get
 ``NO_ATTACHMENTS``, whose ``record`` does nothing (spec §5.3, §5.12).
@@ -45,7 +44,6 @@ MAX_REPLY_ATTACHMENTS_PER_TURN: Final = 32
 
 @dataclass(frozen=True)
 class _Entry:
-    seq: int
     # The attempt that recorded it (None: recorded directly on the recorder).
     owner: object | None
     value: dict[str, Any]
@@ -63,8 +61,6 @@ class ReplyAttachments:
         self.request_id = request_id
         self.limit = limit
         self._entries: list[_Entry] = []
-        # Sequence number of the next entry: what mark() returns.
-        self._next_seq = 0
         self._lock = threading.Lock()
 
     def record(self, value: object, action: str | None = None) -> bool:
@@ -84,8 +80,7 @@ class ReplyAttachments:
         with self._lock:  # checked again: another thread may have filled the last slot meanwhile
             if len(self._entries) >= self.limit:
                 return False
-            self._entries.append(_Entry(self._next_seq, owner, safe))
-            self._next_seq += 1
+            self._entries.append(_Entry(owner, safe))
         payload: dict[str, Any] = {"attachmentType": safe["type"]}
         if action is not None:
             payload = {"action": action, **payload}
@@ -95,16 +90,6 @@ class ReplyAttachments:
     def attempt(self, action: str | None = None) -> "AttachmentAttempt":
         """A recorder for one ``execute`` call of ``action``, whose entries it can roll back."""
         return AttachmentAttempt(self, action)
-
-    def mark(self) -> int:
-        """A position to ``rollback`` to: everything recorded after it can be discarded."""
-        with self._lock:
-            return self._next_seq
-
-    def rollback(self, mark: int) -> None:
-        """Discard everything recorded since ``mark`` (by anyone: use ``attempt()`` for concurrent calls)."""
-        with self._lock:
-            self._entries = [entry for entry in self._entries if entry.seq < mark]
 
     def _discard(self, owner: object) -> None:
         with self._lock:
@@ -149,11 +134,8 @@ class NullReplyAttachments:
     def attempt(self, action: str | None = None) -> "NullReplyAttachments":
         return self
 
-    def rollback(self, mark: int | None = None) -> None:
+    def rollback(self) -> None:
         """Nothing to discard."""
-
-    def mark(self) -> int:
-        return 0
 
     def items(self) -> list[dict[str, Any]]:
         return []

@@ -23,7 +23,7 @@ from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, overload
 from asgiref.sync import sync_to_async
 from pydantic import BaseModel
 
-from ..errors import AgentConfigurationError
+from ..errors import EMPTY_KEY_MESSAGE, AgentConfigurationError
 from .envelopes import to_json_safe
 
 __all__ = [
@@ -341,7 +341,7 @@ async def resolve_idempotency_key(action: Action[Any], input: Any, ctx: Any) -> 
     if not isinstance(resolved, str):
         raise TypeError(f'Action "{action.name}": idempotency_key must return a string, not {resolved!r}')
     if not resolved:
-        raise ValueError(f'Action "{action.name}" returned an empty idempotency key')
+        raise ValueError(EMPTY_KEY_MESSAGE.format(name=action.name))
     return resolved
 
 

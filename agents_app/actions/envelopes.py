@@ -46,27 +46,22 @@ from typing import Any, Final
 
 from ..errors import (
     ActionAbortedError,
-    ActionApprovalInputError,
     ActionAuthorizationError,
     ActionError,
     ActionKeyConflict,
     ActionPendingError,
-    ActionTimeoutError,
 )
 
 __all__ = [
     "ACTION_OUTPUT_MAX_CHARS",
     "CIRCULAR",
     "aborted_error",
-    "approval_input_error",
     "authorization_error",
     "error_envelope",
     "key_conflict_error",
     "missing_permission_message",
     "pending_error",
     "prepare_output",
-    "timeout_error",
-    "timeout_message",
     "to_json_safe",
     "truncation_note",
 ]
@@ -121,21 +116,6 @@ def pending_error() -> dict[str, Any]:
 def key_conflict_error(ledger_key: str, action_name: str) -> dict[str, Any]:
     """The ``ActionKeyConflict`` envelope; ``ledger_key`` is the full key (``action:echo:k``)."""
     return error_envelope(ActionKeyConflict(ledger_key, action_name))
-
-
-def approval_input_error() -> dict[str, Any]:
-    """The ``ActionApprovalInputError`` envelope: approved input rewritten by ``before_tool_call``."""
-    return error_envelope(ActionApprovalInputError())
-
-
-def timeout_message(timeout_ms: float) -> str:
-    """``Action timed out after <ms>ms`` (spec §5.7)."""
-    return str(ActionTimeoutError(timeout_ms))
-
-
-def timeout_error(timeout_ms: float) -> dict[str, Any]:
-    """The envelope of a timed-out ``execute``: ``{"name": "Error", "message": "Action timed out…"}``."""
-    return error_envelope(ActionTimeoutError(timeout_ms))
 
 
 def aborted_error(reason: object = None) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from agents_app.actions import (
     aborted_error,
     action,
     approval_descriptor,
-    approval_input_error,
     authorization_error,
     call_maybe_async,
     compile_actions,
@@ -44,11 +43,10 @@ from agents_app.actions import (
     prepare_output,
     resolve_idempotency_key,
     resolve_permissions,
-    timeout_error,
-    timeout_message,
     to_json_safe,
 )
 from agents_app.errors import (
+    ActionApprovalInputError,
     ActionAuthorizationError,
     ActionError,
     ActionKeyConflict,
@@ -358,19 +356,20 @@ def test_ledger_and_approval_envelopes() -> None:
         "message": 'Idempotency key "action:echo:conflict-key" for action "echo" was reused with different input. '
                    "This is a programming error; do not retry.",
     }}
-    assert approval_input_error() == {"error": {
+    assert error_envelope(ActionApprovalInputError()) == {"error": {
         "name": "ActionApprovalInputError",
         "message": "Approved action input cannot be changed by beforeToolCall",
     }}
 
 
 def test_timeout_and_abort_envelopes() -> None:
-    assert timeout_message(5) == "Action timed out after 5ms"
-    assert timeout_message(5.0) == "Action timed out after 5ms"
-    assert timeout_message(2.5) == "Action timed out after 2.5ms"
+    assert str(ActionTimeoutError(5)) == "Action timed out after 5ms"
+    assert str(ActionTimeoutError(5.0)) == "Action timed out after 5ms"
+    assert str(ActionTimeoutError(2.5)) == "Action timed out after 2.5ms"
     # The reference's timer aborts with a plain Error, so the model reads the name "Error".
-    assert timeout_error(30_000) == {"error": {"name": "Error", "message": "Action timed out after 30000ms"}}
-    assert "timed out" in timeout_error(5)["error"]["message"]  # §6.1 #5
+    assert error_envelope(ActionTimeoutError(30_000)) == {
+        "error": {"name": "Error", "message": "Action timed out after 30000ms"}}
+    assert "timed out" in error_envelope(ActionTimeoutError(5))["error"]["message"]  # §6.1 #5
     assert aborted_error() == {"error": {"name": "Error", "message": "Action aborted"}}
     assert aborted_error(asyncio.CancelledError()) == {"error": {"name": "Error", "message": "Action aborted"}}
     assert aborted_error(RuntimeError("turn cancelled")) == {
@@ -536,10 +535,10 @@ def test_attachments_are_capped_keeping_the_first(emitted: list[tuple[str, dict[
 def test_rollback_discards_what_a_failed_call_recorded() -> None:
     replies = ReplyAttachments()
     replies.record({"type": "kept"})
-    mark = replies.mark()
-    replies.record({"type": "failed-1"})
-    replies.record({"type": "failed-2"})
-    replies.rollback(mark)
+    failed = replies.attempt("failing")
+    failed.record({"type": "failed-1"})
+    failed.record({"type": "failed-2"})
+    failed.rollback()
     assert replies.items() == [{"type": "kept"}]
     replies.record({"type": "after"})
     assert replies.items() == [{"type": "kept"}, {"type": "after"}]
@@ -566,7 +565,7 @@ def test_an_attempt_rolls_back_only_its_own_attachments(emitted: list[tuple[str,
 def test_no_attachments_recorder_is_a_no_op(emitted: list[tuple[str, dict[str, Any]]]) -> None:
     assert NO_ATTACHMENTS.record({"type": "voice_note"}, action="x") is False
     assert NO_ATTACHMENTS.attempt("x").record({"type": "voice_note"}) is False
-    NO_ATTACHMENTS.rollback(NO_ATTACHMENTS.mark())
+    NO_ATTACHMENTS.attempt("x").rollback()
     assert NO_ATTACHMENTS.items() == []
     assert len(NO_ATTACHMENTS) == 0
     assert emitted == []
