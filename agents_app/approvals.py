@@ -218,7 +218,7 @@ async def _settled(instance: AgentInstance) -> None:
     A running turn whose process died is finalised here (its reply saved from the stream
     buffer) rather than waited for: the recovery sweep might be a minute away.
     """
-    from .recovery import interrupt
+    from .recovery import recover
     from .turns.lock import is_orphaned
 
     running = Turn.objects.filter(instance=instance, status=Turn.Status.RUNNING)
@@ -226,9 +226,7 @@ async def _settled(instance: AgentInstance) -> None:
         async with asyncio.timeout(SETTLE_TIMEOUT_SECONDS):
             while (turn := await running.afirst()) is not None:
                 if is_orphaned(turn):
-                    messages = await database_sync_to_async(interrupt)(turn)
-                    if messages is not None:
-                        await fanout.publish(instance.pk, frames.chat_messages(messages))
+                    await recover(turn)
                     return
                 await asyncio.sleep(_POLL_SECONDS)
 

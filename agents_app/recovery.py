@@ -81,14 +81,19 @@ def _interrupted(now: datetime) -> list[Turn]:
     return [turn for turn in running if is_orphaned(turn, now)]
 
 
+async def recover(turn: Turn) -> None:
+    """Finalise a turn whose process is gone and show every connection the reply it left."""
+    messages = await database_sync_to_async(interrupt)(turn)
+    if messages is not None:
+        await fanout.publish(turn.instance_id, frames.chat_messages(messages))
+
+
 async def sweep_interrupted(*, now: datetime | None = None) -> int:
     """Finalise every running turn whose process is gone; returns how many."""
     from .turns import drain
 
     turns = await database_sync_to_async(_interrupted)(now or timezone.now())
     for turn in turns:
-        messages = await database_sync_to_async(interrupt)(turn)
-        if messages is not None:
-            await fanout.publish(turn.instance_id, frames.chat_messages(messages))
+        await recover(turn)
         await drain(turn.instance_id)
     return len(turns)

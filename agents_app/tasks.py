@@ -16,14 +16,12 @@ T = TypeVar("T")
 def run_async(function: Callable[..., Awaitable[T]], *args: Any) -> T:
     """Run async engine code from a (sync) Celery task, on a loop that ends with the call.
 
-    The loop's turn-control receiver is stopped before the loop closes (``turns.control``).
+    A turn-control receiver the call starts is stopped before the loop closes (``turns.control``).
     """
 
     async def main() -> T:
-        try:
+        async with control.scoped():
             return await function(*args)
-        finally:
-            await control.shutdown()
 
     return async_to_sync(main)()
 
