@@ -30,7 +30,9 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
     """Take the oldest queued turn of the instance, or None if there is none or one is running."""
     while True:
         with transaction.atomic():
-            turn = Turn.objects.filter(instance_id=instance_id, status=Turn.Status.QUEUED).first()
+            # The user comes along: the engine hands it to authorize_turn without another query.
+            queued = Turn.objects.filter(instance_id=instance_id, status=Turn.Status.QUEUED)
+            turn = queued.select_related("user").first()
             if turn is None:
                 return None
             generation = AgentInstance.objects.values_list("generation", flat=True).get(pk=instance_id)
