@@ -211,6 +211,14 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def report(title: str, headers: list[str], rows: list[list[Any]]) -> None:
+    """Print a benchmark's result: its title (a Markdown heading), the table, and the load after."""
+    print()
+    print(f"## {title}")
+    print(table(headers, rows))
+    print(f"machine after: {machine_load()}")
+
+
 # --------------------------------------------------------------------------------------- client
 async def open_socket(url: str, cookie: str | None = None) -> ClientConnection:
     """A WebSocket as a browser on localhost opens it (Origin, session cookie), no compression."""

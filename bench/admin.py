@@ -216,7 +216,7 @@ def main() -> None:
     if not (SMALL < args.rows <= 2_000_000 and 1 <= args.runs <= 100):
         parser.error(f"--rows {SMALL + 1}..2000000, --runs 1..100")
 
-    from bench._stack import machine_load, table
+    from bench._stack import machine_load, report
     from tests.support.live import PostgresServer
 
     workdir = Path(tempfile.mkdtemp(prefix="think-bench-admin-"))
@@ -242,10 +242,8 @@ def main() -> None:
             print(f"{database}: {total:,} rows ({time.perf_counter() - started:.1f} s to load), measuring…", flush=True)
             results += measure_all(client, total, args.runs)
             done = total
-        print()
-        print(f"## bench/admin.py on {database}: {args.runs} runs per row, {time.strftime('%Y-%m-%d')}")
-        print(table(HEADERS, results))
-        print(f"machine after: {machine_load()}")
+        report(f"bench/admin.py on {database}: {args.runs} runs per row, {time.strftime('%Y-%m-%d')}",
+               HEADERS, results)
         if args.json:
             args.json.write_text(json.dumps({"database": database, "headers": HEADERS, "rows": results}, indent=1))
     finally:

@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bench._stack import machine_load, median, p95, table
+from bench._stack import machine_load, median, p95, report
 from tests.support.live import PYTHON, ROOT, LiveStack, PostgresServer
 
 INPUT = {"order_id": 4217, "amount": "12.50", "reason": "damaged"}
@@ -189,8 +189,8 @@ def _processes_row(env: dict[str, str], workload: str, *, calls: int, processes:
                 proc.kill()
                 proc.wait()
     outcomes: Counter[str] = Counter()
-    for report in reports:
-        outcomes.update(report["outcomes"])
+    for worker_report in reports:
+        outcomes.update(worker_report["outcomes"])
     return {"workload": workload, "concurrency": f"{processes} processes", "calls": calls,
             "executions": sum(r["executions"] for r in reports), "wall": max(r["end"] for r in reports) - start_at,
             "latencies": [x for r in reports for x in r["latencies"]], "outcomes": dict(outcomes)}
@@ -259,10 +259,7 @@ def main() -> None:
             for path in (workdir, pgdir):
                 if path is not None:
                     shutil.rmtree(path, ignore_errors=True)
-    print()
-    print(f"## bench/ledger.py: {args.calls} calls per row, {time.strftime('%Y-%m-%d')}")
-    print(table(HEADERS, rows))
-    print(f"machine after: {machine_load()}")
+    report(f"bench/ledger.py: {args.calls} calls per row, {time.strftime('%Y-%m-%d')}", HEADERS, rows)
     if args.json:
         args.json.write_text(json.dumps({"headers": HEADERS, "rows": rows}, indent=1))
     return None

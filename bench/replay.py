@@ -56,7 +56,7 @@ from bench._stack import (
     open_socket,
     p95,
     parse_env,
-    table,
+    report,
     user_message,
 )
 
@@ -305,14 +305,12 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                                      delayMs=args.delay_ms),
             peer_expected(n))
         rows.append(await run_row(target, args))
-    print()
     for r in rows:
         for e in r["error_list"][:10]:
             print(f"  error ({r['server']}): {e}")
-    print(f"## bench/replay.py: reconnect after {args.cut} of {n} deltas ({args.delay_ms} ms apart), ACK → "
-          f"replayComplete, {args.runs} runs (+{args.warmup} warm-up), {time.strftime('%Y-%m-%d')}")
-    print(table(HEADERS, [[r[k] for k in KEYS] for r in rows]))
-    print(f"machine after: {machine_load()}")
+    report(f"bench/replay.py: reconnect after {args.cut} of {n} deltas ({args.delay_ms} ms apart), ACK → "
+           f"replayComplete, {args.runs} runs (+{args.warmup} warm-up), {time.strftime('%Y-%m-%d')}",
+           HEADERS, [[r[k] for k in KEYS] for r in rows])
     return rows
 
 

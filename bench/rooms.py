@@ -49,8 +49,8 @@ from bench._stack import (
     open_socket,
     p95,
     parse_env,
+    report,
     rss_mb,
-    table,
     timed_turn,
     user_message,
 )
@@ -195,11 +195,9 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
             rows.append(await run_row(target, workload(k)))
             await asyncio.sleep(args.pause)
     rows.sort(key=lambda r: r["K"])
-    print()
-    print(f"## bench/rooms.py: K rooms x {args.turns} sequential turns of {args.chunks} chunks, "
-          f"full history re-sent each turn, {time.strftime('%Y-%m-%d')}")
-    print(table(HEADERS, [[r[k] for k in KEYS] for r in rows]))
-    print(f"machine after: {machine_load()}")
+    report(f"bench/rooms.py: K rooms x {args.turns} sequential turns of {args.chunks} chunks, "
+           f"full history re-sent each turn, {time.strftime('%Y-%m-%d')}",
+           HEADERS, [[r[k] for k in KEYS] for r in rows])
     return rows
 
 

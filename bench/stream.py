@@ -44,7 +44,7 @@ from bench._stack import (
     open_socket,
     p95,
     parse_env,
-    table,
+    report,
     timed_turn,
     user_message,
 )
@@ -177,11 +177,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         ], **common)
     all_series = [*think, layer, direct]
     rows = [row(s, n) for s in all_series]
-    print()
-    print(f"## bench/stream.py: 1 client, 1 turn of {n} text-delta chunks, {args.runs} runs "
-          f"(+{args.warmup} warm-up), {time.strftime('%Y-%m-%d')}")
-    print(table(HEADERS, rows))
-    print(f"machine after: {machine_load()}")
+    report(f"bench/stream.py: 1 client, 1 turn of {n} text-delta chunks, {args.runs} runs "
+           f"(+{args.warmup} warm-up), {time.strftime('%Y-%m-%d')}", HEADERS, rows)
     return {"headers": HEADERS, "rows": rows,
             "server_cpu_per_run": {s.name: s.server_cpu for s in all_series}}
 
