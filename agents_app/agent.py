@@ -301,7 +301,7 @@ class ChatAgent:
         actions = self.compiled_actions()
         toolset = compile_tools(
             self.get_tools(), client_tools_from_schemas(self.client_tools),
-            actions={name: action_tool(self, a) for name, a in actions.items()},
+            actions={name: action_tool(a) for name, a in actions.items()},
             action_gates={name: self._approval_gate(a) for name, a in actions.items() if a.approval_configured},
         )
         self._tool_names = sorted([*(t.name for t in toolset.server), *toolset.client_names])

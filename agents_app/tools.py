@@ -14,6 +14,7 @@ the pydantic-ai capability that applies the rules around every server tool call.
 """
 
 import dataclasses
+import functools
 import inspect
 import logging
 import warnings
@@ -90,8 +91,14 @@ class Toolset:
     client_names: frozenset[str]
 
 
+# Compiled function tools kept (building one generates its JSON schema, every turn otherwise).
+FUNCTION_TOOL_CACHE_SIZE = 512
+
+
+@functools.lru_cache(maxsize=FUNCTION_TOOL_CACHE_SIZE)
 def _function_tool(function: Callable[..., Any], **options: Any) -> Tool[Any]:
-    """A pydantic-ai Tool; a progress-streaming (async generator) tool's return has no schema."""
+    """A pydantic-ai Tool, built once per function and options; a progress-streaming (async
+    generator) tool's return has no schema."""
     if not inspect.isasyncgenfunction(function):
         return Tool(function, **options)
     with warnings.catch_warnings():
