@@ -30,7 +30,7 @@ from .actions.descriptor import approval_descriptor
 from .errors import AgentConfigurationError, UnknownAgent
 from .ledger import USE_SETTING, UseSetting
 from .messages import is_tool_part
-from .models import AgentInstance, ApprovalDecision, ChatMessage, PendingApproval, Turn
+from .models import AgentInstance, ApprovalDecision, PendingApproval, Turn
 from .protocol import frames
 from .streaming import fanout
 
@@ -238,33 +238,28 @@ def _apply_outcome(instance: AgentInstance, execution_id: str, action_name: str,
     When the part is gone (the transcript was compacted or edited), a system note tells the
     model the outcome instead, unless a settled part already carries it (spec §5.10).
     """
-    with transaction.atomic():
-        rows = list(ChatMessage.objects.select_for_update().filter(instance=instance).order_by("-position"))
-        for row in rows:
-            parts = row.data.get("parts", [])
-            for index, part in enumerate(parts):
-                if _parked_here(part, execution_id):
-                    updated = {**part, "state": "output-available", "output": output}
-                    row.data = {**row.data, "parts": [*parts[:index], updated, *parts[index + 1:]]}
-                    row.save(update_fields=["data", "updated_at"])
-                    return row.data
-        if any(_mentions(part, execution_id) for row in rows for part in row.data.get("parts", [])):
-            return None
-        summary = json.dumps(output, ensure_ascii=False, separators=(",", ":"))[:OUTCOME_SUMMARY_MAX_CHARS]
-        transcript.save_message(instance, {
-            "id": f"{OUTCOME_NOTE_PREFIX}{execution_id}-{uuid.uuid4()}", "role": "system",
-            "parts": [{"type": "text", "text": (
-                f'[durable action] The paused execution "{execution_id}" was resolved, but its tool call is no '
-                f"longer in the transcript (it may have been compacted). Outcome: {summary}"
-            )}],
-        })
+    message = transcript.update_tool_part(
+        instance, lambda part: _parked_here(part, execution_id),
+        lambda part: {**part, "state": "output-available", "output": output},
+    )
+    if message is not None:
+        return message
+    if any(_mentions(part, execution_id) for message in transcript.load(instance) for part in message["parts"]):
+        return None
+    summary = json.dumps(output, ensure_ascii=False, separators=(",", ":"))[:OUTCOME_SUMMARY_MAX_CHARS]
+    transcript.save_message(instance, {
+        "id": f"{OUTCOME_NOTE_PREFIX}{execution_id}-{uuid.uuid4()}", "role": "system",
+        "parts": [{"type": "text", "text": (
+            f'[durable action] The paused execution "{execution_id}" was resolved, but its tool call is no '
+            f"longer in the transcript (it may have been compacted). Outcome: {summary}"
+        )}],
+    })
     return None
 
 
 def _parked_here(part: dict[str, Any], execution_id: str) -> bool:
     output = part.get("output")
-    return (is_tool_part(part) and isinstance(output, dict) and output.get("status") == "paused"
-            and output.get("executionId") == execution_id)
+    return _mentions(part, execution_id) and output.get("status") == "paused"
 
 
 def _mentions(part: dict[str, Any], execution_id: str) -> bool:

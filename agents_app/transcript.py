@@ -4,6 +4,7 @@ Sync functions: callers in async code wrap them in ``database_sync_to_async``. E
 in one transaction so a reader never sees half a transcript.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -90,6 +91,25 @@ def _keep_server_tool_results(stored: UIMessage, incoming: UIMessage) -> UIMessa
         return incoming
     parts = [settled.get(p.get("toolCallId"), p) if is_tool_part(p) else p for p in incoming.get("parts", [])]
     return {**incoming, "parts": parts}
+
+
+def update_tool_part(instance: AgentInstance, matches: Callable[[dict[str, Any]], bool],
+                     update: Callable[[dict[str, Any]], dict[str, Any]]) -> UIMessage | None:
+    """Replace the newest tool part that ``matches`` by ``update(part)``; the updated message, or None.
+
+    One transaction with the instance's replies locked, so updates of one reply (a client's
+    answer, a staff decision) are serialised. ``update`` may raise to refuse the change.
+    """
+    with transaction.atomic():
+        rows = ChatMessage.objects.select_for_update().filter(instance=instance, role="assistant").order_by("-position")
+        for row in rows:
+            parts = row.data.get("parts", [])
+            for index, part in enumerate(parts):
+                if is_tool_part(part) and matches(part):
+                    row.data = {**row.data, "parts": [*parts[:index], update(part), *parts[index + 1:]]}
+                    row.save(update_fields=["data", "updated_at"])
+                    return row.data
+    return None
 
 
 def save_message(instance: AgentInstance, message: UIMessage, *, after: str | None = None) -> None:

@@ -14,7 +14,6 @@ from django.db import transaction
 
 from .. import registry, transcript
 from ..messages import (
-    is_tool_part,
     new_request_id,
     tool_approval_update,
     tool_result_update,
@@ -97,25 +96,22 @@ async def _apply(instance: AgentInstance, tool_call_id: str, update: Any, what: 
 
 
 def _apply_stored(instance: AgentInstance, tool_call_id: str, update: Any, what: str) -> dict[str, Any]:
-    """Update the stored part in one transaction (applies on one reply are serialised)."""
+    """Update the stored part (``transcript.update_tool_part``); LookupError if there is none."""
     client_tools = _client_tool_names(instance)
-    with transaction.atomic():
-        rows = ChatMessage.objects.select_for_update().filter(instance=instance, role="assistant").order_by("-position")
-        for row in rows:
-            parts = row.data.get("parts", [])
-            for index, part in enumerate(parts):
-                if is_tool_part(part) and part.get("toolCallId") == tool_call_id:
-                    updated = update(part, client_tools)
-                    if updated is None:
-                        raise ProtocolError(
-                            f"Tool call {tool_call_id} is {part.get('state')}, not waiting for {what}",
-                            code="tool_call_not_waiting",
-                        )
-                    message = {**row.data, "parts": [*parts[:index], updated, *parts[index + 1:]]}
-                    row.data = message
-                    row.save(update_fields=["data", "updated_at"])
-                    return message
-    raise LookupError(tool_call_id)
+
+    def answered(part: dict[str, Any]) -> dict[str, Any]:
+        updated = update(part, client_tools)
+        if updated is None:
+            raise ProtocolError(
+                f"Tool call {tool_call_id} is {part.get('state')}, not waiting for {what}",
+                code="tool_call_not_waiting",
+            )
+        return updated
+
+    message = transcript.update_tool_part(instance, lambda part: part.get("toolCallId") == tool_call_id, answered)
+    if message is None:
+        raise LookupError(tool_call_id)
+    return message
 
 
 def _client_tool_names(instance: AgentInstance) -> set[str]:
