@@ -30,7 +30,7 @@ from django.views.decorators.http import require_POST
 
 from . import approvals
 from .errors import AgentConfigurationError
-from .messages import is_tool_part
+from .messages import is_tool_part, tool_name
 from .models import AgentInstance, ApprovalDecision, ChatMessage, LedgerEntry, PendingApproval, Turn
 from .registry import agent_classes
 
@@ -80,9 +80,8 @@ def conversation(instance_id: int, tool_call_id: str, limit: int = CONVERSATION_
             if part.get("type") == "text":
                 parts.append({"kind": "text", "text": part.get("text", "")})
             elif is_tool_part(part):
-                name = part["toolName"] if part["type"] == "dynamic-tool" else part["type"].removeprefix("tool-")
                 parts.append({
-                    "kind": "tool", "name": name, "state": part.get("state", ""),
+                    "kind": "tool", "name": tool_name(part), "state": part.get("state", ""),
                     "input": json.dumps(part.get("input"), indent=2, ensure_ascii=False),
                     "output": json.dumps(part["output"], indent=2, ensure_ascii=False) if "output" in part else None,
                     "error": part.get("errorText"), "current": part.get("toolCallId") == tool_call_id,

@@ -1,14 +1,16 @@
-"""``ChatAgent``: the class a developer subclasses to build an agent.
+"""``ChatAgent``: the class a developer subclasses to build an agent: its hooks and configuration.
 
 One ``ChatAgent`` object serves one turn (like a Django class-based view serves one request):
-the engine builds it, fills in the turn's state (``messages``, ``request_id``, ``body``,
-``abort_signal``) and calls ``on_chat_message()``. Outside a turn, ``await MyAgent.aget(name)``
-gives a handle for programmatic turns (``save_messages``).
+the engine builds it with the turn's ``TurnState`` and calls ``on_chat_message()``; the turn's
+request is readable as ``self.messages``, ``self.request_id``, ``self.body`` ... (views of
+``self.turn``, never state the engine reads back). Outside a turn, ``await MyAgent.aget(name)``
+returns a handle on the instance (``agents_app.handles.AgentHandle``: ``save_messages``,
+``pending_approvals``, ``approve_execution`` ...).
 """
 
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from channels.db import database_sync_to_async
 from pydantic import TypeAdapter
@@ -21,14 +23,18 @@ from pydantic_ai.usage import UsageLimits
 
 from . import conf, llm
 from .abort import AbortSignal
-from .actions import NO_ATTACHMENTS, Action, NullReplyAttachments, ReplyAttachments, call_maybe_async, compile_actions
-from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext
+from .actions import Action, call_maybe_async, compile_actions
+from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext, TurnState
 from .actions.envelopes import missing_permission_message
 from .actions.pipeline import action_tool, needs_approval
 from .hooks import ToolCall, ToolCallDecision
 from .messages import UIMessage
-from .registry import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
+from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
 from .tools import ApprovalGate, ToolPolicy, client_tools_from_schemas, compile_tools
+
+if TYPE_CHECKING:
+    from .handles import AgentHandle
+    from .models import AgentInstance
 
 # What on_chat_message may return: UI message chunks (dicts), plain-text pieces (str), a whole
 # plain-text reply, or None for "no response".
@@ -57,6 +63,24 @@ class SaveMessagesResult:
     request_id: str
     status: str
     error: str | None = None
+
+
+# Builds the handle of an instance (``aget``, ``ChatAgent.handle``). Handles drive turns and
+# approvals, which are built on this class, so they live a layer above (``agents_app.handles``),
+# which registers its factory here when the app is ready (``AgentsAppConfig.ready``).
+HandleFactory = Callable[[type["ChatAgent"], "AgentInstance"], "AgentHandle"]
+_handle_factory: HandleFactory | None = None
+
+
+def register_handle_factory(factory: HandleFactory) -> None:
+    global _handle_factory
+    _handle_factory = factory
+
+
+def _handle(agent_class: type["ChatAgent"], instance: "AgentInstance") -> "AgentHandle":
+    if _handle_factory is None:
+        raise RuntimeError("agents_app is not ready: add it to INSTALLED_APPS and call django.setup() first")
+    return _handle_factory(agent_class, instance)
 
 
 def _for_pydantic_ai(messages: list[UIMessage]) -> list[UIMessage]:
@@ -114,36 +138,80 @@ class ChatAgent:
     model: ClassVar[str | None] = None
     system_prompt: ClassVar[str] = "You are a helpful assistant."
 
-    def __init__(self, instance: Any) -> None:
+    def __init__(self, instance: "AgentInstance") -> None:
         self.instance = instance
         self.name: str = instance.name
-        # Turn state, set by the engine before on_chat_message() runs.
-        self.messages: list[UIMessage] = []
-        self.request_id: str = ""
-        self.body: dict[str, Any] | None = None
-        self.client_tools: list[dict[str, Any]] | None = None
-        self.continuation: bool = False
-        self.abort_signal = AbortSignal()
-        # Who asked for the turn (None for programmatic turns and approvals made later).
-        self.user: Any = None
-        # Set once per model run by ``authorize_turn``; actions are authorized against it.
-        self.turn_authorization = ALLOW_ALL
-        # Where ``ctx.attach_reply`` records, for this turn (``actions.attachments``).
-        self.reply_recorder: ReplyAttachments | NullReplyAttachments = NO_ATTACHMENTS
-        # Descriptors of this turn's calls awaiting approval / parked for staff, by tool call id:
-        # they annotate the ``tool-approval-request`` / ``tool-output-available`` chunks.
-        self.approval_descriptors: dict[str, dict[str, Any]] = {}
-        self.parked_descriptors: dict[str, dict[str, Any]] = {}
-        # Names of the tools the model is offered in this turn (``TurnContext.tools``).
-        self._tool_names: list[str] = []
-        # Set by the engine while a turn runs: sends a chunk into the reply.
-        self._emit: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+        self._turn: TurnState[Any] | None = None
+
+    @classmethod
+    def for_turn(cls, instance: "AgentInstance", **state: Any) -> "ChatAgent":
+        """The agent object that serves one turn, with that turn's ``TurnState(**state)`` (the engine's)."""
+        agent = cls(instance)
+        agent._turn = TurnState(agent=agent, **state)
+        return agent
 
     # --- identity -----------------------------------------------------------------------------
     @classmethod
     def slug(cls) -> str:
         """URL slug: the class name in Cloudflare's kebab case (``SupportAgent`` → ``support-agent``)."""
         return camel_case_to_kebab_case(cls.__name__)
+
+    @classmethod
+    async def aget(cls, name: str = DEFAULT_INSTANCE_NAME, *, owner: Any = None) -> "AgentHandle":
+        """A handle on instance ``name`` of this class (created on first use, owned by ``owner``)."""
+        from .models import AgentInstance  # agent modules import this one before apps are ready
+
+        instance, _ = await database_sync_to_async(AgentInstance.objects.get_or_create)(
+            slug=cls.slug(), name=name, defaults={"owner": owner}
+        )
+        return _handle(cls, instance)
+
+    @property
+    def handle(self) -> "AgentHandle":
+        """The handle on this agent's instance (``agents_app.handles.AgentHandle``)."""
+        return _handle(type(self), self.instance)
+
+    # --- the running turn ---------------------------------------------------------------------
+    @property
+    def turn(self) -> TurnState[Any]:
+        """The turn this object serves; RuntimeError outside one."""
+        if self._turn is None:
+            raise RuntimeError(f"{type(self).__name__} is not running a turn")
+        return self._turn
+
+    # Read-only views of the turn for hooks (``on_chat_message``...); empty outside a turn.
+    @property
+    def messages(self) -> list[UIMessage]:
+        return self._turn.messages if self._turn is not None else []
+
+    @property
+    def request_id(self) -> str:
+        return self._turn.request_id if self._turn is not None else ""
+
+    @property
+    def body(self) -> dict[str, Any] | None:
+        return self._turn.body if self._turn is not None else None
+
+    @property
+    def client_tools(self) -> list[dict[str, Any]] | None:
+        return self._turn.client_tools if self._turn is not None else None
+
+    @property
+    def continuation(self) -> bool:
+        return self._turn.continuation if self._turn is not None else False
+
+    @property
+    def abort_signal(self) -> AbortSignal:
+        return self._turn.abort_signal if self._turn is not None else AbortSignal()
+
+    @property
+    def user(self) -> Any:
+        """Who asked for the turn (None for programmatic turns and approvals made later)."""
+        return self._turn.user if self._turn is not None else None
+
+    async def write(self, chunk: dict[str, Any]) -> None:
+        """Send a chunk of your own into this turn's reply (``TurnState.write``)."""
+        await self.turn.write(chunk)
 
     # --- what to override ---------------------------------------------------------------------
     def get_system_prompt(self) -> str:
@@ -218,173 +286,84 @@ class ChatAgent:
     async def on_chat_response(self, result: ChatResponseResult) -> None:
         """Called after each turn's reply is persisted (errors are logged, never raised)."""
 
-    # --- inside a turn ------------------------------------------------------------------------------
-    async def write(self, chunk: dict[str, Any]) -> None:
-        """Send a chunk of your own into this turn's reply, e.g. a data part::
-
-            await self.write({"type": "data-progress", "id": "p1", "data": {"percent": 40}})
-
-        Same type and id update the part in place; ``"transient": True`` reaches the connected
-        clients but is not stored.
-        """
-        if self._emit is None:
-            raise RuntimeError("write() is only possible while a turn of this agent is running")
-        await self._emit(chunk)
-
-    # --- the instance's turns (outside a turn too) ----------------------------------------------
-    async def has_pending_interaction(self) -> bool:
-        """True while a reply waits on the user: an approval, or a tool call without a result."""
-        from . import turns
-
-        return await turns.has_pending_interaction(self.instance)
-
-    async def wait_until_stable(self, timeout: float = 10.0) -> bool:  # noqa: ASYNC109 - spec API: False at the deadline
-        """Wait until no turn is queued or running and nothing waits on the user (False on timeout)."""
-        from . import turns
-
-        return await turns.wait_until_stable(self.instance, timeout)
-
-    async def reset_turn_state(self) -> None:
-        """Abort the running turn and skip the queued ones, keeping the transcript (clear does both)."""
-        from . import turns
-
-        await turns.reset_turn_state(self.instance)
-
-    async def abort_request(self, request_id: str) -> bool:
-        """Cancel one queued or running turn by request id."""
-        from . import turns
-
-        return await turns.cancel(self.instance, request_id)
-
-    async def abort_all_requests(self) -> int:
-        """Cancel every queued and running turn of the instance; returns how many."""
-        from . import turns
-
-        return await turns.cancel_all(self.instance)
-
-    async def reply_attachments(self, request_id: str | None = None) -> list[dict[str, Any]]:
-        """What the actions of a turn attached: turn ``request_id``, else the latest finished turn."""
-        from .models import Turn
-
-        turns = Turn.objects.filter(instance_id=self.instance.pk).exclude(
-            status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
-        )
-        if request_id is not None:
-            turns = turns.filter(request_id=request_id)
-        turn = await turns.order_by("-pk").only("attachments").afirst()
-        return list(turn.attachments) if turn is not None else []
-
-    async def pending_approvals(self, execution_id: str | None = None) -> list[dict[str, Any]]:
-        """Parked durable-pause calls of this instance: ``[{executionId, source, descriptor}]``."""
-        from . import approvals
-
-        return await database_sync_to_async(approvals.pending_approvals)(self.instance, execution_id)
-
-    async def approve_execution(self, execution_id: str, *, actor: Any = None) -> Any:
-        """Run a parked call once and continue the conversation (``approvals.approve_execution``)."""
-        from . import approvals
-
-        return await approvals.approve_execution(execution_id, actor=actor, instance=self.instance)
-
-    async def reject_execution(self, execution_id: str, reason: str | None = None, *, actor: Any = None) -> Any:
-        """Refuse a parked call and continue the conversation (``approvals.reject_execution``)."""
-        from . import approvals
-
-        return await approvals.reject_execution(execution_id, reason, actor=actor, instance=self.instance)
-
     # --- the default model turn -----------------------------------------------------------------
-    def build_pydantic_agent(self) -> Agent[Any, Any]:
+    def build_pydantic_agent(self) -> Agent[TurnState[Any], Any]:
         """The pydantic-ai agent of this turn: model, instructions, tools, actions and client tools.
 
-        Tools get this ``ChatAgent`` as ``ctx.deps`` (declare ``ctx: RunContext[MyAgent]``).
+        Tools get the turn's ``TurnState`` as ``ctx.deps`` (``ctx.deps.agent`` is this object).
         """
+        turn = self.turn
         actions = self.compiled_actions()
         toolset = compile_tools(
-            self.get_tools(), client_tools_from_schemas(self.client_tools),
+            self.get_tools(), client_tools_from_schemas(turn.client_tools),
             actions={name: action_tool(a) for name, a in actions.items()},
-            action_gates={name: self._approval_gate(a) for name, a in actions.items() if a.approval_configured},
+            action_gates={name: _approval_gate(a) for name, a in actions.items() if a.approval_configured},
         )
-        self._tool_names = sorted([*(t.name for t in toolset.server), *toolset.client_names])
+        turn.tool_names = sorted([*(t.name for t in toolset.server), *toolset.client_names])
         return Agent(
             self.get_model(),
+            deps_type=TurnState,
             instructions=self.get_system_prompt(),
             tools=toolset.server,
             toolsets=[toolset.external] if toolset.external else [],
             output_type=[str, DeferredToolRequests],
             capabilities=[ToolPolicy(
-                agent=self, approval_gates=toolset.approval_gates, emit=self.write,
+                agent=self, approval_gates=toolset.approval_gates, emit=turn.write,
                 models={name: a.input_schema for name, a in actions.items()},
             )],
         )
 
-    def _approval_gate(self, action: Action[Any]) -> ApprovalGate:
-        async def gate(ctx: RunContext[Any], args: dict[str, Any]) -> bool:
-            return await needs_approval(self, action, args["input"], ctx.tool_call_id or "", ctx.messages)
-
-        return gate
-
     async def _authorize_turn(self, agent: Agent[Any, Any]) -> None:
         """Ask ``authorize_turn`` once for this model run (spec §5.11)."""
-        self.turn_authorization = ALLOW_ALL
+        turn = self.turn
+        turn.authorization = ALLOW_ALL
         decision = await call_maybe_async(self.authorize_turn, TurnContext(
-            agent=self, system=self.get_system_prompt(), messages=self.messages,
-            tools=self._tool_names, model=str(getattr(agent.model, "model_name", agent.model)),
-            continuation=self.continuation, body=self.body, user=self.user,
+            agent=self, system=self.get_system_prompt(), messages=turn.messages,
+            tools=turn.tool_names, model=str(getattr(agent.model, "model_name", agent.model)),
+            continuation=turn.continuation, body=turn.body, user=turn.user,
         ))
-        self.turn_authorization = AuthorizationDecision.of(decision)
+        turn.authorization = AuthorizationDecision.of(decision)
 
     def _annotate(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Add an action's approval descriptor to its approval request or paused output (spec §2.10 d)."""
         if chunk["type"] == "tool-approval-request":
-            descriptor = self.approval_descriptors.get(chunk["toolCallId"])
+            descriptor = self.turn.approval_descriptors.get(chunk["toolCallId"])
         elif chunk["type"] == "tool-output-available" and not chunk.get("preliminary"):
-            descriptor = self.parked_descriptors.get(chunk["toolCallId"])
+            descriptor = self.turn.parked_descriptors.get(chunk["toolCallId"])
         else:
             return chunk
         return {**chunk, "approvalDescriptor": descriptor} if descriptor is not None else chunk
 
     async def stream_model_reply(self) -> AsyncIterator[dict[str, Any]]:
-        """Run the model over ``self.messages`` and yield AI SDK UI message chunks.
+        """Run the model over the turn's transcript and yield AI SDK UI message chunks.
 
         A continuation resumes the last reply: its approved calls run now (the stored approvals
         become pydantic-ai's deferred results); a new prompt closes calls left unanswered.
         """
+        turn = self.turn
         agent = self.build_pydantic_agent()
         await self._authorize_turn(agent)
-        history = VercelAIAdapter.load_messages(_UI_MESSAGES.validate_python(_for_pydantic_ai(self.messages)))
-        history = repair_messages(history, repair_last_response=not self.continuation)
+        history = VercelAIAdapter.load_messages(_UI_MESSAGES.validate_python(_for_pydantic_ai(turn.messages)))
+        history = repair_messages(history, repair_last_response=not turn.continuation)
         token = CancellationToken()
-        self.abort_signal.add_callback(token.cancel)
+        turn.abort_signal.add_callback(token.cancel)
         encoder: VercelAIEventStream[Any, Any] = VercelAIEventStream(None, sdk_version=6)
         limits = UsageLimits(request_limit=conf.get("AGENT_MAX_STEPS"))
         # Entering the agent opens (and leaving closes) the provider's HTTP client.
         async with agent, agent.run_stream_events(
-            message_history=history, cancellation_token=token, usage_limits=limits, deps=self,
-            deferred_tool_results=_approved_calls(self.messages) if self.continuation else None,
+            message_history=history, cancellation_token=token, usage_limits=limits, deps=turn,
+            deferred_tool_results=_approved_calls(turn.messages) if turn.continuation else None,
         ) as events:
             async for chunk in encoder.transform_stream(events):
                 data = chunk.model_dump(mode="json", by_alias=True, exclude_none=True)
                 if not _is_encoder_internal(data):
                     yield self._annotate(data)
 
-    # --- handles outside a turn -----------------------------------------------------------------
-    @classmethod
-    async def aget(cls, name: str = DEFAULT_INSTANCE_NAME, *, owner: Any = None) -> "ChatAgent":
-        """A handle on instance ``name`` of this class (created on first use, owned by ``owner``)."""
-        from .models import AgentInstance
 
-        instance, _ = await database_sync_to_async(AgentInstance.objects.get_or_create)(
-            slug=cls.slug(), name=name, defaults={"owner": owner}
-        )
-        return cls(instance)
+def _approval_gate(action: Action[Any]) -> ApprovalGate:
+    """The gate of an approval-gated action: asks ``needs_approval`` of the running turn (``ctx.deps``)."""
 
-    async def save_messages(self, messages: list[UIMessage | str]) -> SaveMessagesResult:
-        """Append messages to the transcript and run a turn on them; wait for it to finish.
+    async def gate(ctx: RunContext[TurnState[Any]], args: dict[str, Any]) -> bool:
+        return await needs_approval(ctx.deps, action, args["input"], ctx.tool_call_id or "", ctx.messages)
 
-        ``messages`` are UIMessages (plain strings become user text messages). The turn queues
-        behind any running turn of the instance, and every connection of the instance, on any
-        server process, sees its reply stream.
-        """
-        from . import turns
-
-        return await turns.save_messages(self.instance, messages)
+    return gate

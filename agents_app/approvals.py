@@ -1,16 +1,18 @@
-"""Durable-pause approvals: park a risky call in the database, decide it days later (spec §5.10).
+"""Durable-pause decisions: approve or reject a parked call, days later (spec §5.10).
 
-A ``durable-pause`` action does not wait on a socket. Its call is *parked*: a ``PendingApproval``
-row holds the input and the descriptor, the model is told the call awaits approval, and the turn
-ends. Later, staff approve or reject it from the admin, the REST API, or Python code; every one
-of those calls ``approve_execution`` / ``reject_execution`` here.
+A ``durable-pause`` action parks its call inside a turn (``actions.parking``); staff decide it
+later from the admin, the REST API, or Python code, and every one of those calls
+``approve_execution`` / ``reject_execution`` here.
 
 Deciding is *claim by delete*: the decider deletes the row and records the ``ApprovalDecision`` in
 one transaction, so of any number of concurrent deciders, on any process, exactly one wins; the
 others get the "no longer pending" error object (never an exception, never a second run).
 The winner runs the action through the ledgered pipeline (timeout included, authorization as at
-park time), writes the outcome into the parked tool part, tells connected clients, and queues a
-continuation turn so the model reacts even when nobody is connected.
+park time) and records what the model is told. Then the decision is *concluded*: the outcome is
+written into the parked tool part (once the turn that parked it has ended), connected clients are
+told, and a continuation turn lets the model react even when nobody is connected. Where that
+happens is ``AGENT_APPROVAL_CONTINUATION``: on a Celery worker (so an admin or API request never
+waits for a running turn), or in the deciding call.
 """
 
 import asyncio
@@ -18,51 +20,43 @@ import contextlib
 import json
 import uuid
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from . import conf, events, registry, transcript
-from .actions.descriptor import approval_descriptor
+from . import conf, dispatch, events, registry, transcript, turns
+from .actions.parking import EXECUTION_PREFIX
+from .actions.pipeline import run_approved_pause
+from .agent import ChatAgent
 from .errors import AgentConfigurationError, UnknownAgent
 from .ledger import USE_SETTING, UseSetting
-from .messages import is_tool_part
+from .messages import UIMessage, is_tool_part
 from .models import AgentInstance, ApprovalDecision, PendingApproval, Turn
 from .protocol import frames
 from .streaming import fanout
-
-if TYPE_CHECKING:
-    from .actions.context import ActionContext
-    from .actions.descriptor import Action
-    from .agent import ChatAgent
+from .turns import control, liveness, recovery
 
 __all__ = [
     "EXECUTION_PREFIX",
     "approve_execution",
     "can_approve",
+    "conclude",
     "is_error",
-    "park",
     "pending_approvals",
     "reject_execution",
     "sweep_expired",
 ]
 
-# Prefix of every execution id (spec §5.14).
-EXECUTION_PREFIX: Final = "actpause_"
-# What the model reads in place of the output of a parked call (spec §5.10, exact string).
-PAUSED_MESSAGE: Final = (
-    "This action is awaiting human approval. Stop and wait for the approval result before proceeding."
-)
 DEFAULT_REJECTION_REASON: Final = "Rejected by user"
 EXPIRED_REASON: Final = "The approval request expired before anyone decided it."
 # Id prefix of the system note written when the parked tool part is gone (compacted away).
 OUTCOME_NOTE_PREFIX: Final = "exec-outcome-"
 # The outcome JSON in that note is cut to this many characters.
 OUTCOME_SUMMARY_MAX_CHARS: Final = 4_000
-# How long an outcome waits for a running turn of the instance to end (seconds): the parking
+# How long a conclusion waits for a running turn of the instance to end (seconds): the parking
 # turn may still be streaming when an approval comes, and its end would overwrite the part.
 SETTLE_TIMEOUT_SECONDS: Final = 60.0
 _POLL_SECONDS: Final = 0.05
@@ -83,30 +77,6 @@ def _not_pending(execution_id: str) -> dict[str, Any]:
         "status": "error", "executionId": execution_id,
         "error": f'Execution "{execution_id}" is no longer pending — it was approved or rejected elsewhere.',
     }
-
-
-def _paused(execution_id: str, action_name: str) -> dict[str, Any]:
-    return {"status": "paused", "executionId": execution_id, "action": action_name, "message": PAUSED_MESSAGE}
-
-
-# ------------------------------------------------------------------------------------------ park
-async def park(agent: "ChatAgent", action: "Action[Any]", input: Any, ctx: "ActionContext",
-               permissions: list[str]) -> dict[str, Any]:
-    """Park one call of a durable-pause action (authorized already); returns the paused envelope."""
-    assert action.name is not None
-    execution_id = EXECUTION_PREFIX + str(uuid.uuid4())
-    descriptor = approval_descriptor(action, request_id=ctx.request_id, tool_call_id=ctx.tool_call_id,
-                                     input=input, permissions=permissions)
-    await PendingApproval.objects.acreate(
-        execution_id=execution_id, instance_id=agent.instance.pk, agent=agent.instance.slug, action_name=action.name,
-        tool_call_id=ctx.tool_call_id, request_id=ctx.request_id, input=descriptor["input"], descriptor=descriptor,
-        risk=descriptor.get("risk", ""), summary=descriptor["summary"],
-        # Who asked: the turn's user, else (a programmatic turn) the owner of the conversation.
-        requested_by_id=getattr(agent.user, "pk", None) or agent.instance.owner_id, created_at=timezone.now(),
-    )
-    events.emit(events.PAUSE_CREATED, action=action.name, executionId=execution_id, toolCallId=ctx.tool_call_id)
-    agent.parked_descriptors[ctx.tool_call_id] = descriptor
-    return _paused(execution_id, action.name)
 
 
 def pending_approvals(instance: AgentInstance | None = None, execution_id: str | None = None) -> list[dict[str, Any]]:
@@ -173,11 +143,9 @@ async def approve_execution(execution_id: str, *, actor: Any = None, instance: A
                                 "run. The approval was consumed.",
         }
     else:
-        from .actions.pipeline import run_approved_pause
-
         output = await run_approved_pause(agent, action, row)
         events.emit(events.PAUSE_APPROVED, action=row.action_name, executionId=execution_id)
-    await _conclude(row, output)
+    await _decided(row, output)
     return output
 
 
@@ -191,25 +159,53 @@ async def reject_execution(execution_id: str, reason: str | None = None, *, acto
         return _not_pending(execution_id)
     output = {"status": "rejected", "executionId": execution_id, "action": row.action_name, "reason": reason}
     events.emit(events.PAUSE_REJECTED, action=row.action_name, executionId=execution_id)
-    await _conclude(row, output)
+    await _decided(row, output)
     return output
 
 
-def _agent(instance: AgentInstance) -> "ChatAgent | None":
+def _agent(instance: AgentInstance) -> ChatAgent | None:
     try:
-        return registry.get_agent_class(instance.slug)(instance)
+        return registry.agent_for(instance)
     except UnknownAgent:
         return None
 
 
-async def _conclude(row: PendingApproval, output: Any) -> None:
-    """Record the result, put it where the model will read it, and queue the model's reaction."""
+async def _decided(row: PendingApproval, output: Any) -> None:
+    """Record what the model is told, then conclude the decision where the setting says."""
     await ApprovalDecision.objects.filter(execution_id=row.execution_id).aupdate(result=output)
-    await _settled(row.instance)
-    message = await database_sync_to_async(_apply_outcome)(row.instance, row.execution_id, row.action_name, output)
+    if conf.get("AGENT_APPROVAL_CONTINUATION") == "inline":
+        async with control.scoped():
+            await conclude(row.execution_id)
+    else:
+        await dispatch.enqueue(dispatch.CONCLUDE_DECISION, row.execution_id)
+
+
+# -------------------------------------------------------------------------------------- conclude
+async def conclude(execution_id: str) -> bool:
+    """Put a decision's outcome where the model will read it and run the model's reaction.
+
+    Exactly one call per decision does it (the ``concluded_at`` claim), so a task delivered
+    twice never continues the conversation twice. Waits (bounded) until no turn of the instance
+    runs: the parked part must be stored first. False when there was nothing to conclude.
+    """
+    decision = await database_sync_to_async(_claim_conclusion)(execution_id)
+    if decision is None or decision.instance is None:
+        return False
+    instance = decision.instance
+    await _settled(instance)
+    message = await database_sync_to_async(_record_outcome)(instance, execution_id, decision.result)
     if message is not None:
-        await fanout.publish(row.instance.pk, frames.message_updated(message))
-    await continue_conversation(row.instance)
+        await fanout.publish(instance.pk, frames.message_updated(message))
+    if await database_sync_to_async(turns.enqueue_continuation)(instance) is not None:
+        await turns.drain(instance.pk)
+    return True
+
+
+def _claim_conclusion(execution_id: str) -> ApprovalDecision | None:
+    won = ApprovalDecision.objects.filter(execution_id=execution_id, concluded_at__isnull=True).update(
+        concluded_at=timezone.now()
+    )
+    return ApprovalDecision.objects.select_related("instance").get(execution_id=execution_id) if won else None
 
 
 async def _settled(instance: AgentInstance) -> None:
@@ -218,21 +214,17 @@ async def _settled(instance: AgentInstance) -> None:
     A running turn whose process died is finalised here (its reply saved from the stream
     buffer) rather than waited for: the recovery sweep might be a minute away.
     """
-    from .recovery import recover
-    from .turns.lock import is_orphaned
-
-    running = Turn.objects.filter(instance=instance, status=Turn.Status.RUNNING)
+    running = Turn.objects.of(instance).running()
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(SETTLE_TIMEOUT_SECONDS):
             while (turn := await running.afirst()) is not None:
-                if is_orphaned(turn):
-                    await recover(turn)
+                if not liveness.is_alive(turn):
+                    await recovery.recover(turn)
                     return
                 await asyncio.sleep(_POLL_SECONDS)
 
 
-def _apply_outcome(instance: AgentInstance, execution_id: str, action_name: str,
-                   output: Any) -> dict[str, Any] | None:
+def _record_outcome(instance: AgentInstance, execution_id: str, output: Any) -> UIMessage | None:
     """Replace the parked part's output; returns the updated message (None if none was updated).
 
     When the part is gone (the transcript was compacted or edited), a system note tells the
@@ -267,37 +259,14 @@ def _mentions(part: dict[str, Any], execution_id: str) -> bool:
     return is_tool_part(part) and isinstance(output, dict) and output.get("executionId") == execution_id
 
 
-async def continue_conversation(instance: AgentInstance) -> None:
-    """Queue a turn in which the model reacts to the outcome, and have it run (spec §5.10).
-
-    ``AGENT_APPROVAL_CONTINUATION`` says where: ``"celery"`` (default) hands it to a worker, so
-    it runs with nobody connected and whatever process made the decision (an admin request, an
-    API call); ``"inline"`` runs it here before returning (single-process setups and tests).
-    Connected clients see it stream either way, through the instance's group.
-    """
-    from .turns.interactions import enqueue_continuation
-
-    if await database_sync_to_async(enqueue_continuation)(instance) is None:
-        return
-    if conf.get("AGENT_APPROVAL_CONTINUATION") == "inline":
-        from .turns import control, drain
-
-        async with control.scoped():
-            await drain(instance.pk)
-    else:
-        from .tasks import drain_instance
-
-        await sync_to_async(drain_instance.delay)(instance.pk)
-
-
 # ----------------------------------------------------------------------------------------- sweep
 def sweep_expired(*, now: datetime | None = None,
                   ttl: timedelta | UseSetting | None = USE_SETTING, batch_size: int = 500) -> int:
     """Remove parked calls older than ``AGENT_ACTION_PENDING_APPROVAL_TTL``, oldest first (spec §5.10).
 
-    Each one is recorded as ``expired`` and its part tells the model the request expired;
-    continuations are left to the next conversation turn (nobody decided anything). Returns
-    how many were removed; emits ``action:pause:swept`` when any were.
+    Each one is recorded as ``expired`` (and concluded at once) and its part tells the model the
+    request expired; continuations are left to the next conversation turn (nobody decided
+    anything). Returns how many were removed; emits ``action:pause:swept`` when any were.
     """
     limit = conf.get("AGENT_ACTION_PENDING_APPROVAL_TTL") if ttl is USE_SETTING else ttl
     if limit is None:
@@ -311,8 +280,8 @@ def sweep_expired(*, now: datetime | None = None,
         if row is None:
             continue
         output = {"status": "error", "executionId": execution_id, "action": row.action_name, "error": EXPIRED_REASON}
-        ApprovalDecision.objects.filter(execution_id=execution_id).update(result=output)
-        message = _apply_outcome(row.instance, execution_id, row.action_name, output)
+        ApprovalDecision.objects.filter(execution_id=execution_id).update(result=output, concluded_at=timezone.now())
+        message = _record_outcome(row.instance, execution_id, output)
         if message is not None:
             async_to_sync(fanout.publish)(row.instance.pk, frames.message_updated(message))
         swept += 1

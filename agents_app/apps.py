@@ -16,5 +16,9 @@ class AgentsAppConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the system checks
+        from .agent import register_handle_factory
+        from .handles import AgentHandle
 
+        # ``MyAgent.aget()`` returns handles, which live a layer above the agent class.
+        register_handle_factory(AgentHandle)
         setting_changed.connect(_reset_registry)

@@ -15,7 +15,9 @@ from . import conf, registry, turns
 from .errors import AgentAccessError
 from .models import AgentInstance
 from .protocol import frames, parse
-from .streaming import fanout, handshake
+from .resume import ResumeDriver
+from .streaming import fanout
+from .streaming.items import decode_batch
 
 logger = logging.getLogger("agents_app.consumers")
 
@@ -24,7 +26,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     """``/agents/<slug>/<name>``: the ``cf_agent_*`` protocol for one agent instance."""
 
     instance: AgentInstance | None = None
-    resume: handshake.ResumeDriver | None = None
+    resume: ResumeDriver | None = None
 
     async def connect(self) -> None:
         kwargs = self.scope["url_route"]["kwargs"]
@@ -38,7 +40,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.close(code=int(exc.close_code))
             return
         await self.channel_layer.group_add(fanout.group_name(self.instance.pk), self.channel_name)
-        self.resume = handshake.ResumeDriver(self.instance, self.channel_name, self.send_frame, self.send_text)
+        self.resume = ResumeDriver(self.instance, self.channel_name, self.send_frame, self.send_text)
         # An active or coming stream is announced first, before identity (cf-golden-frames R1).
         await self.resume.connect()
         await self.send_frame(frames.identity(name=self.instance.name, agent=self.instance.slug))
@@ -66,7 +68,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         assert instance is not None
         match event:
             case parse.ChatRequest():
-                await turns.submit_chat(instance, event, self.channel_name, self.scope.get("user"))
+                await self.answer(turns.submit_chat(instance, event, self.channel_name, self.scope.get("user")))
             case parse.Cancel():
                 await turns.cancel(instance, event.request_id)
             case parse.Clear():
@@ -114,19 +116,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
         """Relay a batch published by the turn engine (``streaming.fanout``)."""
         if self.resume is None:
             return
-        for entry in event["items"]:
-            only = entry.get("only")
-            if (only and only != self.channel_name) or self.channel_name in entry.get("exclude", ()):
-                continue
-            await self.resume.deliver(entry)
+        for item in decode_batch(event):
+            if item.addressed_to(self.channel_name):
+                await self.resume.deliver(item)
 
     async def stream_flushed(self, event: dict[str, Any]) -> None:
-        """The turn's writer stored its chunks: the replay can go out (``streaming.handshake``)."""
+        """The turn's writer stored its chunks: the replay can go out (``agents_app.resume``)."""
         if self.resume is not None:
-            await self.resume.flushed(event["token"])
+            await self.resume.on_message(event)
 
     async def stream_flush_check(self, event: dict[str, Any]) -> None:
         if self.resume is not None:
-            await self.resume.flush_overdue(event["token"])
+            await self.resume.on_message(event)
 
 

@@ -73,9 +73,8 @@ class PermissionDenied(AgentAccessError):
 # part of what the model reads, so it is spelled exactly as on Cloudflare (and is not always the
 # class name: the reference times out and aborts with a plain ``Error``).
 #
-# The exact messages live here, on the exceptions that carry them, so the envelope builders and
-# the pipeline share one spelling. (``ledger.py`` keeps its own copies of the pending and
-# conflict messages; tests/unit/test_actions_pure.py asserts that the two agree.)
+# The exact messages live here, on the exceptions that carry them, so the envelope builders, the
+# ledger and the pipeline share one spelling.
 
 # Default reason of an authorization denial that gives none (spec §5.11: authorizeTurn → false).
 NOT_AUTHORIZED_MESSAGE = "Action is not authorized"

@@ -56,9 +56,6 @@ from .errors import EMPTY_KEY_MESSAGE, PENDING_MESSAGE, ActionKeyConflict, Actio
 from .models import LedgerEntry
 
 __all__ = [
-    "ACTION_KEY_CONFLICT",
-    "ACTION_PENDING_ERROR",
-    "ACTION_PENDING_MESSAGE",
     "DEFAULT_PENDING_RETRY_LEASE",
     "DEFAULT_PENDING_TTL",
     "DEFAULT_SETTLED_TTL",
@@ -112,13 +109,8 @@ USE_SETTING: Final = _Setting.USE
 UseSetting: TypeAlias = Literal[_Setting.USE]
 
 # --------------------------------------------------------------------------------------- messages
-# Model-visible error names and messages, exact strings of spec §5.5.
-# The strings live with the exceptions in ``errors`` (one copy); these names keep the ledger's API.
-ACTION_KEY_CONFLICT = ActionKeyConflict.name
-ACTION_PENDING_ERROR = ActionPendingError.name
-ACTION_PENDING_MESSAGE = PENDING_MESSAGE
-
-
+# Model-visible error names and messages, exact strings of spec §5.5, live with the exceptions
+# in ``errors`` (one copy).
 def conflict_message(ledger_key: str, action_name: str) -> str:
     """The ``ActionKeyConflict`` message; ``ledger_key`` is the full key (``action:echo:k``)."""
     return str(ActionKeyConflict(ledger_key, action_name))
@@ -474,14 +466,14 @@ class LedgerResult:
     @property
     def error_name(self) -> str | None:
         """``ActionKeyConflict`` / ``ActionPendingError`` when no value is available, else None."""
-        return {"conflict": ACTION_KEY_CONFLICT, "pending": ACTION_PENDING_ERROR}.get(self.outcome)
+        return {"conflict": ActionKeyConflict.name, "pending": ActionPendingError.name}.get(self.outcome)
 
     @property
     def error_message(self) -> str | None:
         if self.outcome == "conflict":
             return conflict_message(self.key or "", self.action_name)
         if self.outcome == "pending":
-            return ACTION_PENDING_MESSAGE
+            return PENDING_MESSAGE
         return None
 
 

@@ -33,6 +33,14 @@ def is_tool_part(part: dict[str, Any]) -> bool:
     return isinstance(kind, str) and (kind.startswith("tool-") or kind == "dynamic-tool")
 
 
+def tool_name(part: dict[str, Any]) -> str:
+    """The tool a tool part calls: ``tool-<name>`` parts say it in their type (and, as Cloudflare
+    persists them, in ``toolName``); ``dynamic-tool`` parts only in ``toolName``."""
+    if part.get("type") == "dynamic-tool":
+        return str(part.get("toolName", ""))
+    return str(part.get("toolName") or str(part.get("type", "")).removeprefix("tool-"))
+
+
 class MessageBuilder:
     """Accumulates chunks into one assistant ``UIMessage``.
 

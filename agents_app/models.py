@@ -8,6 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from .querysets import AgentInstanceQuerySet, TurnQuerySet
+
 
 class AgentInstance(models.Model):
     """One named instance of an agent class: ``/agents/<slug>/<name>``.
@@ -31,6 +33,8 @@ class AgentInstance(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = AgentInstanceQuerySet.as_manager()
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["slug", "name"], name="unique_agent_instance"),
@@ -39,11 +43,6 @@ class AgentInstance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.slug}/{self.name}"
-
-    @property
-    def group_name(self) -> str:
-        """Channel-layer group of this instance's connections (never user-typed text)."""
-        return f"agent.{self.pk}"
 
 
 class ChatMessage(models.Model):
@@ -136,6 +135,8 @@ class Turn(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    objects = TurnQuerySet.as_manager()
+
     class Meta:
         ordering = ["id"]
         constraints = [
@@ -143,10 +144,12 @@ class Turn(models.Model):
                 fields=["instance"], condition=Q(status="running"),
                 name="one_running_turn_per_instance",
             ),
+            # A request id names one turn of its conversation: cancels, resumes and terminal
+            # frames address turns by it. (Its index also serves the lookups by request id.)
+            models.UniqueConstraint(fields=["instance", "request_id"], name="unique_turn_request"),
         ]
         indexes = [
             models.Index(fields=["instance", "status", "id"], name="turn_queue"),
-            models.Index(fields=["instance", "request_id"], name="turn_by_request"),
             models.Index(fields=["status", "created_at"], name="turn_sweep"),
         ]
 
@@ -333,6 +336,9 @@ class ApprovalDecision(models.Model):
     )
     requested_at = models.DateTimeField()
     decided_at = models.DateTimeField()
+    # When the outcome was put where the model reads it and its continuation queued: set by
+    # exactly one concluder (a conditional UPDATE), whichever process or worker runs it.
+    concluded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-decided_at"]

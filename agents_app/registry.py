@@ -1,46 +1,28 @@
-"""Which agent classes the site serves, their URL slugs, and who may open which instance."""
+"""Which agent classes the site serves, by slug, and who may open which instance."""
 
 import functools
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.utils.module_loading import import_string
 
 from . import conf
+from .agent import ChatAgent
 from .errors import AgentConfigurationError, NotAuthenticated, PermissionDenied, UnknownAgent
+from .models import AgentInstance
 
-if TYPE_CHECKING:
-    from .agent import ChatAgent
-    from .models import AgentInstance
-
-DEFAULT_INSTANCE_NAME = "default"
 # Instance names are path segments; keep them printable and short.
 _NAME_RE = re.compile(r"^[^/\s]{1,200}$")
 
 
-def camel_case_to_kebab_case(name: str) -> str:
-    """The slug of a class name, exactly as Cloudflare's ``camelCaseToKebabCase``.
-
-    ``ChatAgent`` → ``chat-agent``, ``AIChatAgent`` → ``a-i-chat-agent``, ``CHAT_AGENT`` →
-    ``chat-agent``, ``Chat_Agent`` → ``chat--agent``.
-    """
-    if name == name.upper() and name != name.lower():
-        return name.lower().replace("_", "-")
-    kebab = re.sub(r"[A-Z]", lambda m: "-" + m.group(0).lower(), name)
-    kebab = kebab.removeprefix("-")
-    return re.sub(r"-$", "", kebab.replace("_", "-"))
-
-
 @functools.cache
-def agent_classes() -> dict[str, type["ChatAgent"]]:
+def agent_classes() -> dict[str, type[ChatAgent]]:
     """Slug → class for every entry of ``AGENT_CLASSES`` (cleared when the setting changes).
 
     Raises:
         AgentConfigurationError: an entry cannot be imported, is not a ChatAgent, or two classes
             share a slug. The system checks report the same problems at startup.
     """
-    from .agent import ChatAgent
-
     classes: dict[str, type[ChatAgent]] = {}
     for path in conf.get("AGENT_CLASSES"):
         try:
@@ -58,14 +40,19 @@ def agent_classes() -> dict[str, type["ChatAgent"]]:
     return classes
 
 
-def get_agent_class(slug: str) -> type["ChatAgent"]:
+def get_agent_class(slug: str) -> type[ChatAgent]:
     try:
         return agent_classes()[slug]
     except KeyError:
         raise UnknownAgent(f"No agent is registered under {slug!r}") from None
 
 
-def can_open(instance: "AgentInstance", user: Any, agent_class: type["ChatAgent"]) -> bool:
+def agent_for(instance: AgentInstance) -> ChatAgent:
+    """A fresh agent object of the instance's class, outside any turn (tools, actions, model)."""
+    return get_agent_class(instance.slug)(instance)
+
+
+def can_open(instance: AgentInstance, user: Any, agent_class: type[ChatAgent]) -> bool:
     """The one access rule: the owner, staff, or anyone authenticated when the class is shared."""
     if not getattr(user, "is_authenticated", False):
         return False
@@ -74,14 +61,12 @@ def can_open(instance: "AgentInstance", user: Any, agent_class: type["ChatAgent"
     )
 
 
-def open_instance(slug: str, name: str, user: Any) -> "AgentInstance":
+def open_instance(slug: str, name: str, user: Any) -> AgentInstance:
     """The instance ``slug/name`` for ``user``, created (owned by them) on first use.
 
     Raises:
         UnknownAgent, NotAuthenticated, PermissionDenied: see ``errors``.
     """
-    from .models import AgentInstance
-
     agent_class = get_agent_class(slug)
     if not getattr(user, "is_authenticated", False):
         raise NotAuthenticated("Log in to talk to an agent")

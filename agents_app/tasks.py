@@ -1,4 +1,7 @@
-"""Celery tasks: thin, id-based, each calling one service."""
+"""Celery tasks: thin, id-based, each calling one service.
+
+Services enqueue them by name (``agents_app.dispatch``); nothing but Celery imports this module.
+"""
 
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -6,7 +9,7 @@ from typing import Any, TypeVar
 from asgiref.sync import async_to_sync
 from celery import shared_task
 
-from . import approvals, ledger, recovery, registry, turns
+from . import approvals, dispatch, ledger, registry, turns
 from .streaming import buffer
 from .turns import control
 
@@ -38,11 +41,10 @@ def save_messages(slug: str, name: str, texts: list[str]) -> dict[str, Any]:
     return run_async(_save_messages, slug, name, texts)
 
 
-@shared_task(name="agents_app.drain_instance")
-def drain_instance(instance_id: int) -> dict[str, int]:
-    """Run the instance's queued turns here (e.g. the continuation after an approval decision)."""
-    run_async(turns.drain, instance_id)
-    return {"instance": instance_id}
+@shared_task(name=dispatch.CONCLUDE_DECISION)
+def conclude_decision(execution_id: str) -> dict[str, Any]:
+    """Write a staff decision's outcome into the conversation and run the model's reaction."""
+    return {"execution_id": execution_id, "concluded": run_async(approvals.conclude, execution_id)}
 
 
 @shared_task(name="agents_app.drain_stalled_instances")
@@ -62,8 +64,8 @@ def sweep_stream_buffers() -> dict[str, int]:
 
 @shared_task(name="agents_app.recover_interrupted_turns")
 def recover_interrupted_turns() -> dict[str, int]:
-    """Finalise turns whose process died, and run what was queued behind them (``recovery``)."""
-    return {"recovered": run_async(recovery.sweep_interrupted)}
+    """Finalise turns whose process died, and run what was queued behind them (``turns.recovery``)."""
+    return {"recovered": run_async(turns.recover_interrupted)}
 
 
 @shared_task(name="agents_app.sweep_action_ledger")

@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET, require_POST
 from . import llm, registry, transcript
 from .errors import AgentAccessError
 from .models import AgentInstance
+from .protocol.naming import DEFAULT_INSTANCE_NAME
 
 
 @require_GET
@@ -34,7 +35,7 @@ def instance_list(request: HttpRequest) -> HttpResponse:
 @require_POST
 def open_chat(request: HttpRequest) -> HttpResponse:
     slug = request.POST.get("slug", "")
-    name = request.POST.get("name", "").strip() or registry.DEFAULT_INSTANCE_NAME
+    name = request.POST.get("name", "").strip() or DEFAULT_INSTANCE_NAME
     return redirect("agents_app:chat", slug=slug, name=name)
 
 
@@ -45,8 +46,7 @@ def chat(request: HttpRequest, slug: str, name: str) -> HttpResponse:
         instance = registry.open_instance(slug, name, request.user)
     except AgentAccessError as exc:
         return HttpResponse(str(exc), status=exc.http_status, content_type="text/plain")
-    agent = registry.get_agent_class(slug)(instance)
     return render(request, "agents_app/chat.html", {
         "instance": instance,
-        "demo_model": llm.is_demo(agent.get_model()),
+        "demo_model": llm.is_demo(registry.agent_for(instance).get_model()),
     })

@@ -72,8 +72,8 @@ async def _bench_action(execute: Any) -> tuple[Any, Any]:
                                      idempotency_key=lambda input, ctx: input.order_id)}
 
     instance = await database_sync_to_async(AgentInstance.objects.create)(slug="bench", name=uuid.uuid4().hex)
-    agent = BenchAgent(instance)
-    return agent, agent.compiled_actions()["refund"]
+    agent = BenchAgent.for_turn(instance, request_id="bench")
+    return agent.turn, agent.compiled_actions()["refund"]
 
 
 async def _calls(indices: range, *, prefix: str, same_key: bool, mode: str,
@@ -88,7 +88,7 @@ async def _calls(indices: range, *, prefix: str, same_key: bool, mode: str,
     async def execute_async() -> dict[str, Any]:
         return execute()
 
-    agent, refund = await _bench_action(execute) if mode == "action" else (None, None)
+    turn, refund = await _bench_action(execute) if mode == "action" else (None, None)
     for i in indices:
         key = f"action:refund:{prefix}" if same_key else f"action:refund:{prefix}-{i}"
         started = time.perf_counter()
@@ -100,7 +100,7 @@ async def _calls(indices: range, *, prefix: str, same_key: bool, mode: str,
             )
             outcomes[result.outcome + (" (coalesced)" if result.coalesced else "")] += 1
         elif mode == "action":
-            output = await execute_action(agent, refund, refund.validate_input({**INPUT, "order_id": key}),
+            output = await execute_action(turn, refund, refund.validate_input({**INPUT, "order_id": key}),
                                           tool_call_id=f"tc-{i}", messages=[])
             outcomes["error" if "error" in output else "executed"] += 1
         else:

@@ -56,9 +56,7 @@ class ReplyAttachments:
     event loop.
     """
 
-    def __init__(self, request_id: str = "", *, limit: int = MAX_REPLY_ATTACHMENTS_PER_TURN) -> None:
-        # The turn these belong to; ``attach_reply`` from another request's context is not recorded.
-        self.request_id = request_id
+    def __init__(self, *, limit: int = MAX_REPLY_ATTACHMENTS_PER_TURN) -> None:
         self.limit = limit
         self._entries: list[_Entry] = []
         self._lock = threading.Lock()
@@ -124,8 +122,6 @@ class AttachmentAttempt:
 
 class NullReplyAttachments:
     """A recorder that records nothing: for policy callbacks and approved durable-pause runs."""
-
-    request_id = ""
 
     def record(self, value: object, action: str | None = None) -> bool:
         """Ignore ``value`` (``attach_reply`` is a no-op here, spec §5.3)."""

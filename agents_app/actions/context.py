@@ -1,26 +1,33 @@
-"""What action code and authorization policies are given (spec cloudflare-agents.md §5.3, §5.11).
+"""What agent code is handed while a turn runs (spec cloudflare-agents.md §5.3, §5.11).
 
-``ActionContext`` is the second argument of ``execute`` and of every policy callback. Policies
-(``permissions``, ``approval``, a function ``idempotency_key``) get a copy whose ``attach_reply``
-does nothing: deciding whether to run an action must not leave traces in the reply.
+* ``TurnState``: one running turn, built by the engine; it is the pydantic-ai ``deps`` of the
+  model run, so a tool reaches it as ``ctx.deps`` (and the agent as ``ctx.deps.agent``).
+* ``ActionContext``: the second argument of ``execute`` and of every policy callback. Policies
+  (``permissions``, ``approval``, a function ``idempotency_key``) get a copy whose
+  ``attach_reply`` does nothing: deciding whether to run an action must not leave traces.
+* ``TurnContext`` / ``ActionAuthorizationContext``: what ``authorize_turn`` / ``authorize_action``
+  see.
 """
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.conf import LazySettings, settings
 
 from ..abort import AbortSignal
-from .attachments import NO_ATTACHMENTS, AttachmentAttempt, NullReplyAttachments
+from ..messages import UIMessage
+from .attachments import NO_ATTACHMENTS, AttachmentAttempt, NullReplyAttachments, ReplyAttachments
 from .descriptor import ActionKind
 
 if TYPE_CHECKING:
     from ..agent import ChatAgent
 
-__all__ = ["ActionAuthorizationContext", "ActionContext", "AuthorizationDecision", "TurnContext"]
+__all__ = [
+    "ActionAuthorizationContext", "ActionContext", "AuthorizationDecision", "TurnContext", "TurnState",
+]
 
 logger = logging.getLogger("agents_app.actions")
 
@@ -91,6 +98,55 @@ class AuthorizationDecision:
 
 
 ALLOW_ALL = AuthorizationDecision(allowed=True)
+
+AgentT = TypeVar("AgentT", bound="ChatAgent")
+
+
+@dataclass(kw_only=True, eq=False)
+class TurnState(Generic[AgentT]):
+    """One running turn: what it was asked, and what it collects while it runs.
+
+    The engine builds it before ``on_chat_message()`` and passes it as the pydantic-ai ``deps``
+    (declare a tool's context as ``ctx: RunContext[TurnState[MyAgent]]``). Nothing of a turn is
+    stored on the agent object, so an agent subclass may name its own attributes freely.
+    """
+
+    agent: AgentT
+    request_id: str
+    # The transcript when the turn started (a continuation's last message is the reply it extends).
+    messages: list[UIMessage] = field(default_factory=list)
+    # The chat request's custom body (``useAgentChat({body})``) and client tool schemas.
+    body: dict[str, Any] | None = None
+    client_tools: list[dict[str, Any]] | None = None
+    continuation: bool = False
+    # Who asked (None for programmatic turns and approvals made later).
+    user: Any = None
+    # Fires when the turn is cancelled (stop button, ``abort_request``, clear).
+    abort_signal: AbortSignal = field(default_factory=AbortSignal)
+    # Where ``ctx.attach_reply`` records (``actions.attachments``).
+    attachments: ReplyAttachments | NullReplyAttachments = NO_ATTACHMENTS
+    # ``authorize_turn``'s answer for the current model run; actions are authorized against it.
+    authorization: AuthorizationDecision = ALLOW_ALL
+    # Descriptors of this turn's calls awaiting approval / parked for staff, by tool call id:
+    # they annotate the ``tool-approval-request`` / ``tool-output-available`` chunks.
+    approval_descriptors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    parked_descriptors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The tools the model is offered in the current model run (``TurnContext.tools``).
+    tool_names: list[str] = field(default_factory=list)
+    # Sends a chunk into the reply (set by the engine).
+    emit: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+
+    async def write(self, chunk: dict[str, Any]) -> None:
+        """Send a chunk of your own into this turn's reply, e.g. a data part::
+
+            await ctx.deps.write({"type": "data-progress", "id": "p1", "data": {"percent": 40}})
+
+        Same type and id update the part in place; ``"transient": True`` reaches the connected
+        clients but is not stored.
+        """
+        if self.emit is None:
+            raise RuntimeError("write() is only possible while the turn is running")
+        await self.emit(chunk)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,7 @@ from pydantic_ai import RunContext, Tool
 from .. import events, ledger
 from ..errors import ActionAbortedError, ActionApprovalInputError, ActionTimeoutError
 from .attachments import NO_ATTACHMENTS
-from .context import ActionAuthorizationContext, ActionContext, AuthorizationDecision
+from .context import ActionAuthorizationContext, ActionContext, AuthorizationDecision, TurnState
 from .descriptor import (
     Action,
     approval_descriptor,
@@ -40,6 +40,7 @@ from .envelopes import (
     pending_error,
     prepare_output,
 )
+from .parking import park
 
 if TYPE_CHECKING:
     from ..agent import ChatAgent
@@ -59,27 +60,27 @@ ACTION_TOOL_CACHE_SIZE = 512
 
 @functools.lru_cache(maxsize=ACTION_TOOL_CACHE_SIZE)
 def action_tool(action: Action[Any]) -> Tool[Any]:
-    """The pydantic-ai tool of ``action``; the running ``ChatAgent`` is the run's ``ctx.deps``.
+    """The pydantic-ai tool of ``action``; the run's ``ctx.deps`` is the turn's ``TurnState``.
 
     Its single parameter is the action's ``input_schema``, so the model is shown that schema and
     pydantic-ai validates the arguments into an instance (a bad input goes back to the model as
     a retry, like any tool's). One tool serves every turn of every agent: ``Action`` is frozen.
     """
 
-    async def run(ctx: RunContext[Any], input: BaseModel) -> Any:
-        agent = ctx.deps
+    async def run(ctx: RunContext[TurnState[Any]], input: BaseModel) -> Any:
+        turn = ctx.deps
         return await execute_action(
-            agent, action, input, tool_call_id=ctx.tool_call_id or "", messages=ctx.messages,
-            approved_input=_approved_input(agent, ctx.tool_call_id) if ctx.tool_call_approved else None,
+            turn, action, input, tool_call_id=ctx.tool_call_id or "", messages=ctx.messages,
+            approved_input=_approved_input(turn, ctx.tool_call_id) if ctx.tool_call_approved else None,
         )
 
     run.__annotations__ = {"ctx": RunContext[Any], "input": action.input_schema, "return": Any}
     return Tool(run, name=action.name, description=action.description)
 
 
-def _approved_input(agent: "ChatAgent", tool_call_id: str | None) -> Any:
+def _approved_input(turn: TurnState[Any], tool_call_id: str | None) -> Any:
     """The input the user approved for this call: its descriptor's, as stored in the transcript."""
-    for message in reversed(agent.messages):
+    for message in reversed(turn.messages):
         for part in message.get("parts", []):
             if part.get("toolCallId") == tool_call_id:
                 descriptor = (part.get("approval") or {}).get("descriptor") or {}
@@ -87,28 +88,27 @@ def _approved_input(agent: "ChatAgent", tool_call_id: str | None) -> Any:
     return None
 
 
-def _context(agent: "ChatAgent", action: Action[Any], tool_call_id: str, messages: Sequence[Any]) -> ActionContext:
+def _context(turn: TurnState[Any], action: Action[Any], tool_call_id: str, messages: Sequence[Any]) -> ActionContext:
     assert action.name is not None
     return ActionContext(
-        agent=agent, action=action.name, request_id=agent.request_id, tool_call_id=tool_call_id,
-        messages=messages, signal=agent.abort_signal.child(),
-        attachments=agent.reply_recorder.attempt(action.name),
+        agent=turn.agent, action=action.name, request_id=turn.request_id, tool_call_id=tool_call_id,
+        messages=messages, signal=turn.abort_signal.child(), attachments=turn.attachments.attempt(action.name),
     )
 
 
-async def _authorize(agent: "ChatAgent", action: Action[Any], input: Any, ctx: ActionContext,
+async def _authorize(turn: TurnState[Any], action: Action[Any], input: Any, ctx: ActionContext,
                      permissions: Sequence[str]) -> AuthorizationDecision:
     """``agent.authorize_action`` for this call, normalised (spec §5.11)."""
-    turn = agent.turn_authorization
-    decision = await call_maybe_async(agent.authorize_action, ActionAuthorizationContext(
-        agent=agent, action=ctx.action, kind=action.kind, request_id=ctx.request_id,
+    granted = turn.authorization
+    decision = await call_maybe_async(turn.agent.authorize_action, ActionAuthorizationContext(
+        agent=turn.agent, action=ctx.action, kind=action.kind, request_id=ctx.request_id,
         tool_call_id=ctx.tool_call_id, input=input, required_permissions=tuple(permissions),
-        granted_permissions=turn.granted_permissions, turn=turn, messages=ctx.messages,
+        granted_permissions=granted.granted_permissions, turn=granted, messages=ctx.messages,
     ))
     return AuthorizationDecision.of(decision)
 
 
-async def needs_approval(agent: "ChatAgent", action: Action[Any], input: Any, tool_call_id: str,
+async def needs_approval(turn: TurnState[Any], action: Action[Any], input: Any, tool_call_id: str,
                          messages: Sequence[Any]) -> bool:
     """Whether this call of an approval-gated action must wait for the user (spec §5.8 step 1).
 
@@ -116,39 +116,37 @@ async def needs_approval(agent: "ChatAgent", action: Action[Any], input: Any, to
     error. (A policy that raises fails the call: ``ToolPolicy`` never runs it unasked.)
     When it must wait, its descriptor is kept for the ``tool-approval-request`` chunk.
     """
-    ctx = _context(agent, action, tool_call_id, messages).for_policy()
+    ctx = _context(turn, action, tool_call_id, messages).for_policy()
     permissions = await resolve_permissions(action, input, ctx)
-    if not (await _authorize(agent, action, input, ctx, permissions)).allowed:
+    if not (await _authorize(turn, action, input, ctx, permissions)).allowed:
         return False
     if not await evaluate_approval(action, input, ctx):
         return False
-    agent.approval_descriptors[tool_call_id] = approval_descriptor(
-        action, request_id=agent.request_id, tool_call_id=tool_call_id, input=input, permissions=permissions,
+    turn.approval_descriptors[tool_call_id] = approval_descriptor(
+        action, request_id=turn.request_id, tool_call_id=tool_call_id, input=input, permissions=permissions,
     )
     return True
 
 
-async def execute_action(agent: "ChatAgent", action: Action[Any], input: Any, *, tool_call_id: str,
+async def execute_action(turn: TurnState[Any], action: Action[Any], input: Any, *, tool_call_id: str,
                          messages: Sequence[Any], approved_input: Any = None) -> Any:
     """One call of ``action`` inside a turn; returns what the model reads (spec §5.4).
 
     ``approved_input`` is the input the user approved, when this call ran after an approval.
     """
-    ctx = _context(agent, action, tool_call_id, messages)
+    ctx = _context(turn, action, tool_call_id, messages)
     try:
         if approved_input is not None and ledger.input_hash(input_json(input)) != ledger.input_hash(approved_input):
             raise ActionApprovalInputError()
         policy = ctx.for_policy()
         permissions = await resolve_permissions(action, input, policy)
-        decision = await _authorize(agent, action, input, policy, permissions)
+        decision = await _authorize(turn, action, input, policy, permissions)
         if not decision.allowed:
             return authorization_error(decision.reason, permissions)
         if ctx.signal.aborted:
             return aborted_error(ctx.signal.reason)
         if action.kind == "durable-pause" and await evaluate_approval(action, input, policy):
-            from .. import approvals
-
-            return await approvals.park(agent, action, input, ctx, permissions)
+            return await park(turn, action, input, ctx, permissions)
         return await _run_ledgered(action, input, ctx)
     except Exception as exc:  # noqa: BLE001 (spec §5.4 step 6: the model gets the envelope, the turn goes on)
         return error_envelope(exc)

@@ -56,8 +56,5 @@ class CloseCode(IntEnum):
     NOT_FOUND = 4404
 
 
-# Largest text frame accepted from a client, in bytes (default 4 MiB; AGENT_MAX_FRAME_BYTES).
-DEFAULT_MAX_FRAME_BYTES = 4 * 1024 * 1024
-
 SUBMIT_TRIGGER = "submit-message"
 REGENERATE_TRIGGER = "regenerate-message"

@@ -1,56 +1,39 @@
 """Fan-out of frames to the connections of an instance through the channel layer.
 
 Every connection of an instance joins the group ``agent.<instance pk>``. A publisher batches the
-frames it is given and sends them as one group event ``chat.frames`` whenever the event loop gets
+items it is given and sends them as one group event ``chat.frames`` whenever the event loop gets
 a chance (or when a batch is full): one Redis round trip carries many chunks, which is what keeps
 a fast reply fast across processes. Order is preserved: batches are sent one at a time, in order.
 
-Each item carries its text already encoded (once, not once per connection) and says who must
-not get it (``exclude``: channel names) or who alone gets it (``only``).
+Channel-layer groups are lossy by design (``group_send`` drops a message for a full channel), so
+the layer only delivers fast; the stream buffer is the truth. Each entry is a typed ``Item``
+(``streaming.items``) whose sequence numbers let a receiver notice a gap and re-send the missing
+chunks from the buffer (``streaming.handshake``).
 """
 
 import asyncio
-from collections.abc import Iterable
 from typing import Any
 
 from channels.layers import get_channel_layer
 
-from ..protocol.frames import Frame, encode
+from ..protocol.frames import Frame
+from .items import Item
 
 EVENT_TYPE = "chat.frames"
-# Frames per group event before the publisher flushes without waiting.
+# Items per group event before the publisher flushes without waiting.
 MAX_BATCH = 64
-# After the first batch, frames queue this long (seconds) before going out together: one layer
+# After the first batch, items queue this long (seconds) before going out together: one layer
 # round trip per few milliseconds of a fast reply instead of one per chunk.
 BATCH_WINDOW = 0.002
 
 
 def group_name(instance_pk: int) -> str:
+    """Channel-layer group of an instance's connections (never user-typed text)."""
     return f"agent.{instance_pk}"
 
 
-def item(frame: Frame, *, exclude: Iterable[str] = (), only: str | None = None,
-         request_id: str | None = None) -> dict[str, Any]:
-    """One fan-out item.
-
-    ``rid`` marks live response frames (a socket waiting for its resume ACK skips them) and
-    ``seq`` their chunk index (a socket finishing a replay skips those it replayed).
-    """
-    entry: dict[str, Any] = {"text": encode(frame)}
-    if "seq" in frame and not frame.get("replay"):
-        entry["seq"] = frame["seq"]
-    excluded = [c for c in exclude if c]
-    if excluded:
-        entry["exclude"] = excluded
-    if only:
-        entry["only"] = only
-    if request_id is not None:
-        entry["rid"] = request_id
-    return entry
-
-
 class Publisher:
-    """Ordered, batched sender of frames to one instance's group."""
+    """Ordered, batched sender of items to one instance's group."""
 
     def __init__(self, instance_pk: int) -> None:
         self.group = group_name(instance_pk)
@@ -61,18 +44,18 @@ class Publisher:
         self._sent_any = False
 
     async def send(self, frame: Frame, **options: Any) -> None:
-        """Queue a frame; it leaves with the next batch."""
-        await self.send_item(item(frame, **options))
+        """Queue a frame (``Item.frame`` options); it leaves with the next batch."""
+        await self.send_item(Item.frame(frame, **options))
 
-    async def send_item(self, entry: dict[str, Any]) -> None:
-        self._pending.append(entry)
+    async def send_item(self, item: Item) -> None:
+        self._pending.append(item.encode())
         if len(self._pending) >= MAX_BATCH:
             await self.flush()
         elif self._flush_task is None:
             self._flush_task = asyncio.ensure_future(self._flush_soon())
 
     async def _flush_soon(self) -> None:
-        # The first frame leaves at once (time to first chunk); later ones wait a short window to
+        # The first item leaves at once (time to first chunk); later ones wait a short window to
         # travel together. Items queued while a batch was on its way go out with the next one.
         try:
             if self._sent_any:
@@ -98,15 +81,10 @@ class Publisher:
             await task
 
 
-def event(name: str, **data: Any) -> dict[str, Any]:
-    """A control item for the connections themselves (e.g. ``stream-start``), sent as no frame."""
-    return {"event": name, **data}
-
-
 async def publish(instance_pk: int, frame: Frame, **options: Any) -> None:
     """Send one frame right away (outside a streaming turn)."""
-    await publish_item(instance_pk, item(frame, **options))
+    await publish_item(instance_pk, Item.frame(frame, **options))
 
 
-async def publish_item(instance_pk: int, entry: dict[str, Any]) -> None:
-    await get_channel_layer().group_send(group_name(instance_pk), {"type": EVENT_TYPE, "items": [entry]})
+async def publish_item(instance_pk: int, item: Item) -> None:
+    await get_channel_layer().group_send(group_name(instance_pk), {"type": EVENT_TYPE, "items": [item.encode()]})

@@ -1,74 +1,60 @@
-"""The resume handshake (spec cloudflare-agents.md §2.7, js-client-protocol.md §6).
+"""The resume handshake's decisions (spec cloudflare-agents.md §2.7, js-client-protocol.md §6).
 
-``load_state`` reads what the database says about an instance's streams; ``on_connect``,
-``on_request`` and ``on_ack`` decide, as pure functions of that state, what a connection is told.
-``ResumeSession`` holds one connection's side of it: which live frames it must not get yet, and
-the live frames it holds back while a replay is in flight, so the client sees every chunk once,
-in order.
+Pure: no Django, no database, no channel layer. The driver (``agents_app.resume``) reads a
+``ResumeState`` of the instance, asks these functions and one ``ResumeSession`` per connection
+what to do, and does it. Frame shapes come from ``protocol.frames`` (frozen by golden tests).
+
+The exchange, in one place:
+
+* connect → ``on_connect``: ``resuming`` for an active stream, ``pending`` when a turn is
+  queued, else nothing; request → ``on_request`` (first match wins).
+* ACK → ``decide_ack``: a live stream is replayed after its writer stored every chunk sent so
+  far (the driver sends ``FLUSH_REQUEST`` to the turn's control channel, the writer answers
+  ``FLUSHED`` with the index of its last chunk, ``FLUSH_CHECK`` fires when the answer is late
+  and ``decide_overdue`` says what then); orphaned, failed and finished streams are replayed
+  from the buffer and closed.
+* live items → ``ResumeSession.route``: held while a replay is in flight, dropped while an ACK
+  is awaited or when already replayed, and a gap in a stream's chunk indexes (the channel
+  layer dropped a batch) starts a *resync*: the missing chunks are sent again from the buffer,
+  as live frames, before the items held meanwhile.
 """
 
-import asyncio
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from enum import Enum
 
-from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
-
-from ..models import AgentInstance, StreamRecord, Turn
 from ..protocol import frames
-from ..protocol.types import Outcome, StreamResumeNoneReason
-from ..turns import control
-from ..turns.lock import control_channel_of, is_orphaned
-from . import buffer
+from ..protocol.types import MessageType, StreamResumeNoneReason
+from .items import Event, Item
 
-# How long a reader waits for the writer to flush before looking at the database again.
-FLUSH_REPLY_TIMEOUT = timedelta(seconds=1)
+# Sent by a reader to the control channel of the turn it replays; the writer answers FLUSHED.
+FLUSH_REQUEST = "stream.flush"
+FLUSHED = "stream.flushed"
+# Sent by a reader to itself when the writer's answer is overdue.
+FLUSH_CHECK = "stream.flush_check"
+# How long a reader waits for the writer's answer before looking at the database again (seconds).
+FLUSH_REPLY_TIMEOUT_SECONDS = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
 class ResumeState:
     """What a handshake decision needs to know about the instance, read in one go."""
 
+    # The request whose stream is still marked streaming, if any; whether its process is gone.
     active_request_id: str | None = None
     active_continuation: bool = False
     active_orphaned: bool = False
+    # Where to ask the active stream's writer to flush (its turn's control channel and pk).
     control_channel: str | None = None
     turn_pk: int | None = None
+    # The last turn that failed, replayed to clients that were away (ACK case 3).
     terminal_request_id: str | None = None
+    # The newest queued or running turn: a connection is told to wait for it.
     pending_request_id: str | None = None
     pending_turn_pk: int = 0
 
 
-def load_state(instance: AgentInstance) -> ResumeState:
-    stream = (
-        StreamRecord.objects.filter(instance=instance, status=StreamRecord.Status.STREAMING)
-        .select_related("turn").last()
-    )
-    instance.refresh_from_db(fields=["terminal_request_id"])
-    pending = (
-        Turn.objects.filter(instance=instance, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING])
-        .values("pk", "request_id").last()
-    )
-    pending_id, pending_pk = (pending["request_id"], pending["pk"]) if pending else (None, 0)
-    if stream is None:
-        return ResumeState(terminal_request_id=instance.terminal_request_id or None,
-                           pending_request_id=pending_id, pending_turn_pk=pending_pk)
-    turn = stream.turn
-    return ResumeState(
-        active_request_id=stream.request_id,
-        active_continuation=stream.continuation,
-        active_orphaned=turn is None or is_orphaned(turn),
-        control_channel=control_channel_of(turn) if turn else None,
-        turn_pk=turn.pk if turn else None,
-        terminal_request_id=instance.terminal_request_id or None,
-        pending_request_id=pending_id,
-        pending_turn_pk=pending_pk,
-    )
-
-
-def on_connect(state: ResumeState) -> dict[str, Any] | None:
+def on_connect(state: ResumeState) -> frames.Frame | None:
     """The chat frame sent before identity: resume an active stream, or keep waiting for one."""
     if state.active_request_id:
         return frames.stream_resuming(request_id=state.active_request_id)
@@ -77,7 +63,7 @@ def on_connect(state: ResumeState) -> dict[str, Any] | None:
     return None
 
 
-def on_request(state: ResumeState, probe_id: str | None) -> dict[str, Any]:
+def on_request(state: ResumeState, probe_id: str | None) -> frames.Frame:
     """Answer to ``cf_agent_stream_resume_request``; first match wins (spec §2.7)."""
     if state.active_request_id:
         return frames.stream_resuming(request_id=state.active_request_id, probe_id=probe_id)
@@ -88,22 +74,102 @@ def on_request(state: ResumeState, probe_id: str | None) -> dict[str, Any]:
     return frames.stream_resume_none(reason=StreamResumeNoneReason.IDLE, probe_id=probe_id)
 
 
+class AckAction(Enum):
+    """What an ACK for a request leads to (spec §2.7 ACK cases 1-5)."""
+
+    # A duplicate ACK (its replay is in flight), or an ACK for another request while a stream
+    # runs (case 2): nothing.
+    IGNORE = "ignore"
+    # Case 1, live: flush the writer, replay, ``replayComplete``, then live frames.
+    REPLAY_LIVE = "replay-live"
+    # Case 1, orphaned: replay what was stored, close it (aborted), persist the partial reply.
+    REPLAY_ORPHAN = "replay-orphan"
+    # Case 3: a turn that failed while the client was away: its chunks, then its error.
+    REPLAY_TERMINAL = "replay-terminal"
+    # Cases 4-5: a finished buffer is replayed and closed; without one, just the close.
+    REPLAY_FINISHED = "replay-finished"
+
+
+def decide_ack(state: ResumeState, request_id: str) -> AckAction:
+    if state.active_request_id and state.active_request_id != request_id:
+        return AckAction.IGNORE
+    if state.active_request_id == request_id:
+        return AckAction.REPLAY_ORPHAN if state.active_orphaned else AckAction.REPLAY_LIVE
+    if state.terminal_request_id == request_id:
+        return AckAction.REPLAY_TERMINAL
+    return AckAction.REPLAY_FINISHED
+
+
+class OverdueAction(Enum):
+    """What a reader does when the writer has not answered its flush request in time."""
+
+    # The stream still runs on a live process: ask again.
+    ASK_AGAIN = "ask-again"
+    # The writer's process is gone: replay what was stored and close the stream.
+    REPLAY_ORPHAN = "replay-orphan"
+    # The stream ended meanwhile (its writer flushed everything before ending): replay now.
+    REPLAY_NOW = "replay-now"
+
+
+def decide_overdue(state: ResumeState, request_id: str) -> OverdueAction:
+    if state.active_request_id != request_id:
+        return OverdueAction.REPLAY_NOW
+    return OverdueAction.REPLAY_ORPHAN if state.active_orphaned else OverdueAction.ASK_AGAIN
+
+
 @dataclass
 class Replay:
-    """A replay in flight: live frames of the instance are held back until it is sent."""
+    """Chunks being sent from the buffer; live items of the instance are held until they are.
+
+    A *replay* answers an ACK (frames marked ``replay``, then ``replayComplete``); a *resync*
+    repairs a gap in what a live connection received (plain live frames from ``from_seq`` on).
+    ``flush`` says whether the writer must store its buffered chunks first (not when the stream
+    has ended: a writer flushes before its terminal frame).
+    """
 
     request_id: str
+    resync: bool = False
+    from_seq: int = 0
+    flush: bool = True
+    # The last chunk index known to exist when the replay starts (a terminal frame's last_seq).
+    covers: int = -1
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
-    held: list[dict[str, Any]] = field(default_factory=list)
+    held: list[Item] = field(default_factory=list)
+
+    def renew_token(self) -> str:
+        """A new token for asking again: a late answer to the previous request is then ignored."""
+        self.token = uuid.uuid4().hex
+        return self.token
+
+
+class RouteKind(Enum):
+    """What to do with one live item for one connection."""
+
+    NOTHING = "nothing"  # dropped, or held for after a replay
+    SEND = "send"  # send ``item.text`` as is
+    FRAME = "frame"  # send ``Route.frame`` (a handshake frame made for this connection)
+    RESYNC = "resync"  # a gap: re-send ``Route.replay``'s chunks from the buffer (the item is held)
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: RouteKind
+    frame: frames.Frame | None = None
+    replay: Replay | None = None
+
+
+_NOTHING = Route(RouteKind.NOTHING)
+_SEND = Route(RouteKind.SEND)
 
 
 class ResumeSession:
-    """One connection's resume state.
+    """One connection's side of the handshake: what it was told, and what it has received.
 
-    Invariants: while ``awaiting_ack`` is set the connection gets no live broadcast (as the
-    reference server adds pending-resume connections to every broadcast's exclusions); while
-    ``replay`` is set every live item is held and released after the replayed chunks, minus the
-    chunks the replay already sent (by ``seq``).
+    Invariants: while ``awaiting_ack`` is set the connection gets no live item (as the reference
+    server adds pending-resume connections to every broadcast's exclusions); while ``replay`` is
+    set every live item is held, and released after the replayed chunks minus those the replay
+    already sent (by ``seq``); ``next_seq[request_id]`` is the chunk index the connection must
+    get next from a live stream, and an item past it means the layer lost some.
     """
 
     def __init__(self) -> None:
@@ -116,212 +182,122 @@ class ResumeSession:
         self.replayed: tuple[str, int] | None = None
         # Requests a replay closed with a terminal frame; their late live frames are dropped.
         self.closed: set[str] = set()
+        self.next_seq: dict[str, int] = {}
 
-    def note_sent(self, frame: dict[str, Any] | None, pending_turn_pk: int = 0) -> None:
+    def note_sent(self, frame: frames.Frame | None, pending_turn_pk: int = 0) -> None:
         """Record what a handshake frame we sent obliges us to."""
         if frame is None:
             return
-        if frame["type"] == frames.MessageType.STREAM_RESUMING:
+        if frame["type"] == MessageType.STREAM_RESUMING:
             self.awaiting_ack, self.parked = frame["id"], False
-        elif frame["type"] == frames.MessageType.STREAM_PENDING:
+        elif frame["type"] == MessageType.STREAM_PENDING:
             self.parked, self.parked_turn_pk = True, pending_turn_pk
 
-    def admit(self, item: dict[str, Any]) -> bool:
-        """Whether a live fan-out item goes to the socket now (False: dropped or held)."""
+    def acked(self, request_id: str) -> bool:
+        """An ACK arrived; False when it repeats one whose replay is still in flight."""
+        if self.awaiting_ack == request_id:
+            self.awaiting_ack = None
+        return not (self.replay is not None and self.replay.request_id == request_id)
+
+    # --- live items -------------------------------------------------------------------------------
+    def route(self, item: Item) -> Route:
+        """Decide what one live item does for this connection (and remember what it implies)."""
+        if item.event is not None:
+            return self._route_event(item)
+        if item.request_id is not None and item.request_id in self.closed:
+            return _NOTHING
         if self.replay is not None:
             self.replay.held.append(item)
-            return False
+            return _NOTHING
         if self.awaiting_ack:
-            return False
-        return not self._already_replayed(item)
+            return _NOTHING
+        if item.request_id is None:
+            return _SEND
+        if item.seq is not None:
+            return self._route_chunk(item, item.request_id, item.seq)
+        if item.last_seq is not None:
+            return self._route_terminal(item, item.request_id, item.last_seq)
+        return _SEND
 
-    def _already_replayed(self, item: dict[str, Any]) -> bool:
-        if item.get("rid") is not None and item["rid"] in self.closed:
-            return True
-        if self.replayed is None or item.get("rid") != self.replayed[0]:
-            return False
-        return 0 <= item.get("seq", -1) <= self.replayed[1]
+    def _route_event(self, item: Item) -> Route:
+        if item.event == Event.STREAM_START and item.request_id is not None:
+            self.next_seq[item.request_id] = 0
+            if self.parked:
+                frame = frames.stream_resuming(request_id=item.request_id)
+                self.note_sent(frame)
+                return Route(RouteKind.FRAME, frame=frame)
+        elif item.event == Event.TURNS_IDLE and self.parked and item.turn >= self.parked_turn_pk:
+            self.parked = False
+            return Route(RouteKind.FRAME, frame=frames.stream_resume_none(reason=StreamResumeNoneReason.IDLE))
+        return _NOTHING
 
-    def close_request(self, request_id: str) -> None:
-        """A replay ended this request with its own terminal frame: live frames of it are stale."""
-        self.closed.add(request_id)
+    # A connection that is not waiting for its ACK was in the group when the stream started (a
+    # later one is told ``resuming`` and gets a replay first), so a stream it has no position in
+    # starts at chunk 0 for it: seeing a later chunk first means the layer lost the start.
+    def _route_chunk(self, item: Item, request_id: str, seq: int) -> Route:
+        if self.replayed is not None and self.replayed[0] == request_id and seq <= self.replayed[1]:
+            return _NOTHING  # the replay sent it already
+        expected = self.next_seq.get(request_id, 0)
+        if seq > expected:
+            return self._resync(item, request_id, expected, flush=True)
+        self.next_seq[request_id] = max(expected, seq + 1)
+        return _SEND
 
+    def _route_terminal(self, item: Item, request_id: str, last_seq: int) -> Route:
+        expected = self.next_seq.get(request_id, 0)
+        if last_seq >= expected:
+            return self._resync(item, request_id, expected, flush=False, covers=last_seq)
+        self.next_seq.pop(request_id, None)
+        return _SEND
+
+    def _resync(self, item: Item, request_id: str, from_seq: int, *, flush: bool, covers: int = -1) -> Route:
+        self.replay = Replay(request_id, resync=True, from_seq=from_seq, flush=flush, covers=covers, held=[item])
+        return Route(RouteKind.RESYNC, replay=self.replay)
+
+    # --- replays ----------------------------------------------------------------------------------
     def start_replay(self, request_id: str) -> Replay:
+        """An ACK for a live stream: hold live items until its stored chunks are sent."""
         self.awaiting_ack = None
         self.replay = Replay(request_id)
         return self.replay
 
-    def finish_replay(self, last_seq: int) -> list[dict[str, Any]]:
-        """End the replay; the held items still to send (chunks up to ``last_seq`` were replayed)."""
+    def close_request(self, request_id: str) -> None:
+        """A replay ended this request with its own terminal frame: live frames of it are stale."""
+        self.closed.add(request_id)
+        self.next_seq.pop(request_id, None)
+
+    def finish_replay(self, last_sent: int, covered: int | None = None) -> list[Item]:
+        """End the replay; returns the held items, to be routed again in order.
+
+        ``last_sent`` is the index of the last chunk sent from the buffer, ``covered`` the last
+        index the writer had produced when it flushed (higher when the tail was transient, i.e.
+        never stored); live chunks up to ``last_sent`` are dropped as already sent.
+        """
         replay, self.replay = self.replay, None
         if replay is None:
             return []
-        self.replayed = (replay.request_id, last_seq)
-        return [item for item in replay.held if not self._already_replayed(item)]
+        self.replayed = (replay.request_id, last_sent)
+        self.next_seq[replay.request_id] = max(last_sent, replay.covers, -1 if covered is None else covered) + 1
+        return replay.held
+
+    def matches(self, token: str) -> Replay | None:
+        """The replay in flight that a flush answer or overdue check with ``token`` is for."""
+        return self.replay if self.replay is not None and self.replay.token == token else None
 
 
-class ResumeDriver:
-    """Runs the handshake for one connection: the consumer forwards events, this sends frames."""
-
-    def __init__(self, instance: AgentInstance, channel_name: str, send_frame: Any, send_text: Any) -> None:
-        self.instance = instance
-        self.channel_name = channel_name
-        self.send_frame = send_frame
-        self.send_text = send_text
-        self.session = ResumeSession()
-        self._timers: set[asyncio.Task[None]] = set()
-
-    async def _state(self) -> ResumeState:
-        return await database_sync_to_async(load_state)(self.instance)
-
-    async def connect(self) -> None:
-        state = await self._state()
-        frame = on_connect(state)
-        if frame is not None:
-            await self.send_frame(frame)
-            self.session.note_sent(frame, state.pending_turn_pk)
-
-    async def request(self, probe_id: str | None) -> None:
-        state = await self._state()
-        frame = on_request(state, probe_id)
-        await self.send_frame(frame)
-        self.session.note_sent(frame, state.pending_turn_pk)
-
-    async def ack(self, request_id: str) -> None:
-        """ACK → replay (spec §2.7 ACK cases 1-5)."""
-        if self.session.awaiting_ack == request_id:
-            self.session.awaiting_ack = None
-        if self.session.replay is not None and self.session.replay.request_id == request_id:
-            return  # a duplicate ACK: the replay in flight answers it
-        state = await self._state()
-        if state.active_request_id and state.active_request_id != request_id:
-            return  # case 2: an ACK for something else while a stream runs is ignored
-        if state.active_request_id == request_id and not state.active_orphaned:
-            replay = self.session.start_replay(request_id)
-            await self._ask_flush(state, replay)
-            return
-        if state.active_request_id == request_id:
-            await self._replay_orphan(request_id)
-        elif state.terminal_request_id == request_id:
-            await self._replay_terminal(request_id)
-        else:
-            await self._replay_finished(request_id)
-
-    async def _ask_flush(self, state: ResumeState, replay: Replay) -> None:
-        """Ask the writer to store its buffered chunks; it answers ``stream.flushed``.
-
-        A check is scheduled too: without an answer in time, ``flush_overdue`` looks again.
-        """
-        if state.turn_pk is not None:
-            await control.send(state.control_channel, state.turn_pk, {
-                "type": FLUSH_REQUEST, "reply_to": self.channel_name, "token": replay.token,
-            })
-        timer = asyncio.ensure_future(self._check_later(replay.token))
-        self._timers.add(timer)
-        timer.add_done_callback(self._timers.discard)
-
-    async def _check_later(self, token: str) -> None:
-        await asyncio.sleep(FLUSH_REPLY_TIMEOUT.total_seconds())
-        await get_channel_layer().send(self.channel_name, {"type": FLUSH_CHECK, "token": token})
-
-    def close(self) -> None:
-        for timer in list(self._timers):
-            timer.cancel()
-
-    async def flushed(self, token: str) -> None:
-        """The writer has stored every chunk sent so far: replay them, then release held frames."""
-        replay = self.session.replay
-        if replay is None or replay.token != token:
-            return
-        stream = await database_sync_to_async(buffer.by_request)(self.instance, replay.request_id)
-        chunks = await database_sync_to_async(buffer.read)(stream) if stream else []
-        continuation = bool(stream and stream.continuation)
-        last = await self._send_chunks(replay.request_id, chunks, continuation)
-        held = self.session.finish_replay(last)
-        # The writer answered, so the stream was live when asked: its terminal frame has not been
-        # through this connection yet (it is held, or on its way) and ends the stream for the client.
-        await self.send_frame(frames.replay_complete(request_id=replay.request_id, continuation=continuation))
-        for entry in held:
-            await self.deliver(entry)
-
-    async def flush_overdue(self, token: str) -> None:
-        """No flush answer in time: the stream ended meanwhile, or its writer died."""
-        replay = self.session.replay
-        if replay is None or replay.token != token:
-            return
-        state = await self._state()
-        if state.active_request_id == replay.request_id and not state.active_orphaned:
-            replay.token = uuid.uuid4().hex
-            await self._ask_flush(state, replay)
-        elif state.active_request_id == replay.request_id:
-            self.session.replay = None
-            await self._replay_orphan(replay.request_id, held=replay.held)
-        else:
-            # The stream ended meanwhile: its terminal frame is held or on its way, as above.
-            await self.flushed(token)
-
-    async def _send_chunks(self, request_id: str, chunks: list[tuple[int, str]], continuation: bool) -> int:
-        last = -1
-        for index, body in chunks:
-            await self.send_frame(frames.chunk(request_id=request_id, body=body, seq=index,
-                                               continuation=continuation, replay=True))
-            last = index
-        return last
-
-    async def _replay_orphan(self, request_id: str, held: list[dict[str, Any]] | None = None) -> None:
-        """Case 1, orphaned: replay what was stored, close it, and persist the partial reply."""
-        from .. import recovery
-
-        stream = await database_sync_to_async(buffer.by_request)(self.instance, request_id)
-        chunks = await database_sync_to_async(buffer.read)(stream) if stream else []
-        await self._send_chunks(request_id, chunks, bool(stream and stream.continuation))
-        self.session.close_request(request_id)
-        await self.send_frame(frames.done(request_id=request_id, replay=True, outcome=Outcome.ABORTED,
-                                          continuation=bool(stream and stream.continuation)))
-        if stream is not None:
-            await recovery.finalize_orphan(stream.pk)
-
-    async def _replay_terminal(self, request_id: str) -> None:
-        """Case 3: a turn that failed while this client was away: its chunks, then its error."""
-        stream = await database_sync_to_async(buffer.by_request)(self.instance, request_id)
-        if stream is not None:
-            await self._send_chunks(request_id, await database_sync_to_async(buffer.read)(stream),
-                                    stream.continuation)
-        await database_sync_to_async(self.instance.refresh_from_db)(fields=["terminal_error"])
-        self.session.close_request(request_id)
-        await self.send_frame(frames.thrown_error(request_id=request_id,
-                                                  error_text=self.instance.terminal_error or "Error"))
-
-    async def _replay_finished(self, request_id: str) -> None:
-        """Cases 4-5: a finished buffer is replayed and closed; without one, just the close."""
-        stream = await database_sync_to_async(buffer.by_request)(self.instance, request_id)
-        chunks: list[tuple[int, str]] = []
-        if stream is not None and stream.status == StreamRecord.Status.COMPLETED:
-            chunks = await database_sync_to_async(buffer.read)(stream)
-        continuation = bool(stream and stream.continuation)
-        await self._send_chunks(request_id, chunks, continuation)
-        self.session.close_request(request_id)
-        await self.send_frame(frames.done(request_id=request_id, replay=True, continuation=continuation))
-
-    async def deliver(self, entry: dict[str, Any]) -> None:
-        """A live fan-out item: a frame for the socket, or a control event for the handshake."""
-        name = entry.get("event")
-        if name == STREAM_START and self.session.parked:
-            frame = frames.stream_resuming(request_id=entry["rid"])
-            await self.send_frame(frame)
-            self.session.note_sent(frame)
-        elif name == TURNS_IDLE and self.session.parked and entry.get("turn", 0) >= self.session.parked_turn_pk:
-            self.session.parked = False
-            await self.send_frame(frames.stream_resume_none(reason=StreamResumeNoneReason.IDLE))
-        elif name is None and self.session.admit(entry):
-            await self.send_text(entry["text"])
+def replay_frames(replay: Replay, chunks: list[tuple[int, str]], *, continuation: bool) -> list[frames.Frame]:
+    """The frames that send ``chunks`` (index, body) for ``replay``: replayed, or live for a resync."""
+    return [
+        frames.chunk(request_id=replay.request_id, body=body, seq=index, continuation=continuation,
+                     replay=not replay.resync)
+        for index, body in chunks
+        if index >= replay.from_seq
+    ]
 
 
-# Control events published by the turn engine to the instance group.
-STREAM_START = "stream-start"
-TURNS_IDLE = "turns-idle"
-# Sent to a turn's control channel by a reader about to replay; the answer is FLUSHED.
-FLUSH_REQUEST = "stream.flush"
-FLUSHED = "stream.flushed"
-# Sent by a reader to itself when the writer's answer is overdue.
-FLUSH_CHECK = "stream.flush_check"
+def replay_end(replay: Replay, *, continuation: bool) -> frames.Frame | None:
+    """The frame that ends a replay of a live stream (``replayComplete``); none after a resync."""
+    if replay.resync:
+        return None
+    return frames.replay_complete(request_id=replay.request_id, continuation=continuation)
+

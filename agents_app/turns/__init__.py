@@ -7,10 +7,11 @@ process claims it.
 """
 
 import asyncio
+from datetime import datetime
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from .. import transcript
@@ -18,16 +19,16 @@ from ..agent import SaveMessagesResult
 from ..messages import UIMessage, awaits_interaction, new_message_id, new_request_id, request_message_ids
 from ..models import AgentInstance, Turn
 from ..protocol import frames
-from ..protocol.parse import ChatRequest
+from ..protocol.parse import ChatRequest, ProtocolError
 from ..streaming import buffer, fanout
-from . import control
+from . import control, liveness, recovery
 from .engine import drain, start_drain
-from .interactions import apply_tool_approval, apply_tool_result
-from .lock import control_channel_of
+from .interactions import apply_tool_approval, apply_tool_result, enqueue_continuation
 
 __all__ = [
-    "apply_tool_approval", "apply_tool_result", "cancel", "cancel_all", "clear", "drain", "has_pending_interaction",
-    "replace_messages", "reset_turn_state", "save_messages", "start_drain", "submit_chat", "wait_until_stable",
+    "apply_tool_approval", "apply_tool_result", "cancel", "cancel_all", "clear", "drain", "enqueue_continuation",
+    "has_pending_interaction", "queued_instances", "recover_interrupted", "replace_messages", "reset_turn_state",
+    "save_messages", "start_drain", "submit_chat", "wait_until_stable",
 ]
 
 
@@ -36,6 +37,9 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
 
     Order of frames as the reference server (spec §2.4): the other connections see the incoming
     transcript at once and again once persisted; the reply streams to everyone.
+
+    Raises:
+        ProtocolError: the request id already names a turn of this conversation (nothing stored).
     """
     await fanout.publish(instance.pk, frames.chat_messages(request.messages), exclude=[origin_channel])
     merged = await database_sync_to_async(_accept_chat)(instance, request, origin_channel, user)
@@ -44,22 +48,22 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
 
 
 def _accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any) -> list[UIMessage]:
-    with transaction.atomic():
-        merged = transcript.persist(instance, request.messages, delete_stale=True)
-        transcript.store_request_context(instance, request.body, request.client_tools)
-        Turn.objects.create(
-            instance=instance, request_id=request.request_id, kind=Turn.Kind.CHAT,
-            generation=_generation(instance), origin_channel=origin_channel,
-            user=user if getattr(user, "is_authenticated", False) else None,
-            body=request.body, client_tools=request.client_tools,
-            message_ids=request_message_ids(request.messages),
-            assistant_message_id=new_message_id(),
-        )
+    try:
+        with transaction.atomic():
+            merged = transcript.persist(instance, request.messages, delete_stale=True)
+            transcript.store_request_context(instance, request.body, request.client_tools)
+            Turn.objects.create(
+                instance=instance, request_id=request.request_id, kind=Turn.Kind.CHAT,
+                generation=AgentInstance.objects.generation_of(instance.pk), origin_channel=origin_channel,
+                user=user if getattr(user, "is_authenticated", False) else None,
+                body=request.body, client_tools=request.client_tools,
+                message_ids=request_message_ids(request.messages),
+                assistant_message_id=new_message_id(),
+            )
+    except IntegrityError:  # unique_turn_request: the whole request is rolled back
+        raise ProtocolError(f"Request id {request.request_id!r} was already used in this conversation",
+                            code="duplicate_request_id", request_id=request.request_id) from None
     return merged
-
-
-def _generation(instance: AgentInstance) -> int:
-    return AgentInstance.objects.values_list("generation", flat=True).get(pk=instance.pk)
 
 
 async def save_messages(instance: AgentInstance, messages: list[UIMessage | str]) -> SaveMessagesResult:
@@ -85,7 +89,7 @@ def _accept_programmatic(instance: AgentInstance, messages: list[UIMessage]) -> 
         body, client_tools = transcript.request_context(instance)
         turn = Turn.objects.create(
             instance=instance, request_id=new_request_id(), kind=Turn.Kind.PROGRAMMATIC,
-            generation=_generation(instance), body=body, client_tools=client_tools,
+            generation=AgentInstance.objects.generation_of(instance.pk), body=body, client_tools=client_tools,
             message_ids=[m["id"] for m in messages], assistant_message_id=new_message_id(),
         )
     return turn, merged
@@ -109,25 +113,19 @@ async def cancel(instance: AgentInstance, request_id: str) -> bool:
     if turn is None:
         return False
     if turn.status == Turn.Status.RUNNING:
-        await control.cancel_running(control_channel_of(turn), turn.pk)
+        await control.cancel_running(liveness.control_channel(turn), turn.pk)
     return True
 
 
 def _mark_cancel(instance: AgentInstance, request_id: str) -> Turn | None:
-    active = Turn.objects.filter(
-        instance=instance, request_id=request_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
-    )
+    active = Turn.objects.of(instance).active().filter(request_id=request_id)
     active.update(cancel_requested=True)
     return active.first()
 
 
 async def cancel_all(instance: AgentInstance) -> int:
     """Cancel every queued and running turn of the instance; returns how many."""
-    request_ids = [
-        rid async for rid in Turn.objects.filter(
-            instance=instance, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
-        ).values_list("request_id", flat=True)
-    ]
+    request_ids = [rid async for rid in Turn.objects.of(instance).active().values_list("request_id", flat=True)]
     return sum([await cancel(instance, rid) for rid in request_ids])
 
 
@@ -145,7 +143,7 @@ async def reset_turn_state(instance: AgentInstance) -> None:
 async def _reset(instance: AgentInstance, *, delete_history: bool) -> None:
     running = await database_sync_to_async(_bump_generation)(instance, delete_history)
     for turn in running:
-        await control.cancel_running(control_channel_of(turn), turn.pk, "Chat cleared")
+        await control.cancel_running(liveness.control_channel(turn), turn.pk, "Chat cleared")
 
 
 def _bump_generation(instance: AgentInstance, delete_history: bool) -> list[Turn]:
@@ -157,8 +155,8 @@ def _bump_generation(instance: AgentInstance, delete_history: bool) -> list[Turn
         if delete_history:
             transcript.clear(instance)
             buffer.delete_all(instance)
-        running = list(Turn.objects.filter(instance=instance, status=Turn.Status.RUNNING))
-        Turn.objects.filter(instance=instance, status=Turn.Status.RUNNING).update(cancel_requested=True)
+        running = list(Turn.objects.of(instance).running())
+        Turn.objects.of(instance).running().update(cancel_requested=True)
     return running
 
 
@@ -181,9 +179,7 @@ async def wait_until_stable(instance: AgentInstance, timeout: float) -> bool:  #
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        busy = await Turn.objects.filter(
-            instance=instance, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
-        ).aexists()
+        busy = await Turn.objects.of(instance).active().aexists()
         if not busy and not await has_pending_interaction(instance):
             return True
         if loop.time() >= deadline:
@@ -199,8 +195,14 @@ async def replace_messages(instance: AgentInstance, messages: list[UIMessage], o
 
 def queued_instances() -> list[int]:
     """Instances with queued turns: the beat task re-drains them in case no process is on it."""
-    return list(
-        Turn.objects.filter(status=Turn.Status.QUEUED).values_list("instance_id", flat=True).distinct()
-    )
+    return list(Turn.objects.queued().values_list("instance_id", flat=True).distinct())
+
+
+async def recover_interrupted(*, now: datetime | None = None) -> int:
+    """Finalise every running turn whose process is gone and run what was queued behind it."""
+    turns = await recovery.recover_interrupted(now=now)
+    for turn in turns:
+        await drain(turn.instance_id)
+    return len(turns)
 
 

@@ -1,27 +1,42 @@
-"""Reaching a running turn from any process: cancel it, or ask it to flush its stream buffer.
+"""Reaching a running turn from any process: cancel it, or have it flush its stream buffer.
 
 Each process (each event loop) has one control channel on the channel layer, read by one receive
 loop that lives as long as the loop: cancelling a channels_redis ``receive()`` can lose a message
 it has just popped for another channel of the process, so the loop is never cancelled while the
-process serves connections. A claimed turn records ``<channel> <turn pk>`` in ``Turn.worker``, and
+process serves connections. A claimed turn records its process's channel (``liveness``), and
 requests name the turn they are for.
+
+Two requests exist: ``turn.cancel`` aborts the turn's signal, and ``stream.flush`` (a reader
+about to replay, ``streaming.handshake``) makes the turn's writer store every chunk sent so far
+and answers the reader with the index of the last one.
 """
 
 import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from channels.layers import get_channel_layer
 
 from ..abort import AbortSignal
+from ..streaming.buffer import StreamWriter
+from ..streaming.handshake import FLUSH_REQUEST, FLUSHED
 
 logger = logging.getLogger("agents_app.turns")
 
 CANCEL_EVENT = "turn.cancel"
-Handler = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass
+class _Running:
+    """What the control channel can reach of a turn running on this loop."""
+
+    signal: AbortSignal
+    # Set once the turn's stream buffer is open (a flush before that has nothing to store).
+    writer: StreamWriter | None = None
 
 
 class _ProcessControl:
@@ -29,24 +44,28 @@ class _ProcessControl:
 
     def __init__(self, channel: str) -> None:
         self.channel = channel
-        self.turns: dict[int, tuple[AbortSignal, Handler]] = {}
+        self.turns: dict[int, _Running] = {}
         self.task: asyncio.Task[None] | None = None
 
     async def receive(self) -> None:
         layer = get_channel_layer()
         while True:
             message = await layer.receive(self.channel)
-            entry = self.turns.get(message.get("turn", -1))
-            if entry is None:
+            running = self.turns.get(message.get("turn", -1))
+            if running is None:
                 continue  # the turn has ended: a late cancel or flush request has nothing to do
-            signal, on_message = entry
-            if message.get("type") == CANCEL_EVENT:
-                signal.abort(message.get("reason") or "Cancelled")
-            else:
-                try:
-                    await on_message(message)
-                except Exception:  # one bad request must not stop the channel (logged)
-                    logger.exception("control message %s failed", message.get("type"))
+            try:
+                await _handle(running, message)
+            except Exception:  # one bad request must not stop the channel (logged)
+                logger.exception("control message %s failed", message.get("type"))
+
+
+async def _handle(running: _Running, message: dict[str, Any]) -> None:
+    if message.get("type") == CANCEL_EVENT:
+        running.signal.abort(message.get("reason") or "Cancelled")
+    elif message.get("type") == FLUSH_REQUEST and running.writer is not None:
+        last = await running.writer.flush()
+        await get_channel_layer().send(message["reply_to"], {"type": FLUSHED, "token": message["token"], "seq": last})
 
 
 _controls: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ProcessControl]" = weakref.WeakKeyDictionary()
@@ -67,13 +86,24 @@ async def channel_name() -> str:
     return (await _control()).channel
 
 
+class Registration:
+    """A turn's entry on its process's control channel, while it runs."""
+
+    def __init__(self, running: _Running) -> None:
+        self._running = running
+
+    def serve_flushes(self, writer: StreamWriter) -> None:
+        """From now on, flush requests store ``writer``'s chunks."""
+        self._running.writer = writer
+
+
 @contextlib.asynccontextmanager
-async def listening(turn_pk: int, signal: AbortSignal, on_message: Handler) -> AsyncIterator[None]:
-    """While the turn runs: abort ``signal`` on ``turn.cancel``; hand other requests to ``on_message``."""
+async def listening(turn_pk: int, signal: AbortSignal) -> AsyncIterator[Registration]:
+    """While the turn runs: abort ``signal`` on ``turn.cancel``; answer flush requests."""
     control = await _control()
-    control.turns[turn_pk] = (signal, on_message)
+    running = control.turns[turn_pk] = _Running(signal)
     try:
-        yield
+        yield Registration(running)
     finally:
         control.turns.pop(turn_pk, None)
 
@@ -85,7 +115,7 @@ async def send(channel: str | None, turn_pk: int, message: dict[str, Any]) -> No
     control = _controls.get(asyncio.get_running_loop())
     local = control.turns.get(turn_pk) if control is not None and control.channel == channel else None
     if local is not None and message["type"] == CANCEL_EVENT:
-        local[0].abort(message.get("reason") or "Cancelled")
+        local.signal.abort(message.get("reason") or "Cancelled")
         return
     await get_channel_layer().send(channel, {**message, "turn": turn_pk})
 

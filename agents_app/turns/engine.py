@@ -13,7 +13,6 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 
 from .. import conf, registry, transcript
 from ..abort import AbortSignal
@@ -34,9 +33,10 @@ from ..messages import (
 from ..models import AgentInstance, Turn
 from ..protocol import frames
 from ..protocol.types import Outcome
-from ..streaming import buffer, fanout, handshake
+from ..streaming import buffer, fanout
 from ..streaming.fanout import Publisher
-from . import control, lock
+from ..streaming.items import Event, Item
+from . import control, liveness, lock, recovery
 
 logger = logging.getLogger("agents_app.turns")
 
@@ -66,6 +66,13 @@ async def drain(instance_pk: int) -> None:
         claim = await database_sync_to_async(lock.claim_next)(instance_pk, channel)
         if claim is None:
             break
+        if claim.blocked:
+            # Another turn runs; the process running it drains the queue when it finishes, unless
+            # that process died on this host: then free the instance now rather than at the sweep.
+            if liveness.process_exists(claim.turn.worker):
+                break
+            await database_sync_to_async(recovery.interrupt)(claim.turn)
+            continue
         if claim.skipped:
             await _report_skipped(claim.turn)
             continue
@@ -74,9 +81,9 @@ async def drain(instance_pk: int) -> None:
     # unless the queue stopped here only because another process runs the instance's next turn.
     # The event names the newest turn it has seen, so a connection parked on a later one (whose
     # answer overtook this event) keeps waiting.
-    latest = await Turn.objects.filter(instance_id=instance_pk).order_by("-pk").values("pk", "status").afirst()
+    latest = await Turn.objects.of(instance_pk).order_by("-pk").values("pk", "status").afirst()
     if latest is not None and latest["status"] not in (Turn.Status.QUEUED, Turn.Status.RUNNING):
-        await fanout.publish_item(instance_pk, fanout.event(handshake.TURNS_IDLE, turn=latest["pk"]))
+        await fanout.publish_item(instance_pk, Item(event=Event.TURNS_IDLE, turn=latest["pk"]))
 
 
 async def _report_skipped(turn: Turn) -> None:
@@ -108,49 +115,39 @@ class TurnRun:
         self.stream_pk = 0
         self.final_transcript: list[dict[str, Any]] | None = None
         # What the turn's actions attach to the reply (``ctx.attach_reply``).
-        self.attachments = ReplyAttachments(turn.request_id)
+        self.attachments = ReplyAttachments()
         self.agent: ChatAgent | None = None
 
     async def run(self) -> ChatResponseResult:
-        async with control.listening(self.turn.pk, self.signal, self._on_control):
+        async with control.listening(self.turn.pk, self.signal) as registration:
             heartbeat = asyncio.ensure_future(self._heartbeat())
             try:
-                return await self._run()
+                return await self._run(registration)
             finally:
                 heartbeat.cancel()
 
     async def _heartbeat(self) -> None:
         while True:
-            await asyncio.sleep(lock.HEARTBEAT_SECONDS)
-            await database_sync_to_async(lock.heartbeat)(self.turn.pk)
+            await asyncio.sleep(liveness.HEARTBEAT_SECONDS)
+            await database_sync_to_async(liveness.heartbeat)(self.turn.pk)
 
-    async def _on_control(self, message: dict[str, Any]) -> None:
-        """A reader about to replay asks for every chunk sent so far to be stored."""
-        if message.get("type") == handshake.FLUSH_REQUEST and self.writer is not None:
-            last = await self.writer.flush()
-            await get_channel_layer().send(message["reply_to"], {
-                "type": handshake.FLUSHED, "token": message["token"], "seq": last,
-            })
-
-    async def _run(self) -> ChatResponseResult:
+    async def _run(self, registration: control.Registration) -> ChatResponseResult:
         turn = self.turn
         prepared = await database_sync_to_async(self._prepare)()
         if prepared is None:
             return ChatResponseResult(message=None, request_id=turn.request_id, continuation=True,
                                       status=Turn.Status.SKIPPED)
-        instance, messages, cancel_requested, user = prepared
-        agent = registry.get_agent_class(instance.slug)(instance)
-        agent._emit = self._write
-        agent.messages, agent.request_id = messages, turn.request_id
-        agent.body, agent.client_tools = turn.body, turn.client_tools
-        agent.continuation = turn.continuation
-        agent.abort_signal = self.signal
-        agent.user = user
-        agent.reply_recorder = self.attachments
-        self.agent = agent
+        assert self.writer is not None
+        registration.serve_flushes(self.writer)
+        instance, messages, cancel_requested = prepared
+        agent = self.agent = registry.get_agent_class(instance.slug).for_turn(
+            instance, request_id=turn.request_id, messages=messages, body=turn.body, client_tools=turn.client_tools,
+            continuation=turn.continuation, user=turn.user, abort_signal=self.signal,
+            attachments=self.attachments, emit=self._write,
+        )
         if not turn.message_ids:
             turn.message_ids = request_message_ids(messages)
-        await self.publisher.send_item(fanout.event(handshake.STREAM_START, rid=turn.request_id))
+        await self.publisher.send_item(Item(event=Event.STREAM_START, request_id=turn.request_id))
         if cancel_requested:
             self.signal.abort("Cancelled before it started")
         try:
@@ -175,12 +172,11 @@ class TurnRun:
             logger.exception("on_chat_response of %s raised", instance)
         return result
 
-    def _prepare(self) -> tuple[AgentInstance, list[dict[str, Any]], bool, Any] | None:
+    def _prepare(self) -> tuple[AgentInstance, list[dict[str, Any]], bool] | None:
         """One database round trip before the first chunk: transcript, cancel flag, buffer.
 
-        Returns the instance, its transcript, whether a cancel came before the turn could hear
-        it, and who asked; None for a continuation with nothing to continue yet (it is skipped,
-        silently).
+        Returns the instance, its transcript, and whether a cancel came before the turn could
+        hear it; None for a continuation with nothing to continue yet (it is skipped, silently).
         """
         instance = AgentInstance.objects.get(pk=self.turn.instance_id)
         cancel_requested = Turn.objects.values_list("cancel_requested", flat=True).get(pk=self.turn.pk)
@@ -196,7 +192,7 @@ class TurnRun:
         stream = buffer.start(self.turn, self.builder.message["id"])
         self.stream_pk = stream.pk
         self.writer = buffer.StreamWriter(stream.pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
-        return instance, messages, cancel_requested, self.turn.user
+        return instance, messages, cancel_requested
 
     async def _stream(self, agent: ChatAgent) -> None:
         response = await agent.on_chat_message()
@@ -336,15 +332,12 @@ class TurnRun:
             }.get(self.status)
             terminal = frames.done(request_id=turn.request_id, outcome=outcome,
                                    message_ids=turn.message_ids, continuation=turn.continuation)
-        await self.publisher.send(terminal, request_id=turn.request_id)
+        await self.publisher.send(terminal, request_id=turn.request_id, last_seq=self.seq - 1)
         await self.publisher.close()
 
     def _persist_and_finish(self, instance: AgentInstance) -> None:
         assert self.builder is not None
-        cleared = (
-            AgentInstance.objects.values_list("generation", flat=True).get(pk=instance.pk)
-            > self.turn.generation
-        )
+        cleared = AgentInstance.objects.generation_of(instance.pk) > self.turn.generation
         # A clear during the turn wins: its partial reply is not written back.
         if self.builder.has_content() and not cleared:
             transcript.save_message(instance, self.builder.message)

@@ -13,11 +13,7 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 
 from .. import registry, transcript
-from ..messages import (
-    new_request_id,
-    tool_approval_update,
-    tool_result_update,
-)
+from ..messages import new_request_id, tool_approval_update, tool_name, tool_result_update
 from ..models import AgentInstance, ChatMessage, Turn
 from ..protocol import frames
 from ..protocol.parse import ProtocolError, ToolApproval, ToolResult
@@ -46,8 +42,7 @@ async def apply_tool_result(instance: AgentInstance, event: ToolResult, origin_c
 
     def update(part: dict[str, Any], client_tools: set[str]) -> dict[str, Any] | None:
         # A result answers a client tool, or rejects a call awaiting approval with a custom error.
-        name = part.get("toolName", part["type"].removeprefix("tool-"))
-        if name not in client_tools and part.get("state") != "approval-requested":
+        if tool_name(part) not in client_tools and part.get("state") != "approval-requested":
             raise ProtocolError(f"Tool call {event.tool_call_id} is not a client tool call", code="not_client_tool")
         if part.get("state") == event.state and part.get("output") == event.output and (
             part.get("errorText") == event.error_text or event.state == "output-available"
@@ -116,8 +111,7 @@ def _apply_stored(instance: AgentInstance, tool_call_id: str, update: Any, what:
 
 def _client_tool_names(instance: AgentInstance) -> set[str]:
     _, stored = transcript.request_context(instance)
-    agent = registry.get_agent_class(instance.slug)(instance)
-    declared = {t.name for t in agent.get_tools() if isinstance(t, ClientTool)}
+    declared = {t.name for t in registry.agent_for(instance).get_tools() if isinstance(t, ClientTool)}
     return declared | {t["name"] for t in stored or []}
 
 
@@ -127,9 +121,7 @@ def _store_client_tools(instance: AgentInstance, client_tools: list[dict[str, An
 
 
 async def _turn_active(instance: AgentInstance) -> bool:
-    return await Turn.objects.filter(
-        instance=instance, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
-    ).aexists()
+    return await Turn.objects.of(instance).active().aexists()
 
 
 async def schedule_continuation(instance: AgentInstance, origin_channel: str) -> None:
@@ -150,13 +142,13 @@ def enqueue_continuation(instance: AgentInstance, origin_channel: str = "") -> T
     ``authorize_turn`` grants the same permissions as in the turn that asked for the tool.
     """
     with transaction.atomic():
-        if Turn.objects.filter(instance=instance, kind=Turn.Kind.CONTINUATION, status=Turn.Status.QUEUED).exists():
+        if Turn.objects.of(instance).queued().filter(kind=Turn.Kind.CONTINUATION).exists():
             return None
         body, client_tools = transcript.request_context(instance)
-        generation = AgentInstance.objects.values_list("generation", flat=True).get(pk=instance.pk)
+        generation = AgentInstance.objects.generation_of(instance.pk)
         last_role = ChatMessage.objects.filter(instance=instance).order_by("-position").values_list(
             "role", flat=True).first()
-        asker = Turn.objects.filter(instance=instance, user__isnull=False).order_by("-pk").values_list(
+        asker = Turn.objects.of(instance).filter(user__isnull=False).order_by("-pk").values_list(
             "user_id", flat=True).first()
         return Turn.objects.create(
             instance=instance, request_id=new_request_id(), kind=Turn.Kind.CONTINUATION,

@@ -5,120 +5,65 @@ turn" a single conditional UPDATE: it either wins, or raises ``IntegrityError`` 
 process already runs a turn of that instance (that process drains the queue when it finishes).
 """
 
-import os
-import socket
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..models import AgentInstance, Turn
-
-WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+from . import liveness
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A turn taken off the queue: to run, or to report as skipped (accepted before a clear)."""
+    """The outcome of looking at an instance's queue.
+
+    ``skipped``: a turn accepted before a clear, to report as skipped. ``blocked``: nothing was
+    claimed because this turn runs (the caller checks whether its process is still there).
+    """
 
     turn: Turn
-    skipped: bool
+    skipped: bool = False
+    blocked: bool = False
 
 
 def claim_next(instance_id: int, control_channel: str) -> Claim | None:
-    """Take the oldest queued turn of the instance, or None if there is none or one is running."""
+    """Take the oldest queued turn of the instance; None when the queue is empty.
+
+    A turn of an older generation is marked skipped (``Claim.skipped``); when another turn of
+    the instance runs, returns that one as ``Claim.blocked`` and claims nothing.
+    """
     while True:
         with transaction.atomic():
             # The user comes along: the engine hands it to authorize_turn without another query.
-            queued = Turn.objects.filter(instance_id=instance_id, status=Turn.Status.QUEUED)
-            turn = queued.select_related("user").first()
+            turn = Turn.objects.of(instance_id).queued().select_related("user").first()
             if turn is None:
                 return None
-            generation = AgentInstance.objects.values_list("generation", flat=True).get(pk=instance_id)
-            if turn.generation < generation:
-                if Turn.objects.filter(pk=turn.pk, status=Turn.Status.QUEUED).update(
+            if turn.generation < AgentInstance.objects.generation_of(instance_id):
+                if Turn.objects.filter(pk=turn.pk).queued().update(
                     status=Turn.Status.SKIPPED, finished_at=timezone.now()
                 ):
                     turn.status = Turn.Status.SKIPPED
                     return Claim(turn, skipped=True)
                 continue
-            now = timezone.now()
+            now, worker = timezone.now(), liveness.worker_label(control_channel)
             try:
                 with transaction.atomic():
-                    won = Turn.objects.filter(pk=turn.pk, status=Turn.Status.QUEUED).update(
-                        status=Turn.Status.RUNNING, started_at=now,
-                        worker=f"{WORKER_ID} {control_channel}",
+                    won = Turn.objects.filter(pk=turn.pk).queued().update(
+                        status=Turn.Status.RUNNING, started_at=now, worker=worker,
                     )
             except IntegrityError:
-                # Another turn runs. If its process died on this host, free the instance.
-                if release_dead(instance_id):
-                    continue
-                return None
+                running = Turn.objects.of(instance_id).running().first()
+                if running is None:
+                    continue  # it finished meanwhile: try again
+                return Claim(running, blocked=True)
             if won:
-                turn.status, turn.started_at = Turn.Status.RUNNING, now
-                turn.worker = f"{WORKER_ID} {control_channel}"
-                return Claim(turn, skipped=False)
+                turn.status, turn.started_at, turn.worker = Turn.Status.RUNNING, now, worker
+                return Claim(turn)
             # Another process claimed this row between our read and update: look again.
-
-
-# A running turn refreshes its heartbeat this often; three missed beats mean it was orphaned.
-HEARTBEAT_SECONDS = 5.0
-HEARTBEAT_STALE = timedelta(seconds=3 * HEARTBEAT_SECONDS)
-
-
-def is_orphaned(turn: Turn, now: datetime | None = None) -> bool:
-    """A turn whose process is gone: not running any more, dead on this host, or silent too long."""
-    if turn.status != Turn.Status.RUNNING:
-        return True
-    if not _alive(turn.worker):
-        return True
-    beat = turn.heartbeat_at or turn.started_at
-    return beat is not None and beat < (now or timezone.now()) - HEARTBEAT_STALE
-
-
-def heartbeat(turn_pk: int) -> None:
-    Turn.objects.filter(pk=turn_pk, status=Turn.Status.RUNNING).update(heartbeat_at=timezone.now())
-
-
-def _alive(worker: str) -> bool:
-    """False only when ``worker`` is a process on this host that no longer exists."""
-    host, _, rest = worker.partition(":")
-    pid = rest.split(" ", 1)[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def release_dead(instance_id: int) -> bool:
-    """Finalise the running turn of a dead local process; True if the instance was freed.
-
-    This keeps one crashed process from locking an instance until the periodic sweep runs.
-    """
-    from ..recovery import interrupt
-
-    running = Turn.objects.filter(instance_id=instance_id, status=Turn.Status.RUNNING).first()
-    if running is None:
-        return True
-    if _alive(running.worker):
-        return False
-    interrupt(running)
-    return True
 
 
 def finish(turn: Turn, status: str, error: str = "") -> None:
     """Record the end of a running turn, releasing the instance for the next one."""
     Turn.objects.filter(pk=turn.pk).update(status=status, error=error, finished_at=timezone.now())
     turn.status, turn.error = status, error
-
-
-def control_channel_of(turn: Turn) -> str | None:
-    """The channel the process running ``turn`` listens on for cancel requests."""
-    _, _, channel = turn.worker.partition(" ")
-    return channel or None

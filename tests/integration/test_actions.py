@@ -70,9 +70,9 @@ def part(messages: list[dict[str, Any]], tool_call_id: str = "demo_0_0") -> dict
 
 async def direct(name: str, message: str = "hello") -> Any:
     """The compiled echo tool called directly, outside a turn (``executeEchoActionToolForTest``)."""
-    agent = await ActionTestAgent.aget(name)
+    agent = ActionTestAgent.for_turn((await ActionTestAgent.aget(name)).instance, request_id="")
     action = agent.compiled_actions()["echo"]
-    return await execute_action(agent, action, action.validate_input({"message": message}),
+    return await execute_action(agent.turn, action, action.validate_input({"message": message}),
                                 tool_call_id="tc-direct", messages=[])
 
 
@@ -256,11 +256,11 @@ class Unprintable:
 
 async def test_18_releases_ledger_rows_when_result_serialization_fails(seen_events):
     configure("t18", key="symbol-key")
-    agent = await ActionTestAgent.aget("t18")
+    agent = ActionTestAgent.for_turn((await ActionTestAgent.aget("t18")).instance, request_id="")
     action = agent.compiled_actions()["echo"]
     # Python's Symbol: an output that cannot be made JSON at all.
     unprintable = action.__class__(**{**action.__dict__, "execute": lambda input, ctx: Unprintable()})
-    output = await execute_action(agent, unprintable, action.validate_input({"message": "hello"}),
+    output = await execute_action(agent.turn, unprintable, action.validate_input({"message": "hello"}),
                                   tool_call_id="tc-direct", messages=[])
     assert output == {"serialized": False, "error": "cannot print me"}
     assert await ledger_rows() == []

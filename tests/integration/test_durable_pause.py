@@ -29,7 +29,7 @@ from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
-from agents_app import approvals, events, recovery, tasks, transcript
+from agents_app import approvals, events, tasks, transcript, turns
 from agents_app.models import (
     AgentInstance,
     ApprovalDecision,
@@ -522,7 +522,7 @@ async def test_recovering_an_interrupted_turn_leaves_a_parked_pause_approvable(u
     call = await park("rec", user, "world")
     dead = await database_sync_to_async(interrupted_turn)(call.agent.instance, partial)
 
-    assert await recovery.sweep_interrupted() == 1
+    assert await turns.recover_interrupted() == 1
     assert (await Turn.objects.aget(pk=dead)).status == Turn.Status.ABORTED
     assert not await Turn.objects.filter(status__in=[Turn.Status.RUNNING, Turn.Status.QUEUED]).aexists()
     assert await pending_ids() == [call.execution_id]

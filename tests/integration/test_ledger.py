@@ -150,7 +150,6 @@ def test_input_hash_of_non_json_values_is_stable():
 
 
 def test_error_messages_are_the_spec_strings():
-    assert ledger.ACTION_PENDING_MESSAGE == PENDING_MESSAGE
     assert ledger.conflict_message("action:echo:conflict-key", "echo") == (
         'Idempotency key "action:echo:conflict-key" for action "echo" was reused with different input. '
         "This is a programming error; do not retry."

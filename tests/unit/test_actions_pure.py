@@ -46,6 +46,7 @@ from agents_app.actions import (
     to_json_safe,
 )
 from agents_app.errors import (
+    PENDING_MESSAGE,
     ActionApprovalInputError,
     ActionAuthorizationError,
     ActionError,
@@ -390,9 +391,9 @@ async def test_ledger_messages_match_the_envelopes() -> None:
 
     pending = pending_error()["error"]
     conflict = key_conflict_error("action:echo:k", "echo")["error"]
-    assert (pending["name"], pending["message"]) == (ledger.ACTION_PENDING_ERROR, ledger.ACTION_PENDING_MESSAGE)
+    assert (pending["name"], pending["message"]) == (ActionPendingError.name, PENDING_MESSAGE)
     assert (conflict["name"], conflict["message"]) == (
-        ledger.ACTION_KEY_CONFLICT, ledger.conflict_message("action:echo:k", "echo"),
+        ActionKeyConflict.name, ledger.conflict_message("action:echo:k", "echo"),
     )
     empty = compile_actions({"echo": make(idempotency_key=lambda i, c: "")})["echo"]
     with pytest.raises(ValueError, match=f"^{re.escape(ledger.empty_key_message('echo'))}$"):
@@ -489,11 +490,10 @@ def test_unserialisable_outputs_are_reported_not_raised() -> None:
 
 # --------------------------------------------------------------------------------------- attachments
 def test_attachments_are_recorded_with_an_event(emitted: list[tuple[str, dict[str, Any]]]) -> None:
-    replies = ReplyAttachments("r1")
+    replies = ReplyAttachments()
     assert replies.record({"type": "voice_note"}, action="attachAction") is True
     assert replies.record({"type": "card", "payload": {"id": 1}}) is True
     assert replies.items() == [{"type": "voice_note"}, {"type": "card", "payload": {"id": 1}}]
-    assert replies.request_id == "r1"
     assert emitted == [
         ("action:reply-attached", {"action": "attachAction", "attachmentType": "voice_note"}),
         ("action:reply-attached", {"attachmentType": "card"}),

@@ -1,8 +1,9 @@
 """Turns whose process died: finalise their stream and partial reply, free their instance.
 
 A reconnecting client (through the resume handshake), the queue claim (a dead process on this
-host) and the periodic sweep all end here, and exactly one of them wins each turn: the status
-changes are conditional UPDATEs.
+host), a staff decision meeting a dead turn and the periodic sweep all end here, and exactly one
+of them wins each turn: the status changes are conditional UPDATEs. Running what was queued
+behind a recovered turn is the caller's business (``turns.drain``).
 """
 
 import json
@@ -12,22 +13,23 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from . import transcript
-from .messages import builder_for_reply
-from .models import AgentInstance, StreamRecord, Turn
-from .protocol import frames
-from .streaming import buffer, fanout
+from .. import transcript
+from ..messages import UIMessage, builder_for_reply
+from ..models import AgentInstance, StreamRecord, Turn
+from ..protocol import frames
+from ..streaming import buffer, fanout
+from . import liveness
 
 INTERRUPTED = "Interrupted: the process running this turn stopped"
 
 
 def _abort(turn_pk: int) -> None:
-    Turn.objects.filter(pk=turn_pk, status=Turn.Status.RUNNING).update(
+    Turn.objects.filter(pk=turn_pk).running().update(
         status=Turn.Status.ABORTED, error=INTERRUPTED, finished_at=timezone.now()
     )
 
 
-def interrupt(turn: Turn) -> list[dict] | None:
+def interrupt(turn: Turn) -> list[UIMessage] | None:
     """Mark a dead turn aborted and finalise its stream; the new transcript if it changed."""
     with transaction.atomic():
         _abort(turn.pk)
@@ -37,7 +39,7 @@ def interrupt(turn: Turn) -> list[dict] | None:
         return _finalize(stream) if stream is not None else None
 
 
-def _finalize(stream: StreamRecord) -> list[dict] | None:
+def _finalize(stream: StreamRecord) -> list[UIMessage] | None:
     """Close a streaming buffer and persist the reply rebuilt from its stored chunks."""
     won = StreamRecord.objects.filter(pk=stream.pk, status=StreamRecord.Status.STREAMING).update(
         status=StreamRecord.Status.COMPLETED, completed_at=timezone.now()
@@ -56,7 +58,7 @@ def _finalize(stream: StreamRecord) -> list[dict] | None:
     return transcript.load(instance)
 
 
-def _finalize_stream(stream_pk: int) -> tuple[int, list[dict] | None]:
+def _finalize_stream(stream_pk: int) -> tuple[int, list[UIMessage] | None]:
     with transaction.atomic():
         stream = StreamRecord.objects.select_related("turn").get(pk=stream_pk)
         if stream.turn is not None:
@@ -64,21 +66,12 @@ def _finalize_stream(stream_pk: int) -> tuple[int, list[dict] | None]:
         return stream.instance_id, _finalize(stream)
 
 
-async def finalize_orphan(stream_pk: int) -> None:
-    """Finalise an orphaned stream, tell every connection, and run what was queued behind it."""
-    from .turns import start_drain
-
+async def finalize_orphan(stream_pk: int) -> int:
+    """Finalise an orphaned stream and show every connection the reply it left; its instance's pk."""
     instance_pk, messages = await database_sync_to_async(_finalize_stream)(stream_pk)
     if messages is not None:
         await fanout.publish(instance_pk, frames.chat_messages(messages))
-    start_drain(instance_pk)
-
-
-def _interrupted(now: datetime) -> list[Turn]:
-    from .turns.lock import is_orphaned
-
-    running = Turn.objects.filter(status=Turn.Status.RUNNING)
-    return [turn for turn in running if is_orphaned(turn, now)]
+    return instance_pk
 
 
 async def recover(turn: Turn) -> None:
@@ -88,12 +81,14 @@ async def recover(turn: Turn) -> None:
         await fanout.publish(turn.instance_id, frames.chat_messages(messages))
 
 
-async def sweep_interrupted(*, now: datetime | None = None) -> int:
-    """Finalise every running turn whose process is gone; returns how many."""
-    from .turns import drain
+def interrupted(now: datetime) -> list[Turn]:
+    """Running turns whose process is gone."""
+    return [turn for turn in Turn.objects.running() if not liveness.is_alive(turn, now)]
 
-    turns = await database_sync_to_async(_interrupted)(now or timezone.now())
+
+async def recover_interrupted(*, now: datetime | None = None) -> list[Turn]:
+    """Finalise every running turn whose process is gone; returns them."""
+    turns = await database_sync_to_async(interrupted)(now or timezone.now())
     for turn in turns:
         await recover(turn)
-        await drain(turn.instance_id)
-    return len(turns)
+    return turns

@@ -1,0 +1,86 @@
+"""Instance handles: what ``await MyAgent.aget(name)`` (and ``agent.handle``) return.
+
+A handle names one agent instance and offers the operations on it that run outside a turn, or
+start turns: programmatic turns (``save_messages``), cancelling and resetting turns, waiting for
+the instance to settle, reading what a turn attached, and the staff decisions on its parked
+actions. Each is one call into the service that owns it (``turns``, ``approvals``), so a handle
+works the same on any process: nothing it needs lives in memory.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async
+
+from . import approvals, turns
+from .agent import ChatAgent, SaveMessagesResult
+from .messages import UIMessage
+from .models import AgentInstance, Turn
+
+
+@dataclass(frozen=True)
+class AgentHandle:
+    """One agent instance, addressed from code (a view, a Celery task, another agent)."""
+
+    agent_class: type[ChatAgent]
+    instance: AgentInstance
+
+    @property
+    def name(self) -> str:
+        return self.instance.name
+
+    def agent(self) -> ChatAgent:
+        """An agent object of this instance, outside any turn (its tools, actions, model)."""
+        return self.agent_class(self.instance)
+
+    # --- turns ------------------------------------------------------------------------------------
+    async def save_messages(self, messages: list[UIMessage | str]) -> SaveMessagesResult:
+        """Append messages to the transcript and run a turn on them; wait for it to finish.
+
+        ``messages`` are UIMessages (plain strings become user text messages). The turn queues
+        behind any running turn of the instance, and every connection of the instance, on any
+        server process, sees its reply stream.
+        """
+        return await turns.save_messages(self.instance, messages)
+
+    async def has_pending_interaction(self) -> bool:
+        """True while a reply waits on the user: an approval, or a tool call without a result."""
+        return await turns.has_pending_interaction(self.instance)
+
+    async def wait_until_stable(self, timeout: float = 10.0) -> bool:  # noqa: ASYNC109 - spec API: False at the deadline
+        """Wait until no turn is queued or running and nothing waits on the user (False on timeout)."""
+        return await turns.wait_until_stable(self.instance, timeout)
+
+    async def reset_turn_state(self) -> None:
+        """Abort the running turn and skip the queued ones, keeping the transcript (clear does both)."""
+        await turns.reset_turn_state(self.instance)
+
+    async def abort_request(self, request_id: str) -> bool:
+        """Cancel one queued or running turn by request id."""
+        return await turns.cancel(self.instance, request_id)
+
+    async def abort_all_requests(self) -> int:
+        """Cancel every queued and running turn of the instance; returns how many."""
+        return await turns.cancel_all(self.instance)
+
+    async def reply_attachments(self, request_id: str | None = None) -> list[dict[str, Any]]:
+        """What the actions of a turn attached: turn ``request_id``, else the latest finished turn."""
+        finished = Turn.objects.of(self.instance).finished()
+        if request_id is not None:
+            finished = finished.filter(request_id=request_id)
+        turn = await finished.order_by("-pk").only("attachments").afirst()
+        return list(turn.attachments) if turn is not None else []
+
+    # --- staff decisions on parked actions --------------------------------------------------------
+    async def pending_approvals(self, execution_id: str | None = None) -> list[dict[str, Any]]:
+        """Parked durable-pause calls of this instance: ``[{executionId, source, descriptor}]``."""
+        return await database_sync_to_async(approvals.pending_approvals)(self.instance, execution_id)
+
+    async def approve_execution(self, execution_id: str, *, actor: Any = None) -> Any:
+        """Run a parked call once and continue the conversation (``approvals.approve_execution``)."""
+        return await approvals.approve_execution(execution_id, actor=actor, instance=self.instance)
+
+    async def reject_execution(self, execution_id: str, reason: str | None = None, *, actor: Any = None) -> Any:
+        """Refuse a parked call and continue the conversation (``approvals.reject_execution``)."""
+        return await approvals.reject_execution(execution_id, reason, actor=actor, instance=self.instance)
+

@@ -1,0 +1,37 @@
+"""Named queries of the agents app: each question the engine asks the database, asked one way.
+
+Managers built from these querysets are attached in ``models``; this module imports no model
+(``self.model`` reaches the statuses), so ``models`` can import it.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+
+if TYPE_CHECKING:
+    from .models import AgentInstance
+
+
+class AgentInstanceQuerySet(models.QuerySet[Any]):
+    def generation_of(self, instance_pk: int) -> int:
+        """The instance's clear generation now: turns accepted in an older one are stale."""
+        return int(self.values_list("generation", flat=True).get(pk=instance_pk))
+
+
+class TurnQuerySet(models.QuerySet[Any]):
+    def of(self, instance: "AgentInstance | int") -> "TurnQuerySet":
+        """Turns of one instance (an instance or its pk)."""
+        return self.filter(instance_id=getattr(instance, "pk", instance))
+
+    def active(self) -> "TurnQuerySet":
+        """Queued or running: turns that still hold or wait for the instance's lock."""
+        return self.filter(status__in=[self.model.Status.QUEUED, self.model.Status.RUNNING])
+
+    def queued(self) -> "TurnQuerySet":
+        return self.filter(status=self.model.Status.QUEUED)
+
+    def running(self) -> "TurnQuerySet":
+        return self.filter(status=self.model.Status.RUNNING)
+
+    def finished(self) -> "TurnQuerySet":
+        return self.exclude(status__in=[self.model.Status.QUEUED, self.model.Status.RUNNING])

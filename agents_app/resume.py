@@ -1,0 +1,228 @@
+"""The resume handshake of one connection: reads the database, applies ``streaming.handshake``.
+
+The consumer forwards what the connection receives (resume requests, ACKs, live fan-out items,
+the writer's flush answers) to a ``ResumeDriver``; the decisions are the pure functions and the
+``ResumeSession`` of ``streaming.handshake``, and this module only does their I/O: it reads a
+``ResumeState``, asks a turn's writer to flush (``turns.control``), reads the stream buffer, and
+sends frames.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+
+from . import turns
+from .models import AgentInstance, StreamRecord, Turn
+from .protocol import frames
+from .protocol.types import Outcome
+from .streaming import buffer, handshake
+from .streaming.handshake import AckAction, OverdueAction, Replay, ResumeState, RouteKind
+from .streaming.items import Item
+from .turns import control, liveness, recovery
+
+SendFrame = Callable[[frames.Frame], Awaitable[None]]
+SendText = Callable[[str], Awaitable[None]]
+
+
+def load_state(instance: AgentInstance) -> ResumeState:
+    """What the database says about the instance's streams and turns, in one go."""
+    stream = (
+        StreamRecord.objects.filter(instance=instance, status=StreamRecord.Status.STREAMING)
+        .select_related("turn").last()
+    )
+    instance.refresh_from_db(fields=["terminal_request_id"])
+    pending = Turn.objects.of(instance).active().values("pk", "request_id").last()
+    pending_id, pending_pk = (pending["request_id"], pending["pk"]) if pending else (None, 0)
+    if stream is None:
+        return ResumeState(terminal_request_id=instance.terminal_request_id or None,
+                           pending_request_id=pending_id, pending_turn_pk=pending_pk)
+    turn = stream.turn
+    return ResumeState(
+        active_request_id=stream.request_id,
+        active_continuation=stream.continuation,
+        active_orphaned=turn is None or not liveness.is_alive(turn),
+        control_channel=liveness.control_channel(turn) if turn else None,
+        turn_pk=turn.pk if turn else None,
+        terminal_request_id=instance.terminal_request_id or None,
+        pending_request_id=pending_id,
+        pending_turn_pk=pending_pk,
+    )
+
+
+class ResumeDriver:
+    """Runs the handshake for one connection: the consumer forwards events, this sends frames."""
+
+    def __init__(self, instance: AgentInstance, channel_name: str, send_frame: SendFrame, send_text: SendText) -> None:
+        self.instance = instance
+        self.channel_name = channel_name
+        self.send_frame = send_frame
+        self.send_text = send_text
+        self.session = handshake.ResumeSession()
+        self._timers: set[asyncio.Task[None]] = set()
+
+    async def _state(self) -> ResumeState:
+        return await database_sync_to_async(load_state)(self.instance)
+
+    async def connect(self) -> None:
+        state = await self._state()
+        frame = handshake.on_connect(state)
+        if frame is not None:
+            await self.send_frame(frame)
+            self.session.note_sent(frame, state.pending_turn_pk)
+
+    async def request(self, probe_id: str | None) -> None:
+        state = await self._state()
+        frame = handshake.on_request(state, probe_id)
+        await self.send_frame(frame)
+        self.session.note_sent(frame, state.pending_turn_pk)
+
+    async def ack(self, request_id: str) -> None:
+        """ACK → replay (spec §2.7 ACK cases 1-5)."""
+        if not self.session.acked(request_id):
+            return  # a duplicate ACK: the replay in flight answers it
+        state = await self._state()
+        match handshake.decide_ack(state, request_id):
+            case AckAction.REPLAY_LIVE:
+                await self._ask_flush(state, self.session.start_replay(request_id))
+            case AckAction.REPLAY_ORPHAN:
+                await self._replay_orphan(request_id)
+            case AckAction.REPLAY_TERMINAL:
+                await self._replay_terminal(request_id)
+            case AckAction.REPLAY_FINISHED:
+                await self._replay_finished(request_id)
+            case AckAction.IGNORE:
+                pass
+
+    # --- live items -------------------------------------------------------------------------------
+    async def deliver(self, item: Item) -> None:
+        """A live fan-out item: a frame for the socket, a handshake event, or a sign of a gap."""
+        route = self.session.route(item)
+        if route.kind == RouteKind.SEND:
+            assert item.text is not None
+            await self.send_text(item.text)
+        elif route.kind == RouteKind.FRAME:
+            assert route.frame is not None
+            await self.send_frame(route.frame)
+        elif route.kind == RouteKind.RESYNC:
+            assert route.replay is not None
+            await self._resync(route.replay)
+
+    async def _resync(self, replay: Replay) -> None:
+        """The layer lost live chunks: send them again from the buffer, then what was held."""
+        if not replay.flush:
+            await self._send_replay(replay)
+            return
+        state = await self._state()
+        if state.active_request_id == replay.request_id and not state.active_orphaned:
+            await self._ask_flush(state, replay)
+        else:
+            await self._send_replay(replay)
+
+    # --- flushing the writer ------------------------------------------------------------------------
+    async def _ask_flush(self, state: ResumeState, replay: Replay) -> None:
+        """Ask the writer to store its buffered chunks; it answers ``FLUSHED`` (``flushed()``).
+
+        A check is scheduled too: without an answer in time, ``flush_overdue`` looks again.
+        """
+        if state.turn_pk is not None:
+            await control.send(state.control_channel, state.turn_pk, {
+                "type": handshake.FLUSH_REQUEST, "reply_to": self.channel_name, "token": replay.token,
+            })
+        timer = asyncio.ensure_future(self._check_later(replay.token))
+        self._timers.add(timer)
+        timer.add_done_callback(self._timers.discard)
+
+    async def _check_later(self, token: str) -> None:
+        await asyncio.sleep(handshake.FLUSH_REPLY_TIMEOUT_SECONDS)
+        await get_channel_layer().send(self.channel_name, {"type": handshake.FLUSH_CHECK, "token": token})
+
+    def close(self) -> None:
+        for timer in list(self._timers):
+            timer.cancel()
+
+    async def flushed(self, token: str, seq: int | None = None) -> None:
+        """The writer stored every chunk up to ``seq``: send the replay, then release held items."""
+        replay = self.session.matches(token)
+        if replay is not None:
+            await self._send_replay(replay, covered=seq)
+
+    async def flush_overdue(self, token: str) -> None:
+        """No flush answer in time: the stream ended meanwhile, or its writer died."""
+        replay = self.session.matches(token)
+        if replay is None:
+            return
+        state = await self._state()
+        match handshake.decide_overdue(state, replay.request_id):
+            case OverdueAction.ASK_AGAIN:
+                replay.renew_token()
+                await self._ask_flush(state, replay)
+            case OverdueAction.REPLAY_ORPHAN:
+                self.session.replay = None
+                await self._replay_orphan(replay.request_id)
+            case OverdueAction.REPLAY_NOW:
+                await self._send_replay(replay)
+
+    async def _send_replay(self, replay: Replay, covered: int | None = None) -> None:
+        stream, chunks = await self._stored(replay.request_id)
+        continuation = bool(stream and stream.continuation)
+        sent = handshake.replay_frames(replay, chunks, continuation=continuation)
+        for frame in sent:
+            await self.send_frame(frame)
+        held = self.session.finish_replay(sent[-1]["seq"] if sent else replay.from_seq - 1, covered)
+        # The writer answered (or the stream ended), so the stream's terminal frame has not been
+        # through this connection yet: it is held, or on its way, and ends the stream for the client.
+        end = handshake.replay_end(replay, continuation=continuation)
+        if end is not None:
+            await self.send_frame(end)
+        for item in held:
+            await self.deliver(item)
+
+    # --- replays of streams that are not live -------------------------------------------------------
+    async def _stored(self, request_id: str, *, completed_only: bool = False) -> tuple[StreamRecord | None,
+                                                                                     list[tuple[int, str]]]:
+        stream = await database_sync_to_async(buffer.by_request)(self.instance, request_id)
+        if stream is None or (completed_only and stream.status != StreamRecord.Status.COMPLETED):
+            return stream, []
+        return stream, await database_sync_to_async(buffer.read)(stream)
+
+    async def _send_closed(self, request_id: str, stream: StreamRecord | None, chunks: list[tuple[int, str]],
+                           terminal: frames.Frame) -> None:
+        """Replay ``chunks`` and end the request with ``terminal``; its late live frames are stale."""
+        replay = Replay(request_id)
+        for frame in handshake.replay_frames(replay, chunks, continuation=bool(stream and stream.continuation)):
+            await self.send_frame(frame)
+        self.session.close_request(request_id)
+        await self.send_frame(terminal)
+
+    async def _replay_orphan(self, request_id: str) -> None:
+        """Case 1, orphaned: replay what was stored, close it, persist the partial reply, run the queue."""
+        stream, chunks = await self._stored(request_id)
+        continuation = bool(stream and stream.continuation)
+        await self._send_closed(request_id, stream, chunks, frames.done(
+            request_id=request_id, replay=True, outcome=Outcome.ABORTED, continuation=continuation))
+        if stream is not None:
+            turns.start_drain(await recovery.finalize_orphan(stream.pk))
+
+    async def _replay_terminal(self, request_id: str) -> None:
+        """Case 3: a turn that failed while this client was away: its chunks, then its error."""
+        stream, chunks = await self._stored(request_id)
+        await database_sync_to_async(self.instance.refresh_from_db)(fields=["terminal_error"])
+        await self._send_closed(request_id, stream, chunks, frames.thrown_error(
+            request_id=request_id, error_text=self.instance.terminal_error or "Error"))
+
+    async def _replay_finished(self, request_id: str) -> None:
+        """Cases 4-5: a finished buffer is replayed and closed; without one, just the close."""
+        stream, chunks = await self._stored(request_id, completed_only=True)
+        continuation = bool(stream and stream.continuation)
+        await self._send_closed(request_id, stream, chunks, frames.done(
+            request_id=request_id, replay=True, continuation=continuation))
+
+    async def on_message(self, message: dict[str, Any]) -> None:
+        """A message for this connection's handshake (the writer's answer, or our own timer)."""
+        if message["type"] == handshake.FLUSHED:
+            await self.flushed(message["token"], message.get("seq"))
+        elif message["type"] == handshake.FLUSH_CHECK:
+            await self.flush_overdue(message["token"])
