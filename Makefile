@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make run     start Redis, Daphne, a Celery worker and Celery beat (Ctrl-C stops all)"
 	@echo "make test    checks + the whole pytest suite (creates/updates $(VENV))"
-	@echo "make lint    ruff check"
+	@echo "make lint    ruff check + lint-imports (the layers of agents_app)"
 	@echo "make format  ruff format + import sorting"
 	@echo "make bench   run the scripts in bench/"
 	@echo "make clean   remove the venv, caches, node_modules and logs (keeps var/ data)"
@@ -34,6 +34,7 @@ dev-venv:
 
 lint: dev-venv
 	$(RUFF) check .
+	PYTHONPATH=. $(VENV)/bin/lint-imports --no-cache
 
 format: dev-venv
 	$(RUFF) check --select I --fix .

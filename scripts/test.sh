@@ -19,6 +19,9 @@ echo "== manage.py check --fail-level WARNING"
 "$py" manage.py check --fail-level WARNING
 echo "== manage.py makemigrations --check --dry-run"
 "$py" manage.py makemigrations --check --dry-run
+# The layers of agents_app (pyproject.toml [tool.importlinter]): imports run one way.
+echo "== lint-imports"
+PYTHONPATH=. .venv/bin/lint-imports --no-cache
 
 # The conformance tests drive the real @cloudflare/ai-chat client from Node. `npm ci` wipes and
 # reinstalls node_modules, so skip it while node_modules matches package-lock.json.
