@@ -102,3 +102,20 @@ class GateAgent(ChatAgent):
             yield {"type": "finish", "finishReason": "stop"}
 
         return chunks()
+
+
+class TailAgent(ChatAgent):
+    """Streams its whole reply at once, then waits before the turn ends: its last chunks and its
+    terminal frame travel in different fan-out batches (lost-tail tests)."""
+
+    async def on_chat_message(self) -> AsyncIterator[dict[str, Any]]:
+        async def chunks() -> AsyncIterator[dict[str, Any]]:
+            yield {"type": "start"}
+            yield {"type": "text-start", "id": "t1"}
+            for i in range(5):
+                yield {"type": "text-delta", "id": "t1", "delta": f"w{i} "}
+            yield {"type": "text-end", "id": "t1"}
+            yield {"type": "finish", "finishReason": "stop"}
+            await asyncio.sleep(0.2)
+
+        return chunks()

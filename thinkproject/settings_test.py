@@ -21,5 +21,6 @@ AGENT_CLASSES = [
     "tests.agents.SharedRoomAgent",
     "tests.agents.ToolAgent",
     "tests.agents.GateAgent",
+    "tests.agents.TailAgent",
     "tests.action_agents.ActionTestAgent",
 ]
