@@ -115,15 +115,13 @@ def parse(raw: str | bytes, *, max_bytes: int) -> InboundEvent:
         ProtocolError: the frame is too large, not JSON, not an object, of an unknown type, or
             misses a field the type needs. The message says which, for the error frame.
     """
-    if len(raw) > max_bytes:
+    size = _oversize(raw, max_bytes)
+    if size is not None:
         raise ProtocolError(
-            f"Frame of {len(raw)} bytes exceeds the limit of {max_bytes} bytes",
+            f"Frame of {size} bytes exceeds the limit of {max_bytes} bytes",
             code="frame_too_large",
         )
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"Frame is not valid JSON: {exc}", code="invalid_json") from exc
+    data = _json(raw, "Frame")
     if not isinstance(data, dict):
         raise ProtocolError("Frame must be a JSON object", code="invalid_frame")
     kind = data.get("type")
@@ -133,6 +131,25 @@ def parse(raw: str | bytes, *, max_bytes: int) -> InboundEvent:
     if parser is None:
         raise ProtocolError(f"Unknown frame type {kind!r}", code="unknown_type")
     return parser(data)
+
+
+def _oversize(raw: str | bytes, max_bytes: int) -> int | None:
+    """The frame's size in bytes as it came over the wire (UTF-8) when above ``max_bytes``, else None.
+
+    A text frame is only encoded to measure it when it could be too large: no character takes
+    more than four bytes.
+    """
+    if isinstance(raw, str) and len(raw) * 4 <= max_bytes:
+        return None
+    size = len(raw) if isinstance(raw, bytes) else len(raw.encode())
+    return size if size > max_bytes else None
+
+
+def _json(raw: str | bytes, what: str, *, request_id: str | None = None) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nesting too deep
+        raise ProtocolError(f"{what} is not valid JSON: {exc}", code="invalid_json", request_id=request_id) from exc
 
 
 def _str(data: dict[str, Any], key: str, *, kind: str, request_id: str | None = None) -> str:
@@ -194,11 +211,7 @@ def _parse_chat_request(data: dict[str, Any]) -> ChatRequest:
     if not isinstance(raw_body, str) or not raw_body:
         raise ProtocolError(f"{kind} needs a JSON string init.body", code="missing_field",
                             request_id=request_id)
-    try:
-        body = json.loads(raw_body)
-    except ValueError as exc:
-        raise ProtocolError(f"init.body is not valid JSON: {exc}", code="invalid_json",
-                            request_id=request_id) from exc
+    body = _json(raw_body, "init.body", request_id=request_id)
     if not isinstance(body, dict):
         raise ProtocolError("init.body must be a JSON object", code="invalid_frame",
                             request_id=request_id)
