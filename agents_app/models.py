@@ -101,6 +101,9 @@ class Turn(models.Model):
         ABORTED = "aborted"
         SKIPPED = "skipped"
 
+    # Turns that hold or wait for the instance's lock.
+    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
+
     class Kind(models.TextChoices):
         CHAT = "chat", "chat request"
         CONTINUATION = "continuation"
@@ -158,7 +161,7 @@ class Turn(models.Model):
 
     @property
     def is_finished(self) -> bool:
-        return self.status not in (self.Status.QUEUED, self.Status.RUNNING)
+        return self.status not in self.ACTIVE_STATUSES
 
 
 class StreamRecord(models.Model):

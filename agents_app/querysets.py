@@ -25,7 +25,7 @@ class TurnQuerySet(models.QuerySet[Any]):
 
     def active(self) -> "TurnQuerySet":
         """Queued or running: turns that still hold or wait for the instance's lock."""
-        return self.filter(status__in=[self.model.Status.QUEUED, self.model.Status.RUNNING])
+        return self.filter(status__in=self.model.ACTIVE_STATUSES)
 
     def queued(self) -> "TurnQuerySet":
         return self.filter(status=self.model.Status.QUEUED)
@@ -34,4 +34,4 @@ class TurnQuerySet(models.QuerySet[Any]):
         return self.filter(status=self.model.Status.RUNNING)
 
     def finished(self) -> "TurnQuerySet":
-        return self.exclude(status__in=[self.model.Status.QUEUED, self.model.Status.RUNNING])
+        return self.exclude(status__in=self.model.ACTIVE_STATUSES)

@@ -82,7 +82,7 @@ async def drain(instance_pk: int) -> None:
     # The event names the newest turn it has seen, so a connection parked on a later one (whose
     # answer overtook this event) keeps waiting.
     latest = await Turn.objects.of(instance_pk).order_by("-pk").values("pk", "status").afirst()
-    if latest is not None and latest["status"] not in (Turn.Status.QUEUED, Turn.Status.RUNNING):
+    if latest is not None and latest["status"] not in Turn.ACTIVE_STATUSES:
         await fanout.publish_item(instance_pk, Item(event=Event.TURNS_IDLE, turn=latest["pk"]))
 
 
