@@ -1,10 +1,11 @@
 """Durable AI chat agents for Django.
 
 The public API: subclass ``ChatAgent``, list the class in ``AGENT_CLASSES``, and talk to it at
-``/agents/<slug>/<name>`` with the ``cf_agent_*`` protocol. Declare side effects with
-``action()``; steer tool calls with ``before_tool_call`` (``ToolCallDecision``). Names are
-imported lazily so that a module defining agents can import this package before Django's app
-registry is ready.
+``/agents/<slug>/<name>`` with the ``cf_agent_*`` protocol, or from code through the
+``AgentHandle`` that ``await MyAgent.aget(name)`` returns. Declare side effects with
+``action()``; steer tool calls with ``before_tool_call`` (``ToolCallDecision``); tools see the
+running turn as ``ctx.deps`` (``TurnState``). Names are imported lazily so that a module defining
+agents can import this package before Django's app registry is ready.
 """
 
 from importlib import import_module
@@ -13,9 +14,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .abort import AbortSignal
     from .actions import Action, action
-    from .actions.context import ActionAuthorizationContext, ActionContext, AuthorizationDecision, TurnContext
+    from .actions.context import (
+        ActionAuthorizationContext,
+        ActionContext,
+        AuthorizationDecision,
+        TurnContext,
+        TurnState,
+    )
     from .agent import ChatAgent, ChatResponseResult, SaveMessagesResult
     from .errors import AgentConfigurationError
+    from .handles import AgentHandle
     from .hooks import ToolCall, ToolCallDecision
 
 # Public name → the module that defines it.
@@ -25,6 +33,7 @@ _EXPORTS = {
     "ActionAuthorizationContext": ".actions.context",
     "ActionContext": ".actions.context",
     "AgentConfigurationError": ".errors",
+    "AgentHandle": ".handles",
     "AuthorizationDecision": ".actions.context",
     "ChatAgent": ".agent",
     "ChatResponseResult": ".agent",
@@ -32,6 +41,7 @@ _EXPORTS = {
     "ToolCall": ".hooks",
     "ToolCallDecision": ".hooks",
     "TurnContext": ".actions.context",
+    "TurnState": ".actions.context",
     "action": ".actions",
 }
 
@@ -41,6 +51,7 @@ __all__ = [
     "ActionAuthorizationContext",
     "ActionContext",
     "AgentConfigurationError",
+    "AgentHandle",
     "AuthorizationDecision",
     "ChatAgent",
     "ChatResponseResult",
@@ -48,6 +59,7 @@ __all__ = [
     "ToolCall",
     "ToolCallDecision",
     "TurnContext",
+    "TurnState",
     "action",
 ]
 

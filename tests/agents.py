@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic_ai import RunContext
 
-from agents_app import ChatAgent, ChatResponseResult
+from agents_app import ChatAgent, ChatResponseResult, TurnState
 
 # Results seen by on_chat_response, per instance name (tests read and clear it).
 RESPONSES: dict[str, list[ChatResponseResult]] = {}
@@ -64,7 +64,7 @@ def explode(why: str) -> str:
     raise RuntimeError(f"exploded: {why}")
 
 
-async def report(ctx: "RunContext[ToolAgent]") -> str:
+async def report(ctx: "RunContext[TurnState[ToolAgent]]") -> str:
     """Writes data parts: one updated in place, one appended, one transient."""
     await ctx.deps.write({"type": "data-status", "id": "s1", "data": {"step": 1}})
     await ctx.deps.write({"type": "data-status", "id": "s1", "data": {"step": 2}})

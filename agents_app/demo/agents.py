@@ -23,7 +23,7 @@ from pydantic_ai import RunContext
 
 from agents_app import ChatAgent
 from agents_app.actions import Action, action
-from agents_app.actions.context import ActionContext, TurnContext
+from agents_app.actions.context import ActionContext, TurnContext, TurnState
 from agents_app.tools import ClientTool, tool
 
 WEATHER = {"paris": "sunny, 21°C", "oslo": "snow, -3°C", "lisbon": "clear, 18°C"}
@@ -41,7 +41,7 @@ def send_email(to: str, subject: str) -> str:
     return f"Email to {to} about {subject!r} sent (demo)."
 
 
-async def crunch_numbers(ctx: RunContext["DemoAgent"], count: int = 5) -> AsyncIterator[dict[str, int]]:
+async def crunch_numbers(ctx: RunContext[TurnState["DemoAgent"]], count: int = 5) -> AsyncIterator[dict[str, int]]:
     """Add the numbers 1..count slowly, reporting progress on the way."""
     total = 0
     for i in range(1, max(1, min(count, 50)) + 1):

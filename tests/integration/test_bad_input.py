@@ -74,6 +74,15 @@ async def test_error_frame_names_the_request(ws):
     assert (await a.receive_json_from())["id"] == "rx"
 
 
+async def test_a_request_id_used_before_in_the_conversation_is_refused_and_nothing_is_stored(ws):
+    a = await ready(ws)
+    await a.send_json_to(chat_request("r0", [user_message("u0", "before"), user_message("u1", "again")]))
+    frame = await a.receive_json_from()
+    assert (frame["type"], frame["code"], frame["id"]) == ("cf_agent_error", "duplicate_request_id", "r0")
+    assert not await ChatMessage.objects.filter(message_id="u1").aexists()
+    await still_works(a)
+
+
 async def test_ten_megabyte_frame_is_refused(ws):
     a = await ready(ws)
     huge = chat_request("rbig", [user_message("ubig", "x" * (10 * 1024 * 1024))])

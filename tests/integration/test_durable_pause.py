@@ -394,6 +394,18 @@ async def test_attaches_the_descriptor_to_the_paused_part_and_continues_with_no_
     assert await pending_ids() == []
 
 
+async def test_a_decision_is_concluded_once_however_often_its_conclusion_is_asked_for(user):
+    """A worker that gets ``conclude_decision`` twice (at-least-once delivery) continues once."""
+    call = await park("dp-once", user)
+    assert await call.approve() == "paused-exec: hello"
+    decision = await decision_of(call.execution_id)
+    assert decision.concluded_at is not None
+    assert await approvals.conclude(call.execution_id) is False
+    assert await approvals.conclude("actpause_unknown") is False
+    assert [(t.kind, t.status) async for t in Turn.objects.order_by("pk")] == [
+        ("programmatic", "completed"), ("continuation", "completed")]
+
+
 async def reject_compacted(name: str, user: Any) -> tuple[Parked, Any, Messages]:
     """Park a call, compact its tool part out of the transcript, reject it: (call, result, transcript)."""
     call = await park(name, user)
