@@ -139,10 +139,10 @@ class TurnRun:
                                       status=Turn.Status.SKIPPED)
         assert self.writer is not None
         registration.serve_flushes(self.writer)
-        instance, messages, cancel_requested = prepared
+        instance, messages, cancel_requested, user = prepared
         agent = self.agent = registry.get_agent_class(instance.slug).for_turn(
             instance, request_id=turn.request_id, messages=messages, body=turn.body, client_tools=turn.client_tools,
-            continuation=turn.continuation, user=turn.user, abort_signal=self.signal,
+            continuation=turn.continuation, user=user, abort_signal=self.signal,
             attachments=self.attachments, emit=self._write,
         )
         if not turn.message_ids:
@@ -172,11 +172,12 @@ class TurnRun:
             logger.exception("on_chat_response of %s raised", instance)
         return result
 
-    def _prepare(self) -> tuple[AgentInstance, list[dict[str, Any]], bool] | None:
+    def _prepare(self) -> tuple[AgentInstance, list[dict[str, Any]], bool, Any] | None:
         """One database round trip before the first chunk: transcript, cancel flag, buffer.
 
-        Returns the instance, its transcript, and whether a cancel came before the turn could
-        hear it; None for a continuation with nothing to continue yet (it is skipped, silently).
+        Returns the instance, its transcript, whether a cancel came before the turn could hear
+        it, and who asked; None for a continuation with nothing to continue yet (it is skipped,
+        silently).
         """
         instance = AgentInstance.objects.get(pk=self.turn.instance_id)
         cancel_requested = Turn.objects.values_list("cancel_requested", flat=True).get(pk=self.turn.pk)
@@ -192,7 +193,7 @@ class TurnRun:
         stream = buffer.start(self.turn, self.builder.message["id"])
         self.stream_pk = stream.pk
         self.writer = buffer.StreamWriter(stream.pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
-        return instance, messages, cancel_requested
+        return instance, messages, cancel_requested, self.turn.user
 
     async def _stream(self, agent: ChatAgent) -> None:
         response = await agent.on_chat_message()
