@@ -73,6 +73,7 @@ _handle_factory: HandleFactory | None = None
 
 
 def register_handle_factory(factory: HandleFactory) -> None:
+    """Set what ``aget`` and ``ChatAgent.handle`` build (called once, when the app is ready)."""
     global _handle_factory
     _handle_factory = factory
 
