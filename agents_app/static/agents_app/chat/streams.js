@@ -274,7 +274,11 @@ export class Conversation {
     else this.ui.controls();
   }
 
-  /** The message a stream writes to: a continuation extends the last assistant message. */
+  /**
+   * The message a stream writes to: a continuation extends the last assistant message. (The
+   * server's builder_for_reply extends the transcript's last message only if it is the
+   * assistant's; the page takes the last assistant message even if a user message follows it.)
+   */
   ensureMessage(s) {
     if (s.message) return s.message;
     if (s.continuation) {
