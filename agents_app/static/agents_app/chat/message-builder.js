@@ -15,7 +15,7 @@
  * array) and truthiness (an empty array or object is false).
  */
 
-export const TERMINAL_TOOL_STATES = new Set(["output-available", "output-error", "output-denied"]);
+const TERMINAL_TOOL_STATES = new Set(["output-available", "output-error", "output-denied"]);
 /** Tool states a repeated approval request or denial leaves alone. */
 const SETTLED_TOOL_STATES = new Set([...TERMINAL_TOOL_STATES, "approval-responded"]);
 
@@ -43,7 +43,7 @@ export function truthy(value) {
 }
 
 /** `isinstance(value, dict)` for parsed JSON. */
-export function isPlainObject(value) {
+function isPlainObject(value) {
   return value !== null && typeof value === "object" && !Array.isArray(value);
 }
 
@@ -72,10 +72,6 @@ export class MessageBuilder {
 
   get parts() {
     return this.message.parts;
-  }
-
-  hasContent() {
-    return hasContent(this.message);
   }
 
   /** The part of a tool call, in this message only. */
