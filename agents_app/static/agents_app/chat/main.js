@@ -1,0 +1,179 @@
+/*
+ * Think for Django: the chat page's client for the cf_agent_* chat protocol
+ * (the protocol of Cloudflare's AIChatAgent / useAgentChat).
+ *
+ * Native ES modules, no build step, no dependencies. The page provides:
+ *   <section id="chat" data-agent="<slug>" data-name="<instance>"> with #messages, #composer,
+ *   #input, #send, #stop, #clear, #status and (optionally) #error.
+ *
+ * Flow: GET /agents/<slug>/<name>/get-messages, then open ws(s)://<host>/agents/<slug>/<name>.
+ * Every (re)open sends cf_agent_stream_resume_request; replies stream as
+ * cf_agent_use_chat_response frames whose body is one UIMessageChunk.
+ *
+ * Modules: protocol.js (the wire), message-builder.js (chunks -> UIMessage, as the server
+ * builds it), socket.js (connection and resume handshake), streams.js (the transcript and the
+ * replies streaming into it), tools.js (client tools, approvals, tool cards), render.js (the
+ * DOM), attachments.js and dom.js (rendering helpers). This one wires them together.
+ */
+
+import { FRAME, connectionId, fetchHistory, frames } from "./protocol.js";
+import { ChatView } from "./render.js";
+import { ChatSocket } from "./socket.js";
+import { Conversation } from "./streams.js";
+import { CLIENT_TOOLS, ToolCalls } from "./tools.js";
+
+const root = document.getElementById("chat");
+if (root) start(root);
+
+function start(root) {
+  const dom = findElements(root);
+  const slug = root.dataset.agent || "";
+  const name = root.dataset.name || "default";
+  const basePath = `/agents/${encodeURIComponent(slug)}/${encodeURIComponent(name)}`;
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const url = `${scheme}://${location.host}${basePath}?_pk=${connectionId()}`;
+
+  // The pieces call each other through these hooks; every one is in place before the first
+  // event can fire (the socket opens after the history has loaded).
+  const socket = new ChatSocket(url, {
+    onFrame: (frame) => handleFrame(frame),
+    onClose: () => conversation.onSocketClosed(),
+    onError: (text) => view.showError(text),
+    onProbeSettled: (purpose) => conversation.onProbeSettled(purpose),
+    onStatus: () => view.refreshStatus(),
+    onControls: () => view.updateControls(),
+  });
+  const tools = new ToolCalls({
+    send: (frame) => socket.send(frame),
+    connected: () => socket.connected,
+    touch: (message) => view.touch(message),
+    showError: (text) => view.showError(text),
+    awaitContinuation: () => conversation.awaitContinuation(),
+  });
+  const conversation = new Conversation({
+    basePath,
+    socket,
+    clientTools: CLIENT_TOOLS,
+    runTools: (message) => tools.run(message),
+    ui: {
+      touch: (message) => view.touch(message),
+      render: () => view.scheduleRender(),
+      controls: () => view.updateControls(),
+      showError: (text) => view.showError(text),
+      showNotice: (text) => view.showNotice(text),
+      hideError: () => view.hideError(),
+    },
+  });
+  const view = new ChatView(dom, conversation, socket, tools);
+
+  function handleFrame(frame) {
+    switch (frame.type) {
+      case FRAME.RESPONSE:
+        conversation.onResponse(frame);
+        break;
+      case FRAME.MESSAGES:
+        if (Array.isArray(frame.messages)) conversation.replaceTranscript(frame.messages);
+        break;
+      case FRAME.CLEAR:
+        conversation.reset();
+        break;
+      case FRAME.MESSAGE_UPDATED:
+        conversation.onMessageUpdated(frame.message);
+        break;
+      case FRAME.RESUMING:
+        conversation.onResuming(frame);
+        break;
+      case FRAME.PENDING:
+        socket.pending(frame);
+        break;
+      case FRAME.RESUME_NONE:
+        if (socket.resumeNone(frame)) view.updateControls();
+        break;
+      case FRAME.RECOVERING:
+        conversation.recovering = !!frame.recovering;
+        view.updateControls();
+        break;
+      case FRAME.IDENTITY:
+        socket.accepted();
+        break;
+      case FRAME.ERROR: {
+        const text = typeof frame.error === "string" && frame.error ? frame.error : "Server error";
+        socket.lastServerError = text;
+        conversation.onServerError(frame.id, text);
+        break;
+      }
+      default:
+        break; // cf_agent_state, cf_agent_mcp_servers, rpc: nothing to show
+    }
+  }
+
+  socket.listen();
+
+  function submit() {
+    if (conversation.submit(dom.input.value.trim())) dom.input.value = "";
+  }
+  dom.form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    submit();
+  });
+  dom.input.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
+      ev.preventDefault();
+      submit();
+    }
+  });
+  dom.input.addEventListener("input", () => view.updateControls());
+  dom.stopBtn.addEventListener("click", () => {
+    if (conversation.stop()) dom.input.focus();
+  });
+  dom.clearBtn.addEventListener("click", () => {
+    conversation.reset();
+    socket.send(frames.clear());
+  });
+
+  // Debug/test hook: a read-only view of the client's state.
+  window.thinkChat = Object.freeze({
+    messages: () => JSON.parse(JSON.stringify(conversation.messages)),
+    status: () => view.status,
+    activeStreams: () => [...conversation.streams.keys()],
+  });
+
+  view.updateControls();
+  (async () => {
+    // As useAgentChat: history first, then the socket.
+    try {
+      conversation.messages = await fetchHistory(basePath);
+    } catch (err) {
+      view.showError(`Could not load the conversation: ${err.message || err}`);
+    }
+    conversation.historyLoaded = true;
+    root.dataset.ready = "true";
+    view.scheduleRender();
+    socket.connect();
+  })();
+}
+
+function findElements(root) {
+  const $ = (id) => document.getElementById(id);
+  const form = $("composer");
+  let errorEl = $("error");
+  if (!errorEl) {
+    errorEl = document.createElement("div");
+    errorEl.id = "error";
+    errorEl.className = "error-banner";
+    errorEl.setAttribute("role", "alert");
+    errorEl.hidden = true;
+    form.before(errorEl);
+  }
+  return {
+    root,
+    list: $("messages"),
+    form,
+    input: $("input"),
+    sendBtn: $("send"),
+    stopBtn: $("stop"),
+    clearBtn: $("clear"),
+    statusEl: $("status"),
+    errorEl,
+  };
+}
