@@ -14,7 +14,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
-from . import turns
+from . import transcript, turns
 from .models import AgentInstance, StreamRecord, Turn
 from .protocol import frames
 from .protocol.types import Outcome
@@ -189,12 +189,20 @@ class ResumeDriver:
         return stream, await database_sync_to_async(buffer.read)(stream)
 
     async def _send_closed(self, request_id: str, stream: StreamRecord | None, chunks: list[tuple[int, str]],
-                           terminal: frames.Frame) -> None:
-        """Replay ``chunks`` and end the request with ``terminal``; its late live frames are stale."""
+                           terminal: frames.Frame, *, with_transcript: bool = False) -> None:
+        """Replay ``chunks`` and end the request with ``terminal``; its late live frames are stale.
+
+        ``with_transcript``: the stored transcript goes out before ``terminal``, as it does live
+        (cf-golden-frames G1). The live copy may still be on its way to this connection, which
+        was waiting for its ACK when the turn ended; without this the client would see it after
+        the terminal frame.
+        """
         replay = Replay(request_id)
         for frame in handshake.replay_frames(replay, chunks, continuation=bool(stream and stream.continuation)):
             await self.send_frame(frame)
         self.session.close_request(request_id)
+        if with_transcript:
+            await self.send_frame(frames.chat_messages(await database_sync_to_async(transcript.load)(self.instance)))
         await self.send_frame(terminal)
 
     async def _replay_orphan(self, request_id: str) -> None:
@@ -218,7 +226,7 @@ class ResumeDriver:
         stream, chunks = await self._stored(request_id, completed_only=True)
         continuation = bool(stream and stream.continuation)
         await self._send_closed(request_id, stream, chunks, frames.done(
-            request_id=request_id, replay=True, continuation=continuation))
+            request_id=request_id, replay=True, continuation=continuation), with_transcript=bool(chunks))
 
     async def on_message(self, message: dict[str, Any]) -> None:
         """A message for this connection's handshake (the writer's answer, or our own timer)."""
