@@ -8,6 +8,7 @@ returns a handle on the instance (``agents_app.handles.AgentHandle``: ``save_mes
 ``pending_approvals``, ``approve_execution`` ...).
 """
 
+import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from channels.db import database_sync_to_async
 from pydantic import TypeAdapter
 from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import repair_messages
 from pydantic_ai.models import Model
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter, VercelAIEventStream
@@ -27,6 +29,7 @@ from .actions import Action, call_maybe_async, compile_actions
 from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext, TurnState
 from .actions.envelopes import missing_permission_message
 from .actions.pipeline import action_tool, needs_approval
+from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
 from .messages import UIMessage
 from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
@@ -133,11 +136,21 @@ class ChatAgent:
     * ``shared``: any logged-in user may open any instance (default: owner and staff only).
     * ``model``: a model string overriding ``AGENT_MODEL`` for this class.
     * ``system_prompt``: the instructions given to the model.
+    * ``message_concurrency``: what a submit does while another turn is queued or running:
+      ``"queue"`` (default), ``"latest"``, ``"merge"``, ``"drop"`` or ``Debounce(ms=750)``
+      (``agents_app.concurrency``).
+    * ``max_persisted_messages``: keep at most this many messages stored, deleting the oldest
+      after each write (default None: all). Storage only: a turn's model sees what it loaded.
+    * ``max_steps``: model requests per turn (tool loops); the turn then ends cleanly, with its
+      reply saved. None: ``AGENT_MAX_STEPS``.
     """
 
     shared: ClassVar[bool] = False
     model: ClassVar[str | None] = None
     system_prompt: ClassVar[str] = "You are a helpful assistant."
+    message_concurrency: ClassVar[MessageConcurrency] = "queue"
+    max_persisted_messages: ClassVar[int | None] = None
+    max_steps: ClassVar[int | None] = None
 
     def __init__(self, instance: "AgentInstance") -> None:
         self.instance = instance
@@ -280,6 +293,17 @@ class ChatAgent:
     def get_model(self) -> Model:
         return llm.get_model(self.model)
 
+    def get_max_steps(self) -> int:
+        return self.max_steps if self.max_steps is not None else int(conf.get("AGENT_MAX_STEPS"))
+
+    def sanitize_message_for_persistence(self, message: UIMessage) -> UIMessage:
+        """Change a message before it is stored (after the built-in sanitizer, before the row-size guard).
+
+        E.g. redact a secret, or drop a large tool output the model no longer needs. The default
+        stores it unchanged (``agents_app.sanitize``).
+        """
+        return message
+
     async def on_chat_message(self) -> ChatResponse:
         """Produce the reply of this turn. The default streams the model over the transcript."""
         return self.stream_model_reply()
@@ -349,16 +373,27 @@ class ChatAgent:
         token = CancellationToken()
         turn.abort_signal.add_callback(token.cancel)
         encoder: VercelAIEventStream[Any, Any] = VercelAIEventStream(None, sdk_version=6)
-        limits = UsageLimits(request_limit=conf.get("AGENT_MAX_STEPS"))
+        limits = UsageLimits(request_limit=self.get_max_steps())
         # Entering the agent opens (and leaving closes) the provider's HTTP client.
         async with agent, agent.run_stream_events(
             message_history=history, cancellation_token=token, usage_limits=limits, deps=turn,
             deferred_tool_results=_approved_calls(turn.messages) if turn.continuation else None,
         ) as events:
-            async for chunk in encoder.transform_stream(events):
+            async for chunk in encoder.transform_stream(_until_step_limit(events)):
                 data = chunk.model_dump(mode="json", by_alias=True, exclude_none=True)
                 if not _is_encoder_internal(data):
                     yield self._annotate(data)
+
+
+async def _until_step_limit(events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """The run's events, ending (not failing) where the next model request would pass ``max_steps``.
+
+    As the AI SDK's step limit does: the last step's tool results stay in the reply, and the
+    stream closes with its finish chunks.
+    """
+    with contextlib.suppress(UsageLimitExceeded):
+        async for event in events:
+            yield event
 
 
 def _approval_gate(action: Action[Any]) -> ApprovalGate:

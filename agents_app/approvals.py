@@ -230,9 +230,11 @@ def _record_outcome(instance: AgentInstance, execution_id: str, output: Any) -> 
     When the part is gone (the transcript was compacted or edited), a system note tells the
     model the outcome instead, unless a settled part already carries it (spec §5.10).
     """
+    agent = _agent(instance)
+    policy = transcript.Policy.of(agent) if agent is not None else transcript.DEFAULT_POLICY
     message = transcript.update_tool_part(
         instance, lambda part: _parked_here(part, execution_id),
-        lambda part: {**part, "state": "output-available", "output": output},
+        lambda part: {**part, "state": "output-available", "output": output}, policy=policy,
     )
     if message is not None:
         return message
@@ -245,7 +247,7 @@ def _record_outcome(instance: AgentInstance, execution_id: str, output: Any) -> 
             f'[durable action] The paused execution "{execution_id}" was resolved, but its tool call is no '
             f"longer in the transcript (it may have been compacted). Outcome: {summary}"
         )}],
-    })
+    }, policy=policy)
     return None
 
 

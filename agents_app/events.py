@@ -1,7 +1,9 @@
 """Observability events: the spec's event names, emitted to the log and to in-process subscribers.
 
 Spec cloudflare-agents.md §5.13 lists the only action events the reference emits (the RFC's
-longer list is not emitted, §5.15.5), so these constants are the whole vocabulary. Tests
+longer list is not emitted, §5.15.5), and §4.8 the chat events (AIChatAgent's ``message:*`` and
+``tool:*``, Think's ``chat:turn:*`` and ``chat:request:failed``), so these constants are the
+whole vocabulary. Tests
 subscribe and assert on names and payloads, never on log text. Payload keys are the spec's
 (``inputHash``, ``ageMs``, ``executionId``…) so a dashboard reads the same fields as on Cloudflare.
 
@@ -23,13 +25,24 @@ __all__ = [
     "LEDGER_SERIALIZE_FAILED",
     "LEDGER_SETTLED",
     "LEDGER_SWEPT",
+    "MESSAGE_CANCEL",
+    "MESSAGE_CLEAR",
+    "MESSAGE_ERROR",
+    "MESSAGE_REQUEST",
+    "MESSAGE_RESPONSE",
     "PAUSE_APPROVED",
     "PAUSE_CREATED",
     "PAUSE_REJECTED",
     "PAUSE_SWEPT",
     "REPLY_ATTACHED",
+    "REQUEST_FAILED",
+    "TOOL_APPROVAL",
+    "TOOL_RESULT",
+    "TURN_FINISH",
+    "TURN_START",
     "Subscriber",
     "emit",
+    "emit_chat",
     "subscribe",
 ]
 
@@ -60,6 +73,26 @@ PAUSE_SWEPT = "action:pause:swept"
 # Reply attachments (§5.12). {action?, attachmentType}
 REPLY_ATTACHED = "action:reply-attached"
 
+# Chat (§4.8). Every payload also names the conversation: {agent: <slug>, name: <instance name>},
+# as Cloudflare puts them beside the payload.
+# A chat request's turn starts its model call; then it finished without error. {requestId}
+MESSAGE_REQUEST = "message:request"
+MESSAGE_RESPONSE = "message:response"
+# A turn failed (in-band stream error, or the agent raised). {requestId, error}
+MESSAGE_ERROR = "message:error"
+# {} (the transcript was cleared)
+MESSAGE_CLEAR = "message:clear"
+# {requestId} (a client asked to cancel that turn)
+MESSAGE_CANCEL = "message:cancel"
+# A client tool's result / a user's approval decision was applied. {toolCallId, toolName} / {toolCallId, approved}
+TOOL_RESULT = "tool:result"
+TOOL_APPROVAL = "tool:approval"
+# Every turn that runs. {requestId, trigger, continuation, generation}; finish adds {status, durationMs}.
+TURN_START = "chat:turn:start"
+TURN_FINISH = "chat:turn:finish"
+# A chat request did not get its reply. {requestId, stage: parse|persist|turn|stream, messagesPersisted, error}
+REQUEST_FAILED = "chat:request:failed"
+
 Subscriber = Callable[[str, dict[str, Any]], object]
 
 _subscribers: list[Subscriber] = []
@@ -83,7 +116,12 @@ def subscribe(callback: Subscriber) -> Callable[[], None]:
     return unsubscribe
 
 
-def emit(name: str, **data: Any) -> None:
+def emit_chat(instance: Any, name: str, /, **data: Any) -> None:
+    """Chat event ``name`` of an agent instance: the payload names its agent (slug) and instance."""
+    emit(name, agent=instance.slug, name=instance.name, **data)
+
+
+def emit(name: str, /, **data: Any) -> None:
     """Log event ``name`` at INFO on ``agents_app.events`` and hand it to every subscriber.
 
     Subscribers get their own copy of ``data``; an exception in one is logged, never raised.

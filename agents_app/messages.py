@@ -298,6 +298,33 @@ def is_replayed_chunk(chunk: Chunk, builder: "MessageBuilder") -> bool:
     return part.get("state") in TERMINAL_TOOL_STATES | {"approval-responded"}
 
 
+# What joins the texts of user messages merged by the ``merge`` concurrency strategy.
+MERGE_SEPARATOR = "\n\n"
+
+
+def merge_user_messages(messages: list[UIMessage]) -> UIMessage:
+    """Overlapping user messages as one (spec §4.1 ``merge``): their parts in order, consecutive
+    texts joined by a blank line, and the last message's id and other fields."""
+    parts: list[dict[str, Any]] = [dict(part) for part in messages[0].get("parts", [])]
+    for message in messages[1:]:
+        _append_text(parts, MERGE_SEPARATOR)
+        for part in message.get("parts", []):
+            if part.get("type") == "text":
+                _append_text(parts, str(part.get("text", "")))
+            else:
+                parts.append(dict(part))
+    return {**messages[-1], "parts": parts}
+
+
+def _append_text(parts: list[dict[str, Any]], text: str) -> None:
+    if not text:
+        return
+    if parts and parts[-1].get("type") == "text":
+        parts[-1] = {**parts[-1], "text": str(parts[-1].get("text", "")) + text}
+    else:
+        parts.append({"type": "text", "text": text})
+
+
 def denied_parts(message: UIMessage) -> list[dict[str, Any]]:
     """Tool parts of a reply whose approval the user rejected."""
     return [

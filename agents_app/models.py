@@ -26,6 +26,9 @@ class AgentInstance(models.Model):
     )
     # Bumped by every clear: queued turns accepted before it are skipped, not run.
     generation = models.PositiveIntegerField(default=0)
+    # The submit sequence of the newest overlapping submit under latest/merge/debounce
+    # concurrency: a queued turn with a lower one is superseded (``agents_app.concurrency``).
+    overlap_sequence = models.PositiveIntegerField(default=0)
     # The last turn that failed, delivered to clients through the resume handshake until a
     # later turn completes (spec §2.7, ACK case 3). Empty when there is none.
     terminal_request_id = models.CharField(max_length=200, blank=True, default="")
@@ -116,6 +119,13 @@ class Turn(models.Model):
     continuation = models.BooleanField(default=False)
     # The clear "generation" the turn was accepted in; a clear skips older queued turns.
     generation = models.PositiveIntegerField(default=0)
+    # How ``message_concurrency`` admitted the turn when it overlapped ("" when it did not):
+    # latest/merge/debounce turns carry their submit sequence, debounce ones the time they may
+    # start, merge ones the transcript position where the overlapping user messages begin.
+    strategy = models.CharField(max_length=10, blank=True, default="")
+    submit_sequence = models.PositiveIntegerField(null=True, blank=True)
+    run_after = models.DateTimeField(null=True, blank=True)
+    merge_from = models.PositiveIntegerField(null=True, blank=True)
     # Channel name of the connection that sent the request (excluded from its own broadcasts).
     origin_channel = models.CharField(max_length=200, blank=True, default="")
     body = models.JSONField(null=True, blank=True)
@@ -162,6 +172,15 @@ class Turn(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status not in self.ACTIVE_STATUSES
+
+    def is_stale(self, generation: int, overlap_sequence: int) -> bool:
+        """Accepted before the last clear, or an overlapping submit a newer one superseded.
+
+        Such a turn ends ``skipped`` instead of running (spec §2.6).
+        """
+        return self.generation < generation or (
+            self.submit_sequence is not None and self.submit_sequence < overlap_sequence
+        )
 
 
 class StreamRecord(models.Model):

@@ -17,6 +17,11 @@ class AgentInstanceQuerySet(models.QuerySet[Any]):
         """The instance's clear generation now: turns accepted in an older one are stale."""
         return int(self.values_list("generation", flat=True).get(pk=instance_pk))
 
+    def queue_state(self, instance_pk: int) -> tuple[int, int]:
+        """(generation, overlap sequence) now: what ``Turn.is_stale`` compares a queued turn with."""
+        generation, sequence = self.values_list("generation", "overlap_sequence").get(pk=instance_pk)
+        return int(generation), int(sequence)
+
 
 class TurnQuerySet(models.QuerySet[Any]):
     def of(self, instance: "AgentInstance | int") -> "TurnQuerySet":

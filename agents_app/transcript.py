@@ -1,18 +1,49 @@
 """The persisted transcript of an agent instance (``ChatMessage`` rows).
 
 Sync functions: callers in async code wrap them in ``database_sync_to_async``. Each write runs
-in one transaction so a reader never sees half a transcript.
+in one transaction so a reader never sees half a transcript. Every message is stored as
+``sanitize.prepare_for_storage`` makes it (provider leftovers removed, the agent's hook, the
+row-size guard), only when its JSON changed, and a ``Policy`` with ``max_messages`` then deletes
+the oldest rows beyond it (spec §4.2).
 """
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import takewhile
+from typing import Any, Final
 
 from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from .messages import UIMessage, is_tool_part
+from .messages import UIMessage, is_tool_part, merge_user_messages
 from .models import AgentInstance, ChatMessage, RequestContext
+from .sanitize import prepare_for_storage
+
+# Rows deleted per statement when the transcript is trimmed to ``max_messages`` (the reference's
+# batched IN deletes stay within SQLite's 100 bound parameters).
+PRUNE_BATCH_SIZE: Final = 100
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What an agent class says about storing its messages (``registry.storage_policy``)."""
+
+    # ``ChatAgent.sanitize_message_for_persistence``: runs after the built-in sanitizer.
+    sanitize: Callable[[UIMessage], UIMessage] | None = None
+    # ``ChatAgent.max_persisted_messages``: older rows are deleted after each write; None keeps all.
+    max_messages: int | None = None
+
+    @classmethod
+    def of(cls, agent: Any) -> "Policy":
+        """The policy of a ``ChatAgent`` object (its hook and ``max_persisted_messages``)."""
+        return cls(sanitize=agent.sanitize_message_for_persistence, max_messages=agent.max_persisted_messages)
+
+    def prepare(self, message: UIMessage) -> UIMessage:
+        return prepare_for_storage(message, self.sanitize)
+
+
+DEFAULT_POLICY = Policy()
 
 
 def load(instance: AgentInstance) -> list[UIMessage]:
@@ -20,7 +51,8 @@ def load(instance: AgentInstance) -> list[UIMessage]:
     return [row.data for row in ChatMessage.objects.filter(instance=instance).only("data")]
 
 
-def _next_position(instance: AgentInstance) -> int:
+def next_position(instance: AgentInstance) -> int:
+    """Where the next new message of the instance goes."""
     last = ChatMessage.objects.filter(instance=instance).aggregate(m=Max("position"))["m"]
     return 0 if last is None else last + 1
 
@@ -30,7 +62,8 @@ def _tool_call_ids(message: UIMessage) -> set[str]:
 
 
 def persist(
-    instance: AgentInstance, incoming: list[UIMessage], *, delete_stale: bool = False
+    instance: AgentInstance, incoming: list[UIMessage], *, delete_stale: bool = False,
+    policy: Policy = DEFAULT_POLICY,
 ) -> list[UIMessage]:
     """Merge a client's copy of the transcript into the stored one and return the result.
 
@@ -59,11 +92,11 @@ def persist(
             if row is None:
                 rows[message_id] = ChatMessage.objects.create(
                     instance=instance, message_id=message_id, role=message["role"],
-                    position=position, data=message,
+                    position=position, data=policy.prepare(message),
                 )
                 position += 1
             else:
-                merged = _keep_server_tool_results(row.data, message)
+                merged = policy.prepare(_keep_server_tool_results(row.data, message))
                 if merged != row.data:
                     row.data = merged
                     row.role = merged["role"]
@@ -72,6 +105,7 @@ def persist(
             stale = set(rows) - set(seen)
             if stale:
                 ChatMessage.objects.filter(instance=instance, message_id__in=stale).delete()
+        _prune(instance, policy)
         return load(instance)
 
 
@@ -94,7 +128,8 @@ def _keep_server_tool_results(stored: UIMessage, incoming: UIMessage) -> UIMessa
 
 
 def update_tool_part(instance: AgentInstance, matches: Callable[[dict[str, Any]], bool],
-                     update: Callable[[dict[str, Any]], dict[str, Any]]) -> UIMessage | None:
+                     update: Callable[[dict[str, Any]], dict[str, Any]], *,
+                     policy: Policy = DEFAULT_POLICY) -> UIMessage | None:
     """Replace the newest tool part that ``matches`` by ``update(part)``; the updated message, or None.
 
     One transaction with the instance's replies locked, so updates of one reply (a client's
@@ -106,33 +141,73 @@ def update_tool_part(instance: AgentInstance, matches: Callable[[dict[str, Any]]
             parts = row.data.get("parts", [])
             for index, part in enumerate(parts):
                 if is_tool_part(part) and matches(part):
-                    row.data = {**row.data, "parts": [*parts[:index], update(part), *parts[index + 1:]]}
+                    row.data = policy.prepare({**row.data, "parts": [*parts[:index], update(part), *parts[index + 1:]]})
                     row.save(update_fields=["data", "updated_at"])
                     return row.data
     return None
 
 
-def save_message(instance: AgentInstance, message: UIMessage, *, after: str | None = None) -> None:
-    """Insert or replace one message (the server's own writes: replies, tool results).
+def save_message(instance: AgentInstance, message: UIMessage, *, after: str | None = None,
+                 policy: Policy = DEFAULT_POLICY) -> UIMessage:
+    """Insert or replace one message (the server's own writes: replies, tool results); returns it as stored.
 
     A new message goes at the end, or right after message ``after`` when that one is stored
     (a recovered reply goes after the request it answers, before messages sent since).
     """
+    stored = policy.prepare(message)
     with transaction.atomic():
         updated = ChatMessage.objects.filter(instance=instance, message_id=message["id"]).update(
-            data=message, role=message["role"], updated_at=timezone.now()
+            data=stored, role=stored["role"], updated_at=timezone.now()
         )
-        if updated:
-            return
-        anchor = ChatMessage.objects.filter(instance=instance, message_id=after).first() if after else None
-        if anchor is None:
-            position = _next_position(instance)
-        else:
-            position = anchor.position + 1
-            ChatMessage.objects.filter(instance=instance, position__gte=position).update(position=F("position") + 1)
-        ChatMessage.objects.create(
-            instance=instance, message_id=message["id"], role=message["role"], position=position, data=message,
-        )
+        if not updated:
+            anchor = ChatMessage.objects.filter(instance=instance, message_id=after).first() if after else None
+            if anchor is None:
+                position = next_position(instance)
+            else:
+                position = anchor.position + 1
+                ChatMessage.objects.filter(instance=instance, position__gte=position).update(
+                    position=F("position") + 1)
+            ChatMessage.objects.create(
+                instance=instance, message_id=stored["id"], role=stored["role"], position=position, data=stored,
+            )
+        _prune(instance, policy)
+    return stored
+
+
+def merge_user_run(instance: AgentInstance, from_position: int, policy: Policy = DEFAULT_POLICY) -> bool:
+    """Join the consecutive user messages stored from ``from_position`` on into one (``merge`` concurrency).
+
+    The joined message takes the place and the id of the last of them (``messages.merge_user_messages``).
+    False when there were fewer than two.
+    """
+    with transaction.atomic():
+        rows = ChatMessage.objects.filter(instance=instance, position__gte=from_position).order_by("position")
+        run = list(takewhile(lambda row: row.role == "user", rows))
+        if len(run) < 2:
+            return False
+        last = run[-1]
+        last.data = policy.prepare(merge_user_messages([row.data for row in run]))
+        last.save(update_fields=["data", "updated_at"])
+        ChatMessage.objects.filter(pk__in=[row.pk for row in run[:-1]]).delete()
+    return True
+
+
+def _prune(instance: AgentInstance, policy: Policy) -> None:
+    """Delete the oldest messages beyond ``policy.max_messages`` (storage only), in batches."""
+    if policy.max_messages is None:
+        return
+    excess = ChatMessage.objects.filter(instance=instance).count() - max(0, policy.max_messages)
+    if excess <= 0:
+        return
+    oldest = list(ChatMessage.objects.filter(instance=instance).order_by("position")
+                  .values_list("pk", flat=True)[:excess])
+    for batch in _batches(oldest, PRUNE_BATCH_SIZE):
+        ChatMessage.objects.filter(pk__in=batch).delete()
+
+
+def _batches(items: list[int], size: int) -> Iterable[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
 
 
 def clear(instance: AgentInstance) -> None:

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from ..messages import MessageBuilder, UIMessage, builder_for_reply
 from ..models import AgentInstance, StreamRecord, StreamSegment, Turn
 
 # Chunks per stored row.
@@ -123,6 +124,19 @@ def read(stream: StreamRecord) -> list[tuple[int, str]]:
     for segment in StreamSegment.objects.filter(stream=stream).only("first_index", "bodies"):
         chunks.extend(enumerate(json.loads(segment.bodies), start=segment.first_index))
     return chunks
+
+
+def partial_reply(stream: StreamRecord, messages: list[UIMessage]) -> MessageBuilder:
+    """The reply of ``stream`` as far as its stored chunks go, over the transcript ``messages``."""
+    builder = builder_for_reply(messages, continuation=stream.continuation, message_id=stream.message_id)
+    for _, body in read(stream):
+        builder.apply(json.loads(body))
+    return builder
+
+
+def streaming(instance: AgentInstance) -> StreamRecord | None:
+    """The instance's stream that is still being written, if any."""
+    return StreamRecord.objects.filter(instance=instance, status=StreamRecord.Status.STREAMING).last()
 
 
 def by_request(instance: AgentInstance, request_id: str) -> StreamRecord | None:

@@ -11,17 +11,18 @@ from datetime import datetime
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F
 
-from .. import transcript
+from .. import events, registry, transcript
 from ..agent import SaveMessagesResult
 from ..messages import UIMessage, awaits_interaction, new_message_id, new_request_id, request_message_ids
 from ..models import AgentInstance, Turn
 from ..protocol import frames
 from ..protocol.parse import ChatRequest, ProtocolError
+from ..protocol.types import Outcome
 from ..streaming import buffer, fanout
-from . import control, liveness, recovery
+from . import admission, control, liveness, recovery
 from .engine import drain, start_drain
 from .interactions import apply_tool_approval, apply_tool_result, enqueue_continuation
 
@@ -33,37 +34,33 @@ __all__ = [
 
 
 async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any = None) -> None:
-    """Accept a ``cf_agent_use_chat_request``: persist the user's messages, queue the turn.
+    """Accept a ``cf_agent_use_chat_request``: store the user's messages and queue the turn, or drop it.
 
-    Order of frames as the reference server (spec §2.4): the other connections see the incoming
-    transcript at once and again once persisted; the reply streams to everyone.
+    The agent's ``message_concurrency`` decides (``turns.admission``). Order of frames as the
+    reference server (spec §2.4): the other connections see the incoming transcript and again
+    the stored one; the reply streams to everyone. A dropped submit is rolled back for the
+    sender alone: the transcript as it stands, then a ``skipped`` terminal frame (spec §2.6).
 
     Raises:
         ProtocolError: the request id already names a turn of this conversation (nothing stored).
     """
-    await fanout.publish(instance.pk, frames.chat_messages(request.messages), exclude=[origin_channel])
-    merged = await database_sync_to_async(_accept_chat)(instance, request, origin_channel, user)
-    await fanout.publish(instance.pk, frames.chat_messages(merged), exclude=[origin_channel])
-    start_drain(instance.pk)
-
-
-def _accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any) -> list[UIMessage]:
+    agent = registry.agent_for(instance)
     try:
-        with transaction.atomic():
-            merged = transcript.persist(instance, request.messages, delete_stale=True)
-            transcript.store_request_context(instance, request.body, request.client_tools)
-            Turn.objects.create(
-                instance=instance, request_id=request.request_id, kind=Turn.Kind.CHAT,
-                generation=AgentInstance.objects.generation_of(instance.pk), origin_channel=origin_channel,
-                user=user if getattr(user, "is_authenticated", False) else None,
-                body=request.body, client_tools=request.client_tools,
-                message_ids=request_message_ids(request.messages),
-                assistant_message_id=new_message_id(),
-            )
-    except IntegrityError:  # unique_turn_request: the whole request is rolled back
-        raise ProtocolError(f"Request id {request.request_id!r} was already used in this conversation",
-                            code="duplicate_request_id", request_id=request.request_id) from None
-    return merged
+        admitted = await database_sync_to_async(admission.accept_chat)(
+            instance, request, origin_channel, user, agent.message_concurrency, transcript.Policy.of(agent))
+    except ProtocolError as exc:
+        events.emit_chat(instance, events.REQUEST_FAILED, requestId=request.request_id, stage="persist",
+                         messagesPersisted=False, error=str(exc))
+        raise
+    if admitted.dropped:
+        await fanout.publish(instance.pk, frames.chat_messages(admitted.transcript), only=origin_channel)
+        await fanout.publish(instance.pk, frames.done(
+            request_id=request.request_id, outcome=Outcome.SKIPPED, message_ids=request_message_ids(request.messages),
+        ), only=origin_channel)
+        return
+    await fanout.publish(instance.pk, frames.chat_messages(request.messages), exclude=[origin_channel])
+    await fanout.publish(instance.pk, frames.chat_messages(admitted.transcript), exclude=[origin_channel])
+    start_drain(instance.pk)
 
 
 async def save_messages(instance: AgentInstance, messages: list[UIMessage | str]) -> SaveMessagesResult:
@@ -77,15 +74,17 @@ async def save_messages(instance: AgentInstance, messages: list[UIMessage | str]
         if isinstance(m, str) else m
         for m in messages
     ]
-    turn, merged = await database_sync_to_async(_accept_programmatic)(instance, ui_messages)
+    policy = transcript.Policy.of(registry.agent_for(instance))
+    turn, merged = await database_sync_to_async(_accept_programmatic)(instance, ui_messages, policy)
     await fanout.publish(instance.pk, frames.chat_messages(merged))
     await drain(instance.pk)
     return await _wait_finished(turn.pk, turn.request_id)
 
 
-def _accept_programmatic(instance: AgentInstance, messages: list[UIMessage]) -> tuple[Turn, list[UIMessage]]:
+def _accept_programmatic(instance: AgentInstance, messages: list[UIMessage],
+                         policy: transcript.Policy) -> tuple[Turn, list[UIMessage]]:
     with transaction.atomic():
-        merged = transcript.persist(instance, messages)
+        merged = transcript.persist(instance, messages, policy=policy)
         body, client_tools = transcript.request_context(instance)
         turn = Turn.objects.create(
             instance=instance, request_id=new_request_id(), kind=Turn.Kind.PROGRAMMATIC,
@@ -109,6 +108,7 @@ async def _wait_finished(turn_pk: int, request_id: str) -> SaveMessagesResult:
 
 async def cancel(instance: AgentInstance, request_id: str) -> bool:
     """Cancel a queued or running turn by request id; False when there is no such turn."""
+    events.emit_chat(instance, events.MESSAGE_CANCEL, requestId=request_id)
     turn = await database_sync_to_async(_mark_cancel)(instance, request_id)
     if turn is None:
         return False
@@ -133,6 +133,7 @@ async def clear(instance: AgentInstance, origin_channel: str) -> None:
     """Delete the transcript; skip queued turns, abort the running one; tell other connections."""
     await _reset(instance, delete_history=True)
     await fanout.publish(instance.pk, frames.chat_clear(), exclude=[origin_channel])
+    events.emit_chat(instance, events.MESSAGE_CLEAR)
 
 
 async def reset_turn_state(instance: AgentInstance) -> None:
@@ -189,7 +190,8 @@ async def wait_until_stable(instance: AgentInstance, timeout: float) -> bool:  #
 
 async def replace_messages(instance: AgentInstance, messages: list[UIMessage], origin_channel: str) -> None:
     """Client-pushed ``cf_agent_chat_messages`` (``setMessages``): persist, tell the others."""
-    merged = await database_sync_to_async(transcript.persist)(instance, messages)
+    policy = transcript.Policy.of(registry.agent_for(instance))
+    merged = await database_sync_to_async(transcript.persist)(instance, messages, policy=policy)
     await fanout.publish(instance.pk, frames.chat_messages(merged), exclude=[origin_channel])
 
 

@@ -8,13 +8,14 @@ connection of the instance, on any process, through ``streaming.fanout``.
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
-from .. import conf, registry, transcript
+from .. import conf, events, registry, transcript
 from ..abort import AbortSignal
 from ..actions.attachments import ReplyAttachments
 from ..actions.envelopes import to_json_safe
@@ -36,7 +37,7 @@ from ..protocol.types import Outcome
 from ..streaming import buffer, fanout
 from ..streaming.fanout import Publisher
 from ..streaming.items import Event, Item
-from . import control, liveness, lock, recovery
+from . import admission, control, liveness, lock, recovery
 
 logger = logging.getLogger("agents_app.turns")
 
@@ -117,6 +118,8 @@ class TurnRun:
         # What the turn's actions attach to the reply (``ctx.attach_reply``).
         self.attachments = ReplyAttachments()
         self.agent: ChatAgent | None = None
+        # How the agent's messages are stored (set with the agent).
+        self.policy = transcript.DEFAULT_POLICY
 
     async def run(self) -> ChatResponseResult:
         async with control.listening(self.turn.pk, self.signal) as registration:
@@ -133,6 +136,9 @@ class TurnRun:
 
     async def _run(self, registration: control.Registration) -> ChatResponseResult:
         turn = self.turn
+        if turn.strategy in admission.DEFERRED_STRATEGIES and not await self._still_due():
+            return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
+                                      status=Turn.Status.SKIPPED)
         prepared = await database_sync_to_async(self._prepare)()
         if prepared is None:
             return ChatResponseResult(message=None, request_id=turn.request_id, continuation=True,
@@ -145,22 +151,33 @@ class TurnRun:
             continuation=turn.continuation, user=user, abort_signal=self.signal,
             attachments=self.attachments, emit=self._write,
         )
+        self.policy = transcript.Policy.of(agent)
         if not turn.message_ids:
             turn.message_ids = request_message_ids(messages)
         await self.publisher.send_item(Item(event=Event.STREAM_START, request_id=turn.request_id))
         if cancel_requested:
             self.signal.abort("Cancelled before it started")
+        started = time.monotonic()
+        self._emit_event(events.TURN_START, trigger=turn.kind, continuation=turn.continuation,
+                         generation=turn.generation)
+        self._emit_event(events.MESSAGE_REQUEST)
         try:
             if not self.signal.aborted:
                 await self._stream(agent)
         except Exception as exc:
             logger.exception("Turn %s of %s failed", turn.request_id, instance)
             self.status, self.error = Turn.Status.ERROR, str(exc) or type(exc).__name__
+            self._emit_failure("turn")
             await self._finish(instance, thrown=True)
         else:
             if self.signal.aborted:
                 self.status = Turn.Status.ABORTED
             await self._finish(instance, thrown=False)
+        if self.status == Turn.Status.COMPLETED:
+            self._emit_event(events.MESSAGE_RESPONSE)
+        self._emit_event(events.TURN_FINISH, trigger=turn.kind, continuation=turn.continuation,
+                         generation=turn.generation, status=str(self.status),
+                         durationMs=round((time.monotonic() - started) * 1000))
         result = ChatResponseResult(
             message=self.builder.message if self.builder.has_content() else None,
             request_id=turn.request_id, continuation=turn.continuation,
@@ -171,6 +188,24 @@ class TurnRun:
         except Exception:
             logger.exception("on_chat_response of %s raised", instance)
         return result
+
+    async def _still_due(self) -> bool:
+        """A turn admitted under latest/merge/debounce concurrency, at its time: run it, or skip it."""
+        due = await admission.when_due(self.turn, self.signal)
+        if due.transcript is not None:
+            await fanout.publish(self.turn.instance_id, frames.chat_messages(due.transcript))
+        if due.run:
+            return True
+        await database_sync_to_async(lock.finish)(self.turn, Turn.Status.SKIPPED)
+        await _report_skipped(self.turn)
+        return False
+
+    def _emit_event(self, name: str, **data: Any) -> None:
+        events.emit_chat(self.instance, name, requestId=self.turn.request_id, **data)
+
+    def _emit_failure(self, stage: str) -> None:
+        self._emit_event(events.MESSAGE_ERROR, error=self.error)
+        self._emit_event(events.REQUEST_FAILED, stage=stage, messagesPersisted=True, error=self.error)
 
     def _prepare(self) -> tuple[AgentInstance, list[dict[str, Any]], bool, Any] | None:
         """One database round trip before the first chunk: transcript, cancel flag, buffer.
@@ -249,6 +284,7 @@ class TurnRun:
             return False
         if kind == "error":
             self.status, self.error = Turn.Status.ERROR, str(chunk.get("errorText") or "Stream error")
+            self._emit_failure("stream")
             await self.publisher.send(
                 frames.stream_error(request_id=self.turn.request_id, error_text=self.error,
                                     continuation=self.turn.continuation)
@@ -280,7 +316,8 @@ class TurnRun:
         if kind == "tool-approval-request" or (kind == "tool-output-available" and "approvalDescriptor" in chunk):
             # Stored at once, so a page reloaded before the turn ends shows Approve / Reject, and
             # a parked call decided in the admin at once finds its part.
-            await database_sync_to_async(transcript.save_message)(self.instance, self.builder.message)
+            await database_sync_to_async(transcript.save_message)(self.instance, self.builder.message,
+                                                                  policy=self.policy)
         return False
 
     async def _emit_attachments(self) -> None:
@@ -341,7 +378,7 @@ class TurnRun:
         cleared = AgentInstance.objects.generation_of(instance.pk) > self.turn.generation
         # A clear during the turn wins: its partial reply is not written back.
         if self.builder.has_content() and not cleared:
-            transcript.save_message(instance, self.builder.message)
+            transcript.save_message(instance, self.builder.message, policy=self.policy)
             self.final_transcript = transcript.load(instance)
         failed = self.status == Turn.Status.ERROR
         buffer.finish(self.stream_pk, error=failed)

@@ -12,7 +12,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.db import transaction
 
-from .. import registry, transcript
+from .. import events, registry, transcript
+from ..agent import ChatAgent
 from ..messages import new_request_id, tool_approval_update, tool_name, tool_result_update
 from ..models import AgentInstance, ChatMessage, Turn
 from ..protocol import frames
@@ -37,6 +38,7 @@ async def apply_tool_result(instance: AgentInstance, event: ToolResult, origin_c
     Raises:
         ProtocolError: unknown call, not a client tool, or a call that is not waiting for a result.
     """
+    events.emit_chat(instance, events.TOOL_RESULT, toolCallId=event.tool_call_id, toolName=event.tool_name)
     if event.client_tools:
         await database_sync_to_async(_store_client_tools)(instance, event.client_tools)
 
@@ -59,6 +61,8 @@ async def apply_tool_approval(instance: AgentInstance, event: ToolApproval, orig
     Raises:
         ProtocolError: unknown call, or a call that is not waiting for approval.
     """
+
+    events.emit_chat(instance, events.TOOL_APPROVAL, toolCallId=event.tool_call_id, approved=event.approved)
 
     def update(part: dict[str, Any], client_tools: set[str]) -> dict[str, Any] | None:
         approval = part.get("approval") or {}
@@ -92,7 +96,8 @@ async def _apply(instance: AgentInstance, tool_call_id: str, update: Any, what: 
 
 def _apply_stored(instance: AgentInstance, tool_call_id: str, update: Any, what: str) -> dict[str, Any]:
     """Update the stored part (``transcript.update_tool_part``); LookupError if there is none."""
-    client_tools = _client_tool_names(instance)
+    agent = registry.agent_for(instance)
+    client_tools = _client_tool_names(instance, agent)
 
     def answered(part: dict[str, Any]) -> dict[str, Any]:
         updated = update(part, client_tools)
@@ -103,15 +108,16 @@ def _apply_stored(instance: AgentInstance, tool_call_id: str, update: Any, what:
             )
         return updated
 
-    message = transcript.update_tool_part(instance, lambda part: part.get("toolCallId") == tool_call_id, answered)
+    message = transcript.update_tool_part(instance, lambda part: part.get("toolCallId") == tool_call_id, answered,
+                                          policy=transcript.Policy.of(agent))
     if message is None:
         raise LookupError(tool_call_id)
     return message
 
 
-def _client_tool_names(instance: AgentInstance) -> set[str]:
+def _client_tool_names(instance: AgentInstance, agent: ChatAgent) -> set[str]:
     _, stored = transcript.request_context(instance)
-    declared = {t.name for t in registry.agent_for(instance).get_tools() if isinstance(t, ClientTool)}
+    declared = {t.name for t in agent.get_tools() if isinstance(t, ClientTool)}
     return declared | {t["name"] for t in stored or []}
 
 

@@ -18,7 +18,7 @@ from . import liveness
 class Claim:
     """The outcome of looking at an instance's queue.
 
-    ``skipped``: a turn accepted before a clear, to report as skipped. ``blocked``: nothing was
+    ``skipped``: a stale turn (``Turn.is_stale``), to report as skipped. ``blocked``: nothing was
     claimed because this turn runs (the caller checks whether its process is still there).
     """
 
@@ -30,8 +30,9 @@ class Claim:
 def claim_next(instance_id: int, control_channel: str) -> Claim | None:
     """Take the oldest queued turn of the instance; None when the queue is empty.
 
-    A turn of an older generation is marked skipped (``Claim.skipped``); when another turn of
-    the instance runs, returns that one as ``Claim.blocked`` and claims nothing.
+    A stale turn (accepted before a clear, or superseded by a newer overlapping submit) is marked
+    skipped (``Claim.skipped``); when another turn of the instance runs, returns that one as
+    ``Claim.blocked`` and claims nothing.
     """
     while True:
         with transaction.atomic():
@@ -39,7 +40,7 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
             turn = Turn.objects.of(instance_id).queued().select_related("user").first()
             if turn is None:
                 return None
-            if turn.generation < AgentInstance.objects.generation_of(instance_id):
+            if turn.is_stale(*AgentInstance.objects.queue_state(instance_id)):
                 if Turn.objects.filter(pk=turn.pk).queued().update(
                     status=Turn.Status.SKIPPED, finished_at=timezone.now()
                 ):

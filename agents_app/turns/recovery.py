@@ -6,15 +6,15 @@ of them wins each turn: the status changes are conditional UPDATEs. Running what
 behind a recovered turn is the caller's business (``turns.drain``).
 """
 
-import json
 from datetime import datetime
 
 from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from .. import transcript
-from ..messages import UIMessage, builder_for_reply
+from .. import registry, transcript
+from ..errors import UnknownAgent
+from ..messages import UIMessage
 from ..models import AgentInstance, StreamRecord, Turn
 from ..protocol import frames
 from ..streaming import buffer, fanout
@@ -47,15 +47,20 @@ def _finalize(stream: StreamRecord) -> list[UIMessage] | None:
     if not won:
         return None
     instance = AgentInstance.objects.get(pk=stream.instance_id)
-    messages = transcript.load(instance)
-    builder = builder_for_reply(messages, continuation=stream.continuation, message_id=stream.message_id)
-    for _, body in buffer.read(stream):
-        builder.apply(json.loads(body))
+    builder = buffer.partial_reply(stream, transcript.load(instance))
     if not builder.has_content():
         return None
     turn_messages = stream.turn.message_ids if stream.turn is not None else []
-    transcript.save_message(instance, builder.message, after=turn_messages[-1] if turn_messages else None)
+    transcript.save_message(instance, builder.message, after=turn_messages[-1] if turn_messages else None,
+                            policy=_policy(instance))
     return transcript.load(instance)
+
+
+def _policy(instance: AgentInstance) -> transcript.Policy:
+    try:
+        return transcript.Policy.of(registry.agent_for(instance))
+    except UnknownAgent:  # its class left AGENT_CLASSES: store the reply as the built-ins prepare it
+        return transcript.DEFAULT_POLICY
 
 
 def _finalize_stream(stream_pk: int) -> tuple[int, list[UIMessage] | None]:

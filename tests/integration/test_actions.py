@@ -98,8 +98,9 @@ async def seed(key: str, *, name: str = "", status: str = "pending", age: timede
 
 @pytest.fixture
 def seen_events() -> Any:
+    """Every action event emitted during the test (chat events are tested elsewhere)."""
     seen: list[tuple[str, dict[str, Any]]] = []
-    unsubscribe = events.subscribe(lambda name, data: seen.append((name, data)))
+    unsubscribe = events.subscribe(lambda name, data: name.startswith("action:") and seen.append((name, data)))
     yield seen
     unsubscribe()
 

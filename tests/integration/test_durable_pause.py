@@ -66,9 +66,9 @@ def fresh_probes() -> Iterator[None]:
 
 @pytest.fixture
 def emitted() -> Iterator[Events]:
-    """Every event emitted during the test, as (name, data)."""
+    """Every action event emitted during the test, as (name, data) (chat events are tested elsewhere)."""
     seen: Events = []
-    unsubscribe = events.subscribe(lambda name, data: seen.append((name, data)))
+    unsubscribe = events.subscribe(lambda name, data: name.startswith("action:") and seen.append((name, data)))
     yield seen
     unsubscribe()
 

@@ -1,0 +1,138 @@
+"""Admitting chat requests into the turn queue, under ``message_concurrency`` (spec §4.1, §2.6).
+
+``accept_chat`` decides (``agents_app.concurrency``) and stores in one transaction that first
+writes the instance's row: concurrent submits for one instance, on any process, are serialised
+by that write (PostgreSQL's row lock; SQLite's single writer), so each one sees the turns the
+others queued, exactly as one process would. A dropped submit stores nothing; the others store
+their user messages and a ``Turn`` that remembers how it was admitted.
+
+When an admitted turn's time comes (it has been claimed, so it holds the instance's lock),
+``when_due`` waits for a debounce's trailing edge, joins the user messages of a ``merge`` again
+(more may have come while it was queued), and says whether it must still run: a newer
+overlapping submit or a clear since then makes it end ``skipped``.
+"""
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from .. import concurrency, registry, transcript
+from ..abort import AbortSignal
+from ..messages import UIMessage, new_message_id, request_message_ids
+from ..models import AgentInstance, Turn
+from ..protocol.parse import ChatRequest, ProtocolError
+from ..protocol.types import SUBMIT_TRIGGER
+from ..streaming import buffer
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The outcome of ``accept_chat``: the stored transcript, or (dropped) what the sender rolls back to."""
+
+    transcript: list[UIMessage]
+    dropped: bool = False
+
+
+def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any,
+                setting: concurrency.MessageConcurrency, policy: transcript.Policy) -> Admission:
+    """Decide and store one ``cf_agent_use_chat_request`` (module docstring).
+
+    Raises:
+        ProtocolError: the request id already names a turn of this conversation (nothing stored).
+    """
+    try:
+        with transaction.atomic():
+            # The decision's lock: this write makes concurrent accepts of the instance take turns.
+            AgentInstance.objects.filter(pk=instance.pk).update(overlap_sequence=F("overlap_sequence"))
+            generation, sequence = AgentInstance.objects.queue_state(instance.pk)
+            active = Turn.objects.of(instance).active().filter(generation=generation)
+            decision = concurrency.decide(setting, submit=request.trigger == SUBMIT_TRIGGER,
+                                          overlapping=active.exists())
+            if decision.action == "drop":
+                return Admission(current_transcript(instance), dropped=True)
+            submit_sequence = None
+            if decision.supersedable:
+                submit_sequence = sequence + 1
+                AgentInstance.objects.filter(pk=instance.pk).update(overlap_sequence=submit_sequence)
+            merge_from = _merge_start(instance, active) if decision.strategy == "merge" else None
+            stored = transcript.persist(instance, request.messages, delete_stale=True, policy=policy)
+            if merge_from is not None and transcript.merge_user_run(instance, merge_from, policy):
+                stored = transcript.load(instance)
+            transcript.store_request_context(instance, request.body, request.client_tools)
+            Turn.objects.create(
+                instance=instance, request_id=request.request_id, kind=Turn.Kind.CHAT, generation=generation,
+                origin_channel=origin_channel, user=user if getattr(user, "is_authenticated", False) else None,
+                body=request.body, client_tools=request.client_tools,
+                message_ids=request_message_ids(request.messages), assistant_message_id=new_message_id(),
+                strategy=decision.strategy or "", submit_sequence=submit_sequence, merge_from=merge_from,
+                run_after=(timezone.now() + timedelta(milliseconds=decision.wait_ms)
+                           if decision.wait_ms is not None else None),
+            )
+    except IntegrityError:  # unique_turn_request: the whole request is rolled back
+        raise ProtocolError(f"Request id {request.request_id!r} was already used in this conversation",
+                            code="duplicate_request_id", request_id=request.request_id) from None
+    return Admission(stored)
+
+
+def _merge_start(instance: AgentInstance, active: Any) -> int:
+    """Where the overlap's user messages begin: as the first merge turn of this overlap said, or here."""
+    earlier = active.filter(strategy="merge", merge_from__isnull=False).order_by("pk").values_list(
+        "merge_from", flat=True).first()
+    return int(earlier) if earlier is not None else transcript.next_position(instance)
+
+
+def current_transcript(instance: AgentInstance) -> list[UIMessage]:
+    """The stored transcript with the reply being streamed as far as it is stored (a dropped sender's view)."""
+    messages = transcript.load(instance)
+    stream = buffer.streaming(instance)
+    if stream is None:
+        return messages
+    partial = buffer.partial_reply(stream, messages).message
+    if not partial.get("parts"):
+        return messages
+    if any(message["id"] == partial["id"] for message in messages):
+        return [partial if message["id"] == partial["id"] else message for message in messages]
+    return [*messages, partial]
+
+
+# Strategies whose turns may be superseded, debounced or merged when their time comes.
+DEFERRED_STRATEGIES = frozenset({"latest", "merge", "debounce"})
+
+
+@dataclass(frozen=True)
+class Due:
+    """What ``when_due`` found: whether the turn still runs, and the transcript if a merge changed it."""
+
+    run: bool
+    transcript: list[UIMessage] | None = None
+
+
+async def when_due(turn: Turn, signal: AbortSignal) -> Due:
+    """Wait for the turn's debounce, merge again, and say whether it still runs (module docstring).
+
+    The wait ends early when the turn is cancelled (a clear cancels it, and then it is stale).
+    """
+    if turn.run_after is not None:
+        seconds = (turn.run_after - timezone.now()).total_seconds()
+        if seconds > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(signal.wait(), timeout=seconds)
+    merged = None
+    if turn.strategy == "merge" and turn.merge_from is not None:
+        merged = await database_sync_to_async(_merge_again)(turn)
+    stale = turn.is_stale(*await database_sync_to_async(AgentInstance.objects.queue_state)(turn.instance_id))
+    return Due(run=not stale, transcript=merged)
+
+
+def _merge_again(turn: Turn) -> list[UIMessage] | None:
+    assert turn.merge_from is not None
+    instance = turn.instance
+    policy = transcript.Policy.of(registry.agent_for(instance))
+    return transcript.load(instance) if transcript.merge_user_run(instance, turn.merge_from, policy) else None
