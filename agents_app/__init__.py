@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         TurnState,
     )
     from .agent import ChatAgent, ChatResponseResult, SaveMessagesResult
+    from .concurrency import Debounce
     from .errors import AgentConfigurationError
     from .handles import AgentHandle
     from .hooks import ToolCall, ToolCallDecision
@@ -37,6 +38,7 @@ _EXPORTS = {
     "AuthorizationDecision": ".actions.context",
     "ChatAgent": ".agent",
     "ChatResponseResult": ".agent",
+    "Debounce": ".concurrency",
     "SaveMessagesResult": ".agent",
     "ToolCall": ".hooks",
     "ToolCallDecision": ".hooks",
@@ -55,6 +57,7 @@ __all__ = [
     "AuthorizationDecision",
     "ChatAgent",
     "ChatResponseResult",
+    "Debounce",
     "SaveMessagesResult",
     "ToolCall",
     "ToolCallDecision",

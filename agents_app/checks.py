@@ -8,6 +8,7 @@ from django.core.checks import Error, Tags, Warning, register
 E001 = "agents_app.E001"
 E003 = "agents_app.E003"
 E004 = "agents_app.E004"
+E005 = "agents_app.E005"
 W001 = "agents_app.W001"
 W002 = "agents_app.W002"
 
@@ -47,6 +48,32 @@ def check_agent_actions(app_configs: Any, **kwargs: Any) -> list[Error]:
             agent_class(SimpleNamespace(name="(system check)", pk=None)).compiled_actions()
         except AgentConfigurationError as exc:
             errors.append(Error(f"{agent_class.__qualname__} ({slug}): {exc}", hint="Fix its get_actions().", id=E003))
+    return errors
+
+
+@register(Tags.compatibility)
+def check_agent_options(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """E005: ``message_concurrency``, ``max_persisted_messages`` and ``max_steps`` hold values they take."""
+    from .concurrency import STRATEGIES, is_valid
+    from .errors import AgentConfigurationError
+    from .registry import agent_classes
+
+    try:
+        classes = agent_classes()
+    except AgentConfigurationError:
+        return []  # E001 reports it
+    errors = []
+    for slug, agent_class in sorted(classes.items()):
+        problems = []
+        if not is_valid(agent_class.message_concurrency):
+            problems.append(f"message_concurrency must be one of {', '.join(STRATEGIES)} or Debounce(ms=...), "
+                            f"not {agent_class.message_concurrency!r}")
+        for option, minimum in (("max_persisted_messages", 0), ("max_steps", 1)):
+            value = getattr(agent_class, option)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < minimum):
+                problems.append(f"{option} must be None or an integer ≥ {minimum}, not {value!r}")
+        errors += [Error(f"{agent_class.__qualname__} ({slug}): {problem}", hint="Fix the class attribute.", id=E005)
+                   for problem in problems]
     return errors
 
 

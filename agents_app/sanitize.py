@@ -199,8 +199,13 @@ def _child_budget(max_chars: int, children: int) -> int:
 def _truncate_list(value: list[Any], max_chars: int, original_length: int, depth: int) -> list[Any]:
     budget = _child_budget(max_chars, len(value))
     result = [_truncate_value(item, budget, len(_length_text(item)), depth + 1) for item in value]
-    while len(result) > 1 and len(_length_text(result)) > max_chars:
+    # Drop items from the end until the list fits; its JSON length is kept as a running total
+    # ("[" + items joined by "," + "]") rather than re-serialised per item (a long list is common).
+    lengths = [len(_json(item)) for item in result]
+    total = 2 + sum(lengths) + max(0, len(lengths) - 1)
+    while len(result) > 1 and total > max_chars:
         result.pop()
+        total -= lengths.pop() + 1
     if len(result) < len(value):
         result.append(f"Array output truncated {_suffix(original_length)}")
     if len(_length_text(result)) > max_chars:
@@ -224,11 +229,14 @@ def _truncate_dict(value: dict[str, Any], max_chars: int, original_length: int, 
 
 
 def _shrink_strings(value: dict[str, Any], max_chars: int) -> None:
+    """Cut the longest string fields first until the object fits (its JSON length kept as a running total)."""
+    total = len(_json(value))
     strings = sorted(((k, v) for k, v in value.items() if isinstance(v, str)), key=lambda kv: -len(kv[1]))
     for key, text in strings:
-        if len(_length_text(value)) <= max_chars:
+        if total <= max_chars:
             return
         value[key] = _truncate_string(text, max(0, max_chars // 4), len(text))
+        total += len(_json(value[key])) - len(_json(text))
 
 
 def _truncate_string(value: str, max_chars: int, original_length: int) -> str:

@@ -96,8 +96,9 @@ def persist(
                 )
                 position += 1
             else:
-                merged = policy.prepare(_keep_server_tool_results(row.data, message))
-                if merged != row.data:
+                merged = _keep_server_tool_results(row.data, message)
+                # Stored as prepared: an unchanged copy of a stored message is not prepared again.
+                if merged != row.data and (merged := policy.prepare(merged)) != row.data:
                     row.data = merged
                     row.role = merged["role"]
                     row.save(update_fields=["data", "role", "updated_at"])

@@ -2,12 +2,13 @@
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic_ai import RunContext
 
-from agents_app import ChatAgent, ChatResponseResult, TurnState
+from agents_app import ChatAgent, ChatResponseResult, Debounce, TurnState
 
 # Results seen by on_chat_response, per instance name (tests read and clear it).
 RESPONSES: dict[str, list[ChatResponseResult]] = {}
@@ -119,3 +120,91 @@ class TailAgent(ChatAgent):
             await asyncio.sleep(0.2)
 
         return chunks()
+
+
+# Per instance name: (request id, monotonic time) of every turn whose on_chat_message ran.
+STARTED: dict[str, list[tuple[str, float]]] = {}
+
+
+class SlowStreamAgent(ChatAgent):
+    """Streams plain text as the request body says, as the reference's concurrency test agents do.
+
+    Body: ``chunkCount`` (default 3) pieces ``c0 c1 ...``, ``chunkDelayMs`` apart (default 10);
+    ``gate: true`` waits for ``GATE[<instance name>]`` before the first piece (a test holds the
+    turn open that way, on any machine load). Records ``STARTED`` and ``RESPONSES``.
+    """
+
+    async def on_chat_message(self) -> AsyncIterator[str]:
+        STARTED.setdefault(self.name, []).append((self.request_id, time.monotonic()))
+        body = self.body or {}
+        gate = GATE.setdefault(self.name, asyncio.Event()) if body.get("gate") else None
+        count, delay = int(body.get("chunkCount", 3)), float(body.get("chunkDelayMs", 10)) / 1000
+
+        async def pieces() -> AsyncIterator[str]:
+            if gate is not None:
+                await gate.wait()
+            for i in range(count):
+                await asyncio.sleep(delay)
+                yield f"c{i} "
+
+        return pieces()
+
+    async def on_chat_response(self, result: ChatResponseResult) -> None:
+        RESPONSES.setdefault(self.name, []).append(result)
+
+
+class LatestAgent(SlowStreamAgent):
+    message_concurrency = "latest"
+
+
+class MergeAgent(SlowStreamAgent):
+    message_concurrency = "merge"
+
+
+class DropAgent(SlowStreamAgent):
+    message_concurrency = "drop"
+
+
+class DebounceAgent(SlowStreamAgent):
+    message_concurrency = Debounce(ms=80)
+
+
+class DefaultDebounceAgent(SlowStreamAgent):
+    message_concurrency = Debounce()
+
+
+class InvalidDebounceAgent(SlowStreamAgent):
+    message_concurrency = Debounce(ms=float("nan"))
+
+
+class BoundedAgent(ChatAgent):
+    """Keeps only its last four messages stored (``max_persisted_messages``)."""
+
+    max_persisted_messages = 4
+
+
+def big_report(rows: int = 12_000) -> dict[str, Any]:
+    """A tool whose output (about 2.6 MB of JSON) is too large to store as it is."""
+    return {"rows": [{"id": i, "name": "n" * 200} for i in range(rows)], "total": rows}
+
+
+SECRET = "sk-test-0123456789"
+
+
+class StorageAgent(ChatAgent):
+    """A tool with a huge output, and a hook that redacts a secret before anything is stored."""
+
+    def get_tools(self) -> list[Any]:
+        return [big_report]
+
+    def sanitize_message_for_persistence(self, message: dict[str, Any]) -> dict[str, Any]:
+        return json.loads(json.dumps(message).replace(SECRET, "[redacted]"))
+
+
+class OneStepAgent(ChatAgent):
+    """May make one model request per turn: a tool call uses it up (``max_steps``)."""
+
+    max_steps = 1
+
+    def get_tools(self) -> list[Any]:
+        return [big_report]

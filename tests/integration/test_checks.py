@@ -7,7 +7,7 @@ from django.core.checks import Error
 from django.test import override_settings
 from pydantic import BaseModel
 
-from agents_app import ChatAgent, action, checks
+from agents_app import ChatAgent, Debounce, action, checks
 from agents_app.registry import agent_classes
 
 
@@ -23,6 +23,18 @@ class NotAnActionAgent(ChatAgent):
 class CleanActionsAgent(ChatAgent):
     def get_actions(self) -> dict[str, Any]:
         return {"noop": action(description="Nothing", input_schema=NoInput, execute=lambda input, ctx: None)}
+
+
+class MisconfiguredAgent(ChatAgent):
+    message_concurrency = "newest"  # type: ignore[assignment] - what the check is for
+    max_persisted_messages = -1
+    max_steps = 0
+
+
+class WellConfiguredAgent(ChatAgent):
+    message_concurrency = Debounce(ms=200)
+    max_persisted_messages = 0
+    max_steps = 3
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +66,19 @@ def test_e001_reports_an_agent_class_that_does_not_import() -> None:
     assert checks.check_agent_actions(None) == []
 
 
+@override_settings(AGENT_CLASSES=["tests.integration.test_checks.MisconfiguredAgent",
+                                  "tests.integration.test_checks.WellConfiguredAgent"])
+def test_e005_reports_agent_options_with_values_they_do_not_take() -> None:
+    prefix = "MisconfiguredAgent (misconfigured-agent): "
+    assert [(e.id, e.msg) for e in checks.check_agent_options(None)] == [
+        (checks.E005, prefix + "message_concurrency must be one of queue, latest, merge, drop or Debounce(ms=...), "
+                               "not 'newest'"),
+        (checks.E005, prefix + "max_persisted_messages must be None or an integer ≥ 0, not -1"),
+        (checks.E005, prefix + "max_steps must be None or an integer ≥ 1, not 0"),
+    ]
+
+
 def test_the_configured_agents_pass_every_check() -> None:
     assert checks.check_agent_classes(None) == []
     assert checks.check_agent_actions(None) == []
+    assert checks.check_agent_options(None) == []

@@ -1,0 +1,9 @@
+"""The production settings plus the test agents, for the live servers some tests start.
+
+``LiveStack(..., extra_env={"DJANGO_SETTINGS_MODULE": "tests.support.settings_live"})``.
+"""
+
+from thinkproject.settings import *  # noqa: F403
+from thinkproject.settings import AGENT_CLASSES
+
+AGENT_CLASSES = [*AGENT_CLASSES, "tests.agents.DropAgent", "tests.agents.LatestAgent"]
