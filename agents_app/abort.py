@@ -37,6 +37,11 @@ class AbortSignal:
         else:
             self._callbacks.append(callback)
 
+    def remove_callback(self, callback: Callable[[], Any]) -> None:
+        """Stop calling ``callback`` on abort (a no-op if it is not registered)."""
+        if callback in self._callbacks:
+            self._callbacks.remove(callback)
+
     async def wait(self) -> None:
         await self._event.wait()
 

@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async
 from pydantic import TypeAdapter
 from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import repair_messages
+from pydantic_ai.messages import ModelRequest, ModelResponse, repair_messages
 from pydantic_ai.models import Model
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter, VercelAIEventStream
 from pydantic_ai.ui.vercel_ai.request_types import UIMessage as PydanticUIMessage
@@ -370,6 +370,11 @@ class ChatAgent:
         await self._authorize_turn(agent)
         history = VercelAIAdapter.load_messages(_UI_MESSAGES.validate_python(_for_pydantic_ai(turn.messages)))
         history = repair_messages(history, repair_last_response=not turn.continuation)
+        deferred = _approved_calls(turn.messages) if turn.continuation else None
+        if history and isinstance(history[-1], ModelResponse) and deferred is None:
+            # Nothing to resume and no new user message (``continue_last_turn``): an empty
+            # request makes pydantic-ai ask the model to go on instead of ending at once.
+            history = [*history, ModelRequest(parts=[])]
         token = CancellationToken()
         turn.abort_signal.add_callback(token.cancel)
         encoder: VercelAIEventStream[Any, Any] = VercelAIEventStream(None, sdk_version=6)
@@ -377,7 +382,7 @@ class ChatAgent:
         # Entering the agent opens (and leaving closes) the provider's HTTP client.
         async with agent, agent.run_stream_events(
             message_history=history, cancellation_token=token, usage_limits=limits, deps=turn,
-            deferred_tool_results=_approved_calls(turn.messages) if turn.continuation else None,
+            deferred_tool_results=deferred,
         ) as events:
             async for chunk in encoder.transform_stream(_until_step_limit(events)):
                 data = chunk.model_dump(mode="json", by_alias=True, exclude_none=True)

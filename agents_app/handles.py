@@ -13,9 +13,11 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from . import approvals, turns
+from .abort import AbortSignal
 from .agent import ChatAgent, SaveMessagesResult
 from .messages import UIMessage
 from .models import AgentInstance, Turn
+from .turns.programmatic import MessagesOrFunction
 
 
 @dataclass(frozen=True)
@@ -34,14 +36,38 @@ class AgentHandle:
         return self.agent_class(self.instance)
 
     # --- turns ------------------------------------------------------------------------------------
-    async def save_messages(self, messages: list[UIMessage | str]) -> SaveMessagesResult:
+    async def save_messages(self, messages: MessagesOrFunction, *, signal: AbortSignal | None = None
+                            ) -> SaveMessagesResult:
         """Append messages to the transcript and run a turn on them; wait for it to finish.
 
-        ``messages`` are UIMessages (plain strings become user text messages). The turn queues
-        behind any running turn of the instance, and every connection of the instance, on any
-        server process, sees its reply stream.
+        ``messages`` are UIMessages (plain strings become user text messages), or a function of
+        the transcript (sync or async) returning them, called when the turn starts, so it sees
+        what was queued before it. The turn queues behind any running turn of the instance, and
+        every connection of the instance, on any server process, sees its reply stream.
+        ``signal`` cancels it (``AbortSignal``). Status: ``completed``, ``error``, ``skipped``
+        (a clear came first) or ``aborted``.
         """
-        return await turns.save_messages(self.instance, messages)
+        return await turns.save_messages(self.instance, messages, signal=signal)
+
+    async def persist_messages(self, messages: list[UIMessage | str]) -> list[UIMessage]:
+        """Store messages and show them to every connection, without running a turn."""
+        return await turns.persist_messages(self.instance, messages)
+
+    async def continue_last_turn(self, body: dict[str, Any] | None = None, *,
+                                 signal: AbortSignal | None = None) -> SaveMessagesResult:
+        """Have the model go on after the last reply, in a new message marked ``continuation: true``.
+
+        ``skipped`` (empty request id) when the transcript does not end with an assistant message.
+        """
+        return await turns.continue_last_turn(self.instance, body, signal=signal)
+
+    async def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
+        """Cancel one queued or running turn (its reply so far is kept); False if it is unknown or over."""
+        return await turns.cancel(self.instance, request_id, reason)
+
+    async def cancel_all_chats(self) -> int:
+        """Cancel every queued and running turn of the instance; returns how many."""
+        return await turns.cancel_all(self.instance)
 
     async def has_pending_interaction(self) -> bool:
         """True while a reply waits on the user: an approval, or a tool call without a result."""

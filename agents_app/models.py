@@ -111,6 +111,8 @@ class Turn(models.Model):
         CHAT = "chat", "chat request"
         CONTINUATION = "continuation"
         PROGRAMMATIC = "programmatic", "save_messages"
+        # ``continue_last_turn``: the model goes on after the last reply, in a new message.
+        CONTINUE = "continue", "continue_last_turn"
 
     instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="turns")
     request_id = models.CharField(max_length=200)
@@ -141,6 +143,12 @@ class Turn(models.Model):
     attachments = models.JSONField(default=list, blank=True)
     # Which process runs it (host:pid), for crash detection by the recovery sweep.
     worker = models.CharField(max_length=200, blank=True, default="")
+    # A turn that only one process can run: it holds what the turn needs in its memory (the
+    # function of ``save_messages(fn)``, which computes the messages when the turn starts).
+    # Other processes leave it queued while that process lives (``turns.lock``).
+    affinity = models.CharField(max_length=200, blank=True, default="")
+    # Its messages are computed when it starts (by the function the ``affinity`` process holds).
+    pending_messages = models.BooleanField(default=False)
     # Refreshed while the turn runs; a running turn whose heartbeat is stale was orphaned.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True, default="")

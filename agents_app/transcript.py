@@ -46,8 +46,8 @@ class Policy:
 DEFAULT_POLICY = Policy()
 
 
-def load(instance: AgentInstance) -> list[UIMessage]:
-    """The transcript in order (what ``get-messages`` returns)."""
+def load(instance: AgentInstance | int) -> list[UIMessage]:
+    """The transcript of an instance (or instance pk) in order (what ``get-messages`` returns)."""
     return [row.data for row in ChatMessage.objects.filter(instance=instance).only("data")]
 
 

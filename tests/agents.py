@@ -208,3 +208,20 @@ class OneStepAgent(ChatAgent):
 
     def get_tools(self) -> list[Any]:
         return [big_report]
+
+
+SUMMARY_REQUEST = "Now summarize what you found."
+# ChainAgent's hook calls, per instance name: ("enter" | "exit", request id), in order.
+HOOK_CALLS: dict[str, list[tuple[str, str]]] = {}
+
+
+class ChainAgent(ChatAgent):
+    """After a completed turn, asks for a summary from inside ``on_chat_response`` (the reference's example)."""
+
+    async def on_chat_response(self, result: ChatResponseResult) -> None:
+        calls = HOOK_CALLS.setdefault(self.name, [])
+        calls.append(("enter", result.request_id))
+        asked = [p.get("text") for m in self.messages if m["role"] == "user" for p in m["parts"]]
+        if result.status == "completed" and SUMMARY_REQUEST not in asked:
+            await self.handle.save_messages([SUMMARY_REQUEST])
+        calls.append(("exit", result.request_id))

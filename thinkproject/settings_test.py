@@ -32,5 +32,6 @@ AGENT_CLASSES = [
     "tests.agents.BoundedAgent",
     "tests.agents.StorageAgent",
     "tests.agents.OneStepAgent",
+    "tests.agents.ChainAgent",
     "tests.action_agents.ActionTestAgent",
 ]

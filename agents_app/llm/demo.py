@@ -22,7 +22,8 @@ compacted away) is acknowledged as ``(demo model, offline) Noted: …``, never a
 
 After tool results come back it summarises them: ``get_weather returned Sunny in Oslo.``; asked
 to go on with nothing new from the user (a continuation after an approval decided later), it
-summarises the latest results again, as they read now.
+summarises the latest results again, as they read now, or, with none, says it goes on
+(``continue_last_turn``).
 """
 
 import asyncio
@@ -51,6 +52,8 @@ _BURST = re.compile(r"^/burst\s+(\d+)\s*$")
 # How pydantic-ai hands over a system message that is not the first one.
 _SYSTEM_NOTE = re.compile(r"^<system>(.*)</system>$", re.S)
 NOTED_PREFIX = "(demo model, offline) Noted: "
+# Asked to go on after a plain reply, with nothing new from the user.
+GOING_ON = "(demo model, offline) Going on from where I stopped."
 _SCHEMA_DEFAULTS = {"string": "demo", "integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}}
 # Upper bound on generated words, so a typo cannot stream forever.
 MAX_WORDS = 100_000
@@ -108,9 +111,12 @@ def plan(messages: list[ModelMessage], info: AgentInfo, default_delay: float) ->
     parts = list(last.parts) if isinstance(last, ModelRequest) else []
     if not parts:
         # Nothing new from the user: a continuation after a tool result changed (an approval
-        # decided later). Summarise the latest results again, as they read now.
+        # decided later). Summarise the latest results again, as they read now; with none,
+        # just go on (continue_last_turn after a plain reply).
         parts = next((list(m.parts) for m in reversed(messages) if isinstance(m, ModelRequest) and any(
             isinstance(p, ToolReturnPart | RetryPromptPart) for p in m.parts)), [])
+        if not parts:
+            return Plan(words=re.findall(r"\S+\s*", GOING_ON), delay=default_delay)
     if any(isinstance(p, ToolReturnPart | RetryPromptPart) for p in parts):
         return Plan(words=re.findall(r"\S+\s*", _summarise(parts)), delay=default_delay)
     prompt = " ".join(

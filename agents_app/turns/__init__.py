@@ -15,21 +15,22 @@ from django.db import transaction
 from django.db.models import F
 
 from .. import events, registry, transcript
-from ..agent import SaveMessagesResult
-from ..messages import UIMessage, awaits_interaction, new_message_id, new_request_id, request_message_ids
+from ..messages import UIMessage, awaits_interaction, request_message_ids
 from ..models import AgentInstance, Turn
 from ..protocol import frames
 from ..protocol.parse import ChatRequest, ProtocolError
 from ..protocol.types import Outcome
 from ..streaming import buffer, fanout
 from . import admission, control, liveness, recovery
+from .control import cancel, cancel_all
 from .engine import drain, start_drain
 from .interactions import apply_tool_approval, apply_tool_result, enqueue_continuation
+from .programmatic import continue_last_turn, persist_messages, save_messages
 
 __all__ = [
-    "apply_tool_approval", "apply_tool_result", "cancel", "cancel_all", "clear", "drain", "enqueue_continuation",
-    "has_pending_interaction", "queued_instances", "recover_interrupted", "replace_messages", "reset_turn_state",
-    "save_messages", "start_drain", "submit_chat", "wait_until_stable",
+    "apply_tool_approval", "apply_tool_result", "cancel", "cancel_all", "clear", "continue_last_turn", "drain",
+    "enqueue_continuation", "has_pending_interaction", "persist_messages", "queued_instances", "recover_interrupted",
+    "replace_messages", "reset_turn_state", "save_messages", "start_drain", "submit_chat", "wait_until_stable",
 ]
 
 
@@ -61,72 +62,6 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     await fanout.publish(instance.pk, frames.chat_messages(request.messages), exclude=[origin_channel])
     await fanout.publish(instance.pk, frames.chat_messages(admitted.transcript), exclude=[origin_channel])
     start_drain(instance.pk)
-
-
-async def save_messages(instance: AgentInstance, messages: list[UIMessage | str]) -> SaveMessagesResult:
-    """Append messages and run a programmatic turn on them; return when it has finished.
-
-    The turn runs here, or on the process that holds the instance's queue (then this waits for
-    its durable status), so the result is the same wherever it ran.
-    """
-    ui_messages = [
-        {"id": new_message_id(), "role": "user", "parts": [{"type": "text", "text": m}]}
-        if isinstance(m, str) else m
-        for m in messages
-    ]
-    policy = transcript.Policy.of(registry.agent_for(instance))
-    turn, merged = await database_sync_to_async(_accept_programmatic)(instance, ui_messages, policy)
-    await fanout.publish(instance.pk, frames.chat_messages(merged))
-    await drain(instance.pk)
-    return await _wait_finished(turn.pk, turn.request_id)
-
-
-def _accept_programmatic(instance: AgentInstance, messages: list[UIMessage],
-                         policy: transcript.Policy) -> tuple[Turn, list[UIMessage]]:
-    with transaction.atomic():
-        merged = transcript.persist(instance, messages, policy=policy)
-        body, client_tools = transcript.request_context(instance)
-        turn = Turn.objects.create(
-            instance=instance, request_id=new_request_id(), kind=Turn.Kind.PROGRAMMATIC,
-            generation=AgentInstance.objects.generation_of(instance.pk), body=body, client_tools=client_tools,
-            message_ids=[m["id"] for m in messages], assistant_message_id=new_message_id(),
-        )
-    return turn, merged
-
-
-# How often a caller waiting on a turn run by another process re-reads its status (seconds).
-WAIT_POLL_SECONDS = 0.05
-
-
-async def _wait_finished(turn_pk: int, request_id: str) -> SaveMessagesResult:
-    while True:
-        turn = await Turn.objects.only("status", "error").aget(pk=turn_pk)
-        if turn.is_finished:
-            return SaveMessagesResult(request_id=request_id, status=turn.status, error=turn.error or None)
-        await asyncio.sleep(WAIT_POLL_SECONDS)
-
-
-async def cancel(instance: AgentInstance, request_id: str) -> bool:
-    """Cancel a queued or running turn by request id; False when there is no such turn."""
-    events.emit_chat(instance, events.MESSAGE_CANCEL, requestId=request_id)
-    turn = await database_sync_to_async(_mark_cancel)(instance, request_id)
-    if turn is None:
-        return False
-    if turn.status == Turn.Status.RUNNING:
-        await control.cancel_running(liveness.control_channel(turn), turn.pk)
-    return True
-
-
-def _mark_cancel(instance: AgentInstance, request_id: str) -> Turn | None:
-    active = Turn.objects.of(instance).active().filter(request_id=request_id)
-    active.update(cancel_requested=True)
-    return active.first()
-
-
-async def cancel_all(instance: AgentInstance) -> int:
-    """Cancel every queued and running turn of the instance; returns how many."""
-    request_ids = [rid async for rid in Turn.objects.of(instance).active().values_list("request_id", flat=True)]
-    return sum([await cancel(instance, rid) for rid in request_ids])
 
 
 async def clear(instance: AgentInstance, origin_channel: str) -> None:

@@ -1,4 +1,4 @@
-"""Reaching a running turn from any process: cancel it, or have it flush its stream buffer.
+"""Reaching a turn from any process: cancel it, or have it flush its stream buffer.
 
 Each process (each event loop) has one control channel on the channel layer, read by one receive
 loop that lives as long as the loop: cancelling a channels_redis ``receive()`` can lose a message
@@ -8,7 +8,8 @@ requests name the turn they are for.
 
 Two requests exist: ``turn.cancel`` aborts the turn's signal, and ``stream.flush`` (a reader
 about to replay, ``streaming.handshake``) makes the turn's writer store every chunk sent so far
-and answers the reader with the index of the last one.
+and answers the reader with the index of the last one. ``cancel`` marks a queued or running turn
+cancelled in the database (a queued one ends before it starts) and sends ``turn.cancel``.
 """
 
 import asyncio
@@ -19,11 +20,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
+from .. import events
 from ..abort import AbortSignal
+from ..models import AgentInstance, Turn
 from ..streaming.buffer import StreamWriter
 from ..streaming.handshake import FLUSH_REQUEST, FLUSHED
+from . import liveness
 
 logger = logging.getLogger("agents_app.turns")
 
@@ -123,6 +128,32 @@ async def send(channel: str | None, turn_pk: int, message: dict[str, Any]) -> No
 async def cancel_running(channel: str | None, turn_pk: int, reason: str = "Cancelled") -> None:
     """Abort a running turn wherever it runs."""
     await send(channel, turn_pk, {"type": CANCEL_EVENT, "reason": reason})
+
+
+async def cancel(instance: AgentInstance, request_id: str, reason: str | None = None) -> bool:
+    """Cancel a queued or running turn by request id; False when there is no such turn (or it ended).
+
+    Its partial reply is kept. Works wherever the turn runs.
+    """
+    events.emit_chat(instance, events.MESSAGE_CANCEL, requestId=request_id)
+    turn = await database_sync_to_async(_mark_cancel)(instance, request_id)
+    if turn is None:
+        return False
+    if turn.status == Turn.Status.RUNNING:
+        await cancel_running(liveness.control_channel(turn), turn.pk, reason or "Cancelled")
+    return True
+
+
+def _mark_cancel(instance: AgentInstance, request_id: str) -> Turn | None:
+    active = Turn.objects.of(instance).active().filter(request_id=request_id)
+    active.update(cancel_requested=True)
+    return active.first()
+
+
+async def cancel_all(instance: AgentInstance) -> int:
+    """Cancel every queued and running turn of the instance; returns how many."""
+    request_ids = [rid async for rid in Turn.objects.of(instance).active().values_list("request_id", flat=True)]
+    return sum([await cancel(instance, rid) for rid in request_ids])
 
 
 async def shutdown() -> None:

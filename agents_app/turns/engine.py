@@ -9,7 +9,9 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -22,6 +24,7 @@ from ..actions.envelopes import to_json_safe
 from ..agent import ChatAgent, ChatResponse, ChatResponseResult
 from ..messages import (
     MessageBuilder,
+    UIMessage,
     awaits_interaction,
     builder_for_reply,
     denied_parts,
@@ -74,10 +77,15 @@ async def drain(instance_pk: int) -> None:
                 break
             await database_sync_to_async(recovery.interrupt)(claim.turn)
             continue
+        if claim.deferred:
+            break  # the process the next turn belongs to claims it (``Turn.affinity``)
+        if claim.failed:
+            continue
         if claim.skipped:
             await _report_skipped(claim.turn)
             continue
         await TurnRun(claim.turn).run()
+        await _respond(instance_pk)
     # Connections parked on "a turn is coming" learn that none is (spec §2.7, pre-stream window),
     # unless the queue stopped here only because another process runs the instance's next turn.
     # The event names the newest turn it has seen, so a connection parked on a later one (whose
@@ -85,6 +93,53 @@ async def drain(instance_pk: int) -> None:
     latest = await Turn.objects.of(instance_pk).order_by("-pk").values("pk", "status").afirst()
     if latest is not None and latest["status"] not in Turn.ACTIVE_STATUSES:
         await fanout.publish_item(instance_pk, Item(event=Event.TURNS_IDLE, turn=latest["pk"]))
+
+
+# ``on_chat_response`` calls waiting to run, per event loop and instance. A turn's hook runs once
+# the turn has ended (the instance's lock is free), hooks run in the order their turns ended, and a
+# turn started from inside a hook (``save_messages`` in ``on_chat_response``) has its own hook run
+# after that one returns, never inside it (spec §4.3).
+_responses: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, deque[Response]]]" = (
+    weakref.WeakKeyDictionary())
+_responding: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[int]]" = weakref.WeakKeyDictionary()
+Response = tuple[ChatAgent, ChatResponseResult]
+
+
+def _response_queue(instance_pk: int) -> deque[Response]:
+    return _responses.setdefault(asyncio.get_running_loop(), {}).setdefault(instance_pk, deque())
+
+
+async def _respond(instance_pk: int) -> None:
+    """Run the waiting ``on_chat_response`` hooks of the instance, unless one is running already."""
+    responding = _responding.setdefault(asyncio.get_running_loop(), set())
+    if instance_pk in responding:
+        return  # a hook of this instance is running: its loop below takes the new ones in turn
+    responding.add(instance_pk)
+    queue = _response_queue(instance_pk)
+    try:
+        while queue:
+            agent, result = queue.popleft()
+            try:
+                await agent.on_chat_response(result)
+            except Exception:
+                logger.exception("on_chat_response of %s raised", agent.instance)
+    finally:
+        responding.discard(instance_pk)
+
+
+# The functions of ``save_messages(fn)`` turns queued by this process, by turn pk: each computes
+# the turn's messages from the transcript when the turn starts (``Turn.pending_messages``).
+MessageSource = Callable[[list[UIMessage]], Awaitable[list[UIMessage]]]
+_message_sources: dict[int, MessageSource] = {}
+
+
+def hold_message_source(turn_pk: int, source: MessageSource) -> None:
+    """Keep ``source`` until turn ``turn_pk`` starts here (its ``affinity`` is this process)."""
+    _message_sources[turn_pk] = source
+
+
+def drop_message_source(turn_pk: int) -> None:
+    _message_sources.pop(turn_pk, None)
 
 
 async def _report_skipped(turn: Turn) -> None:
@@ -139,6 +194,9 @@ class TurnRun:
         if turn.strategy in admission.DEFERRED_STRATEGIES and not await self._still_due():
             return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
                                       status=Turn.Status.SKIPPED)
+        if turn.pending_messages and not await self._materialize():
+            return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
+                                      status=Turn.Status.ERROR, error=turn.error)
         prepared = await database_sync_to_async(self._prepare)()
         if prepared is None:
             return ChatResponseResult(message=None, request_id=turn.request_id, continuation=True,
@@ -183,10 +241,7 @@ class TurnRun:
             request_id=turn.request_id, continuation=turn.continuation,
             status=self.status, error=self.error, attachments=self.attachments.items(),
         )
-        try:
-            await agent.on_chat_response(result)
-        except Exception:
-            logger.exception("on_chat_response of %s raised", instance)
+        _response_queue(instance.pk).append((agent, result))
         return result
 
     async def _still_due(self) -> bool:
@@ -199,6 +254,25 @@ class TurnRun:
         await database_sync_to_async(lock.finish)(self.turn, Turn.Status.SKIPPED)
         await _report_skipped(self.turn)
         return False
+
+    async def _materialize(self) -> bool:
+        """Compute the messages of a ``save_messages(fn)`` turn from the transcript as it is now, and store them.
+
+        False when it cannot run: the function raised (the turn ends with its error).
+        """
+        source = _message_sources.pop(self.turn.pk, None)
+        try:
+            if source is None:
+                raise RuntimeError("The function of this save_messages() turn is gone")
+            current = await database_sync_to_async(transcript.load)(self.turn.instance_id)
+            messages = await source(current)
+        except Exception as exc:
+            logger.exception("The messages of turn %s could not be computed", self.turn.request_id)
+            await database_sync_to_async(lock.finish)(self.turn, Turn.Status.ERROR, str(exc) or type(exc).__name__)
+            return False
+        stored = await database_sync_to_async(_store_computed)(self.turn, messages)
+        await fanout.publish(self.turn.instance_id, frames.chat_messages(stored))
+        return True
 
     def _emit_event(self, name: str, **data: Any) -> None:
         events.emit_chat(self.instance, name, requestId=self.turn.request_id, **data)
@@ -303,11 +377,14 @@ class TurnRun:
                     await self._emit({"type": "tool-output-denied", "toolCallId": part["toolCallId"]})
                 return False
             elif chunk.get("messageId"):
-                assert self.builder is not None
                 self.builder.message["id"] = chunk["messageId"]
             else:
-                assert self.builder is not None
                 chunk["messageId"] = self.builder.message["id"]
+            if self.turn.kind == Turn.Kind.CONTINUE:
+                # continue_last_turn: a reply of its own, marked as going on from the one before.
+                await self._emit(chunk)
+                await self._emit({"type": "message-metadata", "messageMetadata": {"continuation": True}})
+                return False
         elif kind == "finish":
             waiting = any(awaits_interaction(p) for p in self.builder.parts)
             chunk = rewrite_finish(chunk, "tool-calls" if waiting else "stop")
@@ -390,6 +467,15 @@ class TurnRun:
             terminal_error=(self.error or "Error") if failed else "",
         )
         lock.finish(self.turn, self.status, self.error or "")
+
+
+def _store_computed(turn: Turn, messages: list[UIMessage]) -> list[UIMessage]:
+    """Store the messages a ``save_messages(fn)`` turn computed; they are the turn's request."""
+    instance = AgentInstance.objects.get(pk=turn.instance_id)
+    stored = transcript.persist(instance, messages, policy=transcript.Policy.of(registry.agent_for(instance)))
+    turn.message_ids = request_message_ids(stored)
+    Turn.objects.filter(pk=turn.pk).update(message_ids=turn.message_ids, pending_messages=False)
+    return stored
 
 
 async def _aiter(response: Any) -> AsyncIterator[Any]:

@@ -36,6 +36,19 @@ def heartbeat(turn_pk: int) -> None:
     Turn.objects.filter(pk=turn_pk).running().update(heartbeat_at=timezone.now())
 
 
+def heartbeat_waiting(turn_pk: int) -> None:
+    """The process a queued turn has ``affinity`` to is still there, waiting for it."""
+    Turn.objects.filter(pk=turn_pk).queued().update(heartbeat_at=timezone.now())
+
+
+def affinity_alive(turn: Turn, now: datetime | None = None) -> bool:
+    """Whether the process a queued turn has ``affinity`` to is still there (it beats while it waits)."""
+    if not process_exists(turn.affinity):
+        return False
+    beat = turn.heartbeat_at or turn.created_at
+    return beat is None or beat >= (now or timezone.now()) - HEARTBEAT_STALE
+
+
 def is_alive(turn: Turn, now: datetime | None = None) -> bool:
     """Whether ``turn`` is running on a process that is still there (False once it has finished)."""
     if turn.status != Turn.Status.RUNNING or not process_exists(turn.worker):

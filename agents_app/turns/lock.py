@@ -13,6 +13,9 @@ from django.utils import timezone
 from ..models import AgentInstance, Turn
 from . import liveness
 
+# Why a queued turn with ``affinity`` to a process that is gone ends without running.
+ORPHANED_AFFINITY = "The process that queued this turn stopped before it could run"
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -20,11 +23,15 @@ class Claim:
 
     ``skipped``: a stale turn (``Turn.is_stale``), to report as skipped. ``blocked``: nothing was
     claimed because this turn runs (the caller checks whether its process is still there).
+    ``deferred``: the next turn is for another process (``Turn.affinity``), which claims it itself.
+    ``failed``: the next turn was for a process that is gone; it ended with an error.
     """
 
     turn: Turn
     skipped: bool = False
     blocked: bool = False
+    deferred: bool = False
+    failed: bool = False
 
 
 def claim_next(instance_id: int, control_channel: str) -> Claim | None:
@@ -40,6 +47,14 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
             turn = Turn.objects.of(instance_id).queued().select_related("user").first()
             if turn is None:
                 return None
+            if turn.affinity and turn.affinity != liveness.worker_label(control_channel):
+                if liveness.affinity_alive(turn):
+                    return Claim(turn, deferred=True)
+                if Turn.objects.filter(pk=turn.pk).queued().update(
+                    status=Turn.Status.ERROR, error=ORPHANED_AFFINITY, finished_at=timezone.now()
+                ):
+                    return Claim(turn, failed=True)
+                continue
             if turn.is_stale(*AgentInstance.objects.queue_state(instance_id)):
                 if Turn.objects.filter(pk=turn.pk).queued().update(
                     status=Turn.Status.SKIPPED, finished_at=timezone.now()

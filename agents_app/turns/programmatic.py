@@ -1,0 +1,166 @@
+"""Turns started from Python code: ``save_messages``, ``continue_last_turn``, ``persist_messages`` (spec §4.3).
+
+A programmatic turn queues behind the instance's other turns like any turn, runs on whichever
+process claims it, and its caller waits for its durable status, so the result is the same
+wherever it ran. Two kinds of caller state stay in the caller's process:
+
+* ``save_messages(fn)``: the function computes the messages from the transcript *when the turn
+  starts* (so it sees what was queued before it). The turn has ``affinity`` to the caller's
+  process, which claims it itself (``turns.lock`` leaves it to that process while it lives) and
+  beats for it while it waits.
+* ``signal``: an ``AbortSignal`` that cancels the turn (``turns.cancel``, from any process). One
+  aborted before the call still stores the messages but runs no model (status ``aborted``).
+"""
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias
+
+from channels.db import database_sync_to_async
+from django.db import transaction
+
+from .. import registry, transcript
+from ..abort import AbortSignal
+from ..agent import SaveMessagesResult
+from ..messages import UIMessage, new_message_id, new_request_id
+from ..models import AgentInstance, ChatMessage, Turn
+from ..protocol import frames
+from ..streaming import fanout
+from . import control, engine, liveness
+
+# Messages, or a function of the transcript (sync or async) that returns them.
+MessagesOrFunction: TypeAlias = (
+    list[UIMessage | str] | Callable[[list[UIMessage]], list[UIMessage | str] | Awaitable[list[UIMessage | str]]]
+)
+
+# How often a caller re-reads the status of the turn it waits for (seconds); a caller holding a
+# turn's function also tries to claim it that often, and beats for it every HEARTBEAT_SECONDS.
+WAIT_POLL_SECONDS = 0.05
+
+
+def as_messages(items: list[UIMessage | str]) -> list[UIMessage]:
+    """Plain strings become user text messages."""
+    return [
+        {"id": new_message_id(), "role": "user", "parts": [{"type": "text", "text": item}]}
+        if isinstance(item, str) else item
+        for item in items
+    ]
+
+
+async def save_messages(instance: AgentInstance, messages: MessagesOrFunction, *,
+                        signal: AbortSignal | None = None) -> SaveMessagesResult:
+    """Append messages (or what ``messages(transcript)`` returns when the turn starts) and run a turn.
+
+    Returns when the turn has ended: ``completed``, ``error``, ``skipped`` (a clear came first) or
+    ``aborted`` (``signal``). See the module docstring.
+    """
+    policy = transcript.Policy.of(registry.agent_for(instance))
+    if callable(messages):
+        channel = await control.channel_name()
+        turn, stored = await database_sync_to_async(_accept)(instance, [], policy, liveness.worker_label(channel))
+        engine.hold_message_source(turn.pk, _source(messages))
+    else:
+        turn, stored = await database_sync_to_async(_accept)(instance, as_messages(messages), policy, "")
+        await fanout.publish(instance.pk, frames.chat_messages(stored))
+    return await _run(instance, turn, signal)
+
+
+def _source(function: Callable[..., Any]) -> engine.MessageSource:
+    async def compute(current: list[UIMessage]) -> list[UIMessage]:
+        result = function(current)
+        return as_messages(await result if inspect.isawaitable(result) else result)
+
+    return compute
+
+
+def _accept(instance: AgentInstance, messages: list[UIMessage], policy: transcript.Policy,
+            affinity: str) -> tuple[Turn, list[UIMessage]]:
+    with transaction.atomic():
+        stored = transcript.persist(instance, messages, policy=policy) if messages else []
+        body, client_tools = transcript.request_context(instance)
+        turn = Turn.objects.create(
+            instance=instance, request_id=new_request_id(), kind=Turn.Kind.PROGRAMMATIC,
+            generation=AgentInstance.objects.generation_of(instance.pk), body=body, client_tools=client_tools,
+            message_ids=[m["id"] for m in messages], assistant_message_id=new_message_id(),
+            affinity=affinity, pending_messages=bool(affinity),
+        )
+    return turn, stored
+
+
+async def continue_last_turn(instance: AgentInstance, body: dict[str, Any] | None = None, *,
+                             signal: AbortSignal | None = None) -> SaveMessagesResult:
+    """Run the model on from the last reply, without a new user message (Think's ``continueLastTurn``).
+
+    The result is a new assistant message marked ``metadata.continuation: true`` (Think's choice;
+    AIChatAgent appends to the last reply instead). ``skipped`` with an empty request id when the
+    transcript does not end with an assistant message. ``body`` defaults to the last request's.
+    """
+    turn = await database_sync_to_async(_accept_continue)(instance, body)
+    if turn is None:
+        return SaveMessagesResult(request_id="", status=Turn.Status.SKIPPED)
+    return await _run(instance, turn, signal)
+
+
+def _accept_continue(instance: AgentInstance, body: dict[str, Any] | None) -> Turn | None:
+    with transaction.atomic():
+        last_role = ChatMessage.objects.filter(instance=instance).order_by("-position").values_list(
+            "role", flat=True).first()
+        if last_role != "assistant":
+            return None
+        stored_body, client_tools = transcript.request_context(instance)
+        return Turn.objects.create(
+            instance=instance, request_id=new_request_id(), kind=Turn.Kind.CONTINUE,
+            generation=AgentInstance.objects.generation_of(instance.pk), body=stored_body if body is None else body,
+            client_tools=client_tools, assistant_message_id=new_message_id(),
+        )
+
+
+async def persist_messages(instance: AgentInstance, messages: list[UIMessage | str]) -> list[UIMessage]:
+    """Store messages and show them to every connection; no turn runs. Returns the stored transcript."""
+    policy = transcript.Policy.of(registry.agent_for(instance))
+    stored = await database_sync_to_async(transcript.persist)(instance, as_messages(messages), policy=policy)
+    await fanout.publish(instance.pk, frames.chat_messages(stored))
+    return stored
+
+
+# Cancels started by a signal's callback (asyncio keeps only weak references to tasks).
+_cancels: set[asyncio.Task[Any]] = set()
+
+
+async def _run(instance: AgentInstance, turn: Turn, signal: AbortSignal | None) -> SaveMessagesResult:
+    """Drain the queue (the turn may run here) and wait for the turn's end, cancelling it on ``signal``."""
+
+    def on_abort() -> None:
+        task = asyncio.ensure_future(control.cancel(instance, turn.request_id, signal.reason if signal else None))
+        _cancels.add(task)
+        task.add_done_callback(_cancels.discard)
+
+    if signal is not None:
+        if signal.aborted:
+            await control.cancel(instance, turn.request_id, signal.reason)
+        else:
+            signal.add_callback(on_abort)
+    try:
+        await engine.drain(instance.pk)
+        return await _wait_finished(instance, turn)
+    finally:
+        engine.drop_message_source(turn.pk)
+        if signal is not None:
+            signal.remove_callback(on_abort)
+
+
+async def _wait_finished(instance: AgentInstance, turn: Turn) -> SaveMessagesResult:
+    loop = asyncio.get_running_loop()
+    next_beat = loop.time() + liveness.HEARTBEAT_SECONDS
+    while True:
+        current = await Turn.objects.only("status", "error").aget(pk=turn.pk)
+        if current.is_finished:
+            return SaveMessagesResult(request_id=turn.request_id, status=current.status, error=current.error or None)
+        if turn.affinity and current.status == Turn.Status.QUEUED:
+            # Only this process can run it: claim it as soon as it is the instance's next turn.
+            if loop.time() >= next_beat:
+                await database_sync_to_async(liveness.heartbeat_waiting)(turn.pk)
+                next_beat = loop.time() + liveness.HEARTBEAT_SECONDS
+            await engine.drain(instance.pk)
+        await asyncio.sleep(WAIT_POLL_SECONDS)
