@@ -24,8 +24,10 @@ if TYPE_CHECKING:
     from .agent import ChatAgent, ChatResponseResult, SaveMessagesResult
     from .concurrency import Debounce
     from .errors import AgentConfigurationError
+    from .followers import StreamCallback
     from .handles import AgentHandle
     from .hooks import ToolCall, ToolCallDecision
+    from .rpc import callable
 
 # Public name → the module that defines it.
 _EXPORTS = {
@@ -40,11 +42,13 @@ _EXPORTS = {
     "ChatResponseResult": ".agent",
     "Debounce": ".concurrency",
     "SaveMessagesResult": ".agent",
+    "StreamCallback": ".followers",
     "ToolCall": ".hooks",
     "ToolCallDecision": ".hooks",
     "TurnContext": ".actions.context",
     "TurnState": ".actions.context",
     "action": ".actions",
+    "callable": ".rpc",
 }
 
 __all__ = [
@@ -59,11 +63,13 @@ __all__ = [
     "ChatResponseResult",
     "Debounce",
     "SaveMessagesResult",
+    "StreamCallback",
     "ToolCall",
     "ToolCallDecision",
     "TurnContext",
     "TurnState",
     "action",
+    "callable",
 ]
 
 

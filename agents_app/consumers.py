@@ -11,7 +11,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from . import conf, registry, turns
+from . import conf, registry, rpc, turns
 from .errors import AgentAccessError
 from .models import AgentInstance
 from .protocol import frames, parse
@@ -83,8 +83,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 await self.answer(turns.apply_tool_result(instance, event, self.channel_name))
             case parse.ToolApproval():
                 await self.answer(turns.apply_tool_approval(instance, event, self.channel_name))
-            case parse.Ignored(type="rpc"):
-                await self.send_frame(frames.rpc_error(call_id=event.extra["id"], method=event.extra["method"]))
+            case parse.RpcCall():
+                await self.send_frame(await rpc.answer(instance, self.scope.get("user"), event))
             case parse.Ignored():
                 pass  # client state frames: this server keeps no client-writable state
 

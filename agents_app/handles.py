@@ -7,6 +7,7 @@ actions. Each is one call into the service that owns it (``turns``, ``approvals`
 works the same on any process: nothing it needs lives in memory.
 """
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,8 @@ from channels.db import database_sync_to_async
 from . import approvals, turns
 from .abort import AbortSignal
 from .agent import ChatAgent, SaveMessagesResult
-from .messages import UIMessage
+from .followers import TurnFollower, notify
+from .messages import UIMessage, new_request_id
 from .models import AgentInstance, Turn
 from .turns.programmatic import MessagesOrFunction
 
@@ -48,6 +50,35 @@ class AgentHandle:
         (a clear came first) or ``aborted``.
         """
         return await turns.save_messages(self.instance, messages, signal=signal)
+
+    async def chat(self, message: str | UIMessage | MessagesOrFunction, callback: Any, *,
+                   signal: AbortSignal | None = None, tools: Any = None) -> SaveMessagesResult:
+        """Run a turn of this agent and stream it to ``callback`` (the reference's ``chat()``, spec §4.6).
+
+        ``message`` is a user message (text or UIMessage), messages, or a function of the
+        transcript returning them (``save_messages``). ``callback`` (``StreamCallback`` or any
+        object with its methods) gets ``on_start({"request_id"})`` first, ``on_event(chunk_json)``
+        for every chunk, in order, wherever the turn runs, then ``on_done()``, ``on_error(message)``
+        or ``on_interrupted()``; an aborted turn calls none of them. A callback that raises is
+        logged and does not stop the turn. The agent's own tools run: ``tools`` is ignored.
+        """
+        if tools is not None:
+            warnings.warn("chat(): tools belong to the agent that runs the turn; the ones passed are ignored",
+                          stacklevel=2)
+        request_id = new_request_id()
+        await notify(callback, "on_start", {"request_id": request_id})
+        follower = TurnFollower(self.instance, request_id, callback)
+        async with follower.following():
+            messages = [message] if isinstance(message, str | dict) else message
+            result = await turns.save_messages(self.instance, messages, signal=signal, request_id=request_id)
+            ending = await follower.ended()
+        if result.status == Turn.Status.COMPLETED:
+            await notify(callback, "on_done")
+        elif result.status == Turn.Status.ERROR:
+            await notify(callback, "on_error", result.error or follower.error or "Error")
+        elif ending == "interrupted":
+            await notify(callback, "on_interrupted")
+        return result
 
     async def persist_messages(self, messages: list[UIMessage | str]) -> list[UIMessage]:
         """Store messages and show them to every connection, without running a turn."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic_ai import RunContext
 
-from agents_app import ChatAgent, ChatResponseResult, Debounce, TurnState
+from agents_app import ChatAgent, ChatResponseResult, Debounce, TurnState, callable
 
 # Results seen by on_chat_response, per instance name (tests read and clear it).
 RESPONSES: dict[str, list[ChatResponseResult]] = {}
@@ -225,3 +225,22 @@ class ChainAgent(ChatAgent):
         if result.status == "completed" and SUMMARY_REQUEST not in asked:
             await self.handle.save_messages([SUMMARY_REQUEST])
         calls.append(("exit", result.request_id))
+
+
+class RpcAgent(ChatAgent):
+    """Methods a client may call over the WebSocket, and one it may not."""
+
+    @callable
+    def add(self, a: int, b: int) -> int:
+        return a + b
+
+    @callable
+    async def messages_stored(self) -> int:
+        return len(await self.handle.persist_messages([]))
+
+    @callable
+    def fail(self) -> None:
+        raise ValueError("no such order")
+
+    def internal(self) -> str:
+        return "not for clients"

@@ -33,5 +33,6 @@ AGENT_CLASSES = [
     "tests.agents.StorageAgent",
     "tests.agents.OneStepAgent",
     "tests.agents.ChainAgent",
+    "tests.agents.RpcAgent",
     "tests.action_agents.ActionTestAgent",
 ]

@@ -161,11 +161,11 @@ def error(*, message: str, code: str, request_id: str | None = None) -> Frame:
     return frame
 
 
-def rpc_error(*, call_id: str | None, method: str | None) -> Frame:
-    """Answer to an RPC call: this server exposes no client-callable methods yet."""
-    return {
-        "error": f"Method {method} does not exist",
-        "id": call_id,
-        "success": False,
-        "type": "rpc",
-    }
+def rpc_result(*, call_id: str, result: Any) -> Frame:
+    """The answer to an RPC call that returned ``result`` (JSON)."""
+    return {"done": True, "id": call_id, "result": result, "success": True, "type": MessageType.RPC.value}
+
+
+def rpc_error(*, call_id: str | None, error: str) -> Frame:
+    """The answer to an RPC call that failed: ``Method X does not exist``, ``… is not callable``, or its error."""
+    return {"error": error, "id": call_id, "success": False, "type": MessageType.RPC.value}

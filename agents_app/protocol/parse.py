@@ -88,6 +88,15 @@ class ToolApproval:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RpcCall:
+    """``{"type": "rpc", "id", "method", "args"}``: a client calls a method of the agent (spec §1.2)."""
+
+    call_id: str
+    method: str
+    args: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Ignored:
     """A well-formed frame of a type this server accepts but does nothing with."""
 
@@ -104,6 +113,7 @@ InboundEvent = (
     | ResumeAck
     | ToolResult
     | ToolApproval
+    | RpcCall
     | Ignored
 )
 
@@ -263,6 +273,15 @@ def _optional_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _parse_rpc(data: dict[str, Any]) -> RpcCall:
+    kind = MessageType.RPC
+    args = data.get("args", [])
+    if not isinstance(args, list):
+        raise ProtocolError(f"{kind} 'args' must be an array", code="invalid_frame",
+                            request_id=_optional_str(data.get("id")))
+    return RpcCall(call_id=_str(data, "id", kind=kind), method=_str(data, "method", kind=kind), args=args)
+
+
 _PARSERS = {
     MessageType.USE_CHAT_REQUEST: _parse_chat_request,
     MessageType.CHAT_REQUEST_CANCEL: lambda d: Cancel(
@@ -280,10 +299,8 @@ _PARSERS = {
     ),
     MessageType.TOOL_RESULT: _parse_tool_result,
     MessageType.TOOL_APPROVAL: _parse_tool_approval,
-    # State and RPC frames of the base Agent are accepted and ignored: this server keeps no
-    # client-writable state and exposes no RPC methods yet.
+    # State frames of the base Agent are accepted and ignored: this server keeps no
+    # client-writable state.
     MessageType.STATE: lambda d: Ignored(type=MessageType.STATE),
-    "rpc": lambda d: Ignored(
-        type="rpc", extra={"id": _optional_str(d.get("id")), "method": _optional_str(d.get("method"))}
-    ),
+    MessageType.RPC: _parse_rpc,
 }

@@ -27,6 +27,8 @@ class MessageType(StrEnum):
     IDENTITY = "cf_agent_identity"
     STATE = "cf_agent_state"
     MCP_SERVERS = "cf_agent_mcp_servers"
+    # A call of an agent method, and its answer (the base Agent's, spec §1.2).
+    RPC = "rpc"
     # Our own: a frame the real client ignores (unknown types fall through to onMessage).
     ERROR = "cf_agent_error"
 

@@ -49,19 +49,22 @@ def as_messages(items: list[UIMessage | str]) -> list[UIMessage]:
 
 
 async def save_messages(instance: AgentInstance, messages: MessagesOrFunction, *,
-                        signal: AbortSignal | None = None) -> SaveMessagesResult:
+                        signal: AbortSignal | None = None, request_id: str | None = None) -> SaveMessagesResult:
     """Append messages (or what ``messages(transcript)`` returns when the turn starts) and run a turn.
 
     Returns when the turn has ended: ``completed``, ``error``, ``skipped`` (a clear came first) or
-    ``aborted`` (``signal``). See the module docstring.
+    ``aborted`` (``signal``). See the module docstring. ``request_id``: the turn's, when the caller
+    announced it already (``chat()``); a new one otherwise.
     """
     policy = transcript.Policy.of(registry.agent_for(instance))
+    request_id = request_id or new_request_id()
     if callable(messages):
         channel = await control.channel_name()
-        turn, stored = await database_sync_to_async(_accept)(instance, [], policy, liveness.worker_label(channel))
+        turn, stored = await database_sync_to_async(_accept)(
+            instance, [], policy, request_id, liveness.worker_label(channel))
         engine.hold_message_source(turn.pk, _source(messages))
     else:
-        turn, stored = await database_sync_to_async(_accept)(instance, as_messages(messages), policy, "")
+        turn, stored = await database_sync_to_async(_accept)(instance, as_messages(messages), policy, request_id, "")
         await fanout.publish(instance.pk, frames.chat_messages(stored))
     return await _run(instance, turn, signal)
 
@@ -74,13 +77,13 @@ def _source(function: Callable[..., Any]) -> engine.MessageSource:
     return compute
 
 
-def _accept(instance: AgentInstance, messages: list[UIMessage], policy: transcript.Policy,
+def _accept(instance: AgentInstance, messages: list[UIMessage], policy: transcript.Policy, request_id: str,
             affinity: str) -> tuple[Turn, list[UIMessage]]:
     with transaction.atomic():
         stored = transcript.persist(instance, messages, policy=policy) if messages else []
         body, client_tools = transcript.request_context(instance)
         turn = Turn.objects.create(
-            instance=instance, request_id=new_request_id(), kind=Turn.Kind.PROGRAMMATIC,
+            instance=instance, request_id=request_id, kind=Turn.Kind.PROGRAMMATIC,
             generation=AgentInstance.objects.generation_of(instance.pk), body=body, client_tools=client_tools,
             message_ids=[m["id"] for m in messages], assistant_message_id=new_message_id(),
             affinity=affinity, pending_messages=bool(affinity),

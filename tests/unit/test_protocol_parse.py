@@ -20,6 +20,7 @@ from agents_app.protocol.parse import (
     ReplaceMessages,
     ResumeAck,
     ResumeRequest,
+    RpcCall,
     ToolApproval,
     ToolResult,
     parse,
@@ -97,7 +98,7 @@ VALID_FRAMES: list[tuple[dict[str, Any], InboundEvent]] = [
     ({"type": "cf_agent_state", "state": {"count": 1}}, Ignored(type=MessageType.STATE)),
     (
         {"type": "rpc", "id": "6f1c2c1e-0000-4000-8000-000000000000", "method": "increment", "args": [1]},
-        Ignored(type="rpc", extra={"id": "6f1c2c1e-0000-4000-8000-000000000000", "method": "increment"}),
+        RpcCall(call_id="6f1c2c1e-0000-4000-8000-000000000000", method="increment", args=[1]),
     ),
 ]
 
@@ -279,12 +280,29 @@ def test_a_resume_probe_id_is_optional(frame: dict[str, Any], expected: str | No
 @pytest.mark.parametrize(("frame", "expected"), [
     ({"type": "cf_agent_state"}, Ignored(type="cf_agent_state")),
     ({"type": "cf_agent_state", "state": None}, Ignored(type="cf_agent_state")),
-    ({"type": "rpc"}, Ignored(type="rpc", extra={"id": None, "method": None})),
-    ({"type": "rpc", "id": 3, "method": ["x"]}, Ignored(type="rpc", extra={"id": None, "method": None})),
-    ({"type": "rpc", "id": "u1", "method": "ping"}, Ignored(type="rpc", extra={"id": "u1", "method": "ping"})),
 ])
-def test_state_and_rpc_frames_are_ignored(frame: dict[str, Any], expected: Ignored) -> None:
+def test_state_frames_are_ignored(frame: dict[str, Any], expected: Ignored) -> None:
     assert parse(encode(frame), max_bytes=MAX) == expected
+
+
+@pytest.mark.parametrize(("frame", "expected"), [
+    ({"type": "rpc", "id": "u1", "method": "ping"}, RpcCall(call_id="u1", method="ping", args=[])),
+    ({"type": "rpc", "id": "u2", "method": "add", "args": [1, {"a": 2}]},
+     RpcCall(call_id="u2", method="add", args=[1, {"a": 2}])),
+])
+def test_rpc_calls_carry_their_id_method_and_args(frame: dict[str, Any], expected: RpcCall) -> None:
+    assert parse(encode(frame), max_bytes=MAX) == expected
+
+
+@pytest.mark.parametrize(("frame", "code", "request_id"), [
+    ({"type": "rpc"}, "missing_field", None),
+    ({"type": "rpc", "id": 3, "method": "x"}, "missing_field", None),
+    ({"type": "rpc", "id": "u1"}, "missing_field", None),
+    ({"type": "rpc", "id": "u1", "method": "x", "args": {"a": 1}}, "invalid_frame", "u1"),
+], ids=["empty", "numeric-id", "no-method", "args-object"])
+def test_malformed_rpc_calls_are_refused(frame: dict[str, Any], code: str, request_id: str | None) -> None:
+    error = refusal(encode(frame))
+    assert (error.code, error.request_id) == (code, request_id)
 
 
 # ------------------------------------------------------------------------------------ size
