@@ -437,3 +437,7 @@ class LedgerEntryAdmin(EngineRecordAdmin):
     def result_pretty(self, obj: LedgerEntry) -> str:
         """The stored ``{"valuePresent", "value"}`` result, decoded (empty while pending)."""
         return pretty_json(json.loads(obj.result_json)) if obj.result_json else "-"
+
+
+# Scheduled prompts have an admin module of their own; importing it registers it.
+from . import schedule_admin  # noqa: E402, F401 - registers the scheduled prompts' admin (its own module)

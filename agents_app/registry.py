@@ -52,6 +52,11 @@ def agent_for(instance: AgentInstance) -> ChatAgent:
     return get_agent_class(instance.slug)(instance)
 
 
+def is_valid_instance_name(name: str) -> bool:
+    """Whether ``name`` may name an instance (a URL path segment: no slash, no space, ≤ 200 characters)."""
+    return bool(_NAME_RE.match(name))
+
+
 def can_open(instance: AgentInstance, user: Any, agent_class: type[ChatAgent]) -> bool:
     """The one access rule: the owner, staff, or anyone authenticated when the class is shared."""
     if not getattr(user, "is_authenticated", False):
@@ -70,7 +75,7 @@ def open_instance(slug: str, name: str, user: Any) -> AgentInstance:
     agent_class = get_agent_class(slug)
     if not getattr(user, "is_authenticated", False):
         raise NotAuthenticated("Log in to talk to an agent")
-    if not _NAME_RE.match(name):
+    if not is_valid_instance_name(name):
         raise UnknownAgent(f"Invalid instance name {name!r}")
     instance, _ = AgentInstance.objects.get_or_create(slug=slug, name=name, defaults={"owner": user})
     if not can_open(instance, user, agent_class):

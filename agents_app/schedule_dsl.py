@@ -287,10 +287,10 @@ class ScheduledTaskContext:
 
 
 def scheduled_occurrence(messages: Any) -> dict[str, Any] | None:
-    """The schedule metadata of the turn's prompt, when a schedule posted it; else None.
+    """The schedule metadata of the turn's prompt (UIMessages), when a schedule posted it; else None.
 
-    For actions: ``scheduled_occurrence(ctx.messages)["idempotencyKey"]`` is the occurrence's key,
-    the same on every retry of the run.
+    For actions: ``scheduled_occurrence(ctx.agent.messages)["idempotencyKey"]`` is the occurrence's
+    key, the same on every retry of the run (``ctx.agent.messages``: the turn's transcript).
     """
     last_user = next((m for m in reversed(list(messages)) if m.get("role") == "user"), None)
     metadata = (last_user or {}).get("metadata") or {}

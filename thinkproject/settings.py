@@ -5,6 +5,7 @@ that runs the whole system on one machine with no configuration (see README "Con
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -36,7 +37,6 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
-    "django_celery_beat",
     "agents_app",
     "agents_app.demo",
 ]
@@ -135,10 +135,27 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "0") == "1"
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Celery beat's own schedule is this code (below), kept by beat in a file under VAR_DIR: system
+# tasks are not rows an operator could edit. Operators' scheduled prompts are agents_app rows,
+# which the "agents-run-due-schedules" task runs (README "Scheduled prompts").
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Seconds between two claims of due scheduled prompts (default 5): how late a run may start.
+AGENT_SCHEDULE_TICK_SECONDS = float(os.environ.get("AGENT_SCHEDULE_TICK_SECONDS", "5"))
 # Periodic maintenance (Celery beat): every minute, run turns no process picked up and finalise
 # turns whose process died; every five minutes, drop expired stream buffers.
 CELERY_BEAT_SCHEDULE = {
+    # Claim the scheduled prompts that are due and queue their runs. A tick that waited longer
+    # than the next one is dropped (the next claims everything due by then).
+    "agents-run-due-schedules": {
+        "task": "agents_app.run_due_schedules",
+        "schedule": timedelta(seconds=AGENT_SCHEDULE_TICK_SECONDS),
+        "options": {"expires": AGENT_SCHEDULE_TICK_SECONDS},
+    },
+    # Bring the schedules agents declare in code (get_scheduled_tasks) in line with the code.
+    "agents-sync-declared-schedules": {
+        "task": "agents_app.sync_declared_schedules",
+        "schedule": crontab(minute="*/10"),
+    },
     "agents-drain-stalled-instances": {
         "task": "agents_app.drain_stalled_instances",
         "schedule": crontab(minute="*"),

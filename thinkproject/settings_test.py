@@ -12,6 +12,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 # No Celery worker in-process: the turn after an approval decision runs in the deciding call.
 AGENT_APPROVAL_CONTINUATION = "inline"
+# No Celery worker in-process either: a claimed scheduled run runs in the call that claimed it.
+AGENT_SCHEDULE_RUNS = "inline"
 AGENT_CLASSES = [
     "agents_app.demo.agents.DemoAgent",
     "tests.agents.BodyEchoAgent",
@@ -34,5 +36,6 @@ AGENT_CLASSES = [
     "tests.agents.OneStepAgent",
     "tests.agents.ChainAgent",
     "tests.agents.RpcAgent",
+    "tests.agents.ScheduledAgent",
     "tests.action_agents.ActionTestAgent",
 ]

@@ -86,7 +86,8 @@ def test_cron_expressions_with_or_without_a_zone() -> None:
     ("Every 2 Hour", {}, 'Use plural unit for "Every 2 Hour"'),
     ("every 5 minutes in Europe/Oslo", {}, "Interval schedules cannot specify a timezone"),
     ("every 5 minutes", {"timezone": "UTC"}, "Interval schedules cannot specify a timezone"),
-    ("every day at 09:00", {}, 'Wall-clock schedule "every day at 09:00" requires a timezone or get_default_timezone()'),
+    ("every day at 09:00", {}, 'Wall-clock schedule "every day at 09:00" requires a timezone or '
+                               "get_default_timezone()"),
     ("every weekday at 08:30", {}, 'Wall-clock schedule "every weekday at 08:30" requires a timezone or '
                                    "get_default_timezone()"),
     ("every day at 24:00", {"timezone": "UTC"}, 'Invalid schedule time "24:00"; expected HH:mm'),
@@ -115,7 +116,8 @@ def test_error_messages(raw: str, kwargs: dict[str, str], message: str) -> None:
 
 def test_a_wall_clock_schedule_is_checked_for_a_zone_before_its_shape() -> None:
     """As the reference: with no zone anywhere, any non-interval text asks for one first."""
-    assert error_of("daily at nine") == 'Wall-clock schedule "daily at nine" requires a timezone or get_default_timezone()'
+    assert error_of("daily at nine") == ('Wall-clock schedule "daily at nine" requires a timezone or '
+                                         "get_default_timezone()")
     assert error_of("daily at nine", timezone="UTC") == 'Unsupported schedule DSL "daily at nine"'
 
 
