@@ -491,6 +491,7 @@ class ScheduleRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "scheduled run"
         ordering = ["-scheduled_for", "-id"]
         constraints = [
             # The occurrence key first: the ticker reads back its own claims by key.

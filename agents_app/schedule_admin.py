@@ -279,7 +279,7 @@ class ScheduleAdmin(OperatorOnly):
     @admin.display(description="next run", ordering="next_run_at")
     def next_run(self, obj: Schedule) -> str:
         if not obj.enabled:
-            return format_html("<span class='schedule-paused'>paused</span>")
+            return format_html("<span class='schedule-paused'>{}</span>", "paused")
         return local_time(obj.next_run_at, obj.spec.get("timezone"))
 
     @admin.display(description="last run")
