@@ -538,7 +538,10 @@ def on_instance_saved(sender: type[AgentInstance], instance: AgentInstance, crea
     """A new instance gets the schedules its class declares at once (``post_save`` receiver)."""
     if not created or raw:
         return
-    agent_class = registry.agent_classes().get(instance.slug)
+    try:
+        agent_class = registry.agent_classes().get(instance.slug)
+    except AgentConfigurationError:  # AGENT_CLASSES is broken: system check E001 says how
+        return
     if agent_class is not None and agent_class.get_scheduled_tasks is not ChatAgent.get_scheduled_tasks:
         sync_declared(instance=instance)
 

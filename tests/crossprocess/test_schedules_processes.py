@@ -11,7 +11,6 @@ as a broker redelivering after a lost acknowledgement would: nothing runs twice.
 import json
 import sqlite3
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import psycopg
 import pytest
 from celery import Celery
 
-from tests.support.live import LiveStack, PostgresServer, RedisServer
+from tests.support.live import LiveStack, RedisServer
 
 pytestmark = pytest.mark.crossprocess
 
@@ -49,17 +48,6 @@ Schedule.objects.filter(name="due").update(enabled=True, next_run_at=now)
 Schedule.objects.filter(name="missed").update(enabled=True, next_run_at=now - timedelta(hours=5))
 print(now.isoformat())
 """
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'schedules.sqlite3'}"
-    server: PostgresServer = request.getfixturevalue("postgres")
-    name = f"schedules_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server.url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return server.url.rsplit("/", 1)[0] + f"/{name}"
 
 
 def sql_reader(database: str) -> Callable[[str], list[tuple[Any, ...]]]:
