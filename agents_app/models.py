@@ -439,7 +439,7 @@ class Schedule(models.Model):
         indexes = [models.Index(fields=["next_run_at"], condition=Q(enabled=True), name="schedule_due")]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.instance_id})"
+        return f"{self.name} on {self.instance}"
 
 
 class ScheduleRun(models.Model):

@@ -130,7 +130,7 @@ class RecentRunsFormSet(BaseInlineFormSet):
 class ScheduleRunInline(admin.TabularInline):
     model = ScheduleRun
     formset = RecentRunsFormSet
-    fields = ["scheduled", "trigger", "status_badge", "started_at", "finished_at", "links", "error"]
+    fields = ["scheduled", "trigger", "status_badge", "started", "finished", "links", "error"]
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -143,6 +143,14 @@ class ScheduleRunInline(admin.TabularInline):
     @admin.display(description="status")
     def status_badge(self, run: ScheduleRun) -> str:
         return status_label(run)
+
+    @admin.display(description="started")
+    def started(self, run: ScheduleRun) -> str:
+        return local_time(run.started_at, run.schedule.spec.get("timezone"))
+
+    @admin.display(description="finished")
+    def finished(self, run: ScheduleRun) -> str:
+        return local_time(run.finished_at, run.schedule.spec.get("timezone"))
 
     @admin.display(description="turn")
     def links(self, run: ScheduleRun) -> str:

@@ -666,7 +666,9 @@ def system_tasks() -> list[dict[str, str]]:
 
 
 def _describe(schedule: Any) -> str:
+    """``every 5 s`` for an interval, ``cron 17 * * * *`` for a Celery crontab."""
     if isinstance(schedule, timedelta):
-        return f"every {int(schedule.total_seconds())} s"
-    return str(schedule).removeprefix("<").removesuffix(">")
+        return f"every {schedule.total_seconds():g} s"
+    fields = str(schedule).removeprefix("<crontab: ").removesuffix(" (m/h/dM/MY/d)>")
+    return f"cron {fields}"
 
