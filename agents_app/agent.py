@@ -38,6 +38,7 @@ from .tools import ApprovalGate, ToolPolicy, client_tools_from_schemas, compile_
 if TYPE_CHECKING:
     from .handles import AgentHandle
     from .models import AgentInstance
+    from .schedules import ScheduledTask
 
 # What on_chat_message may return: UI message chunks (dicts), plain-text pieces (str), a whole
 # plain-text reply, or None for "no response".
@@ -311,7 +312,7 @@ class ChatAgent:
     async def on_chat_response(self, result: ChatResponseResult) -> None:
         """Called after each turn's reply is persisted (errors are logged, never raised)."""
 
-    def get_scheduled_tasks(self) -> dict[str, Any]:
+    def get_scheduled_tasks(self) -> "dict[str, ScheduledTask]":
         """Tasks this instance runs on a schedule (spec §4.7): ``{task_id: {"schedule", "prompt" | "handler", ...}}``.
 
         ``schedule`` is the schedule language (``"every day at 09:00"``, ``"every weekday at 08:30
