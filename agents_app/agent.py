@@ -29,6 +29,7 @@ from .actions import Action, call_maybe_async, compile_actions
 from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext, TurnState
 from .actions.envelopes import missing_permission_message
 from .actions.pipeline import action_tool, needs_approval
+from .chat_recovery import ChatRecovery, ChatRecoveryContext
 from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
 from .messages import UIMessage
@@ -143,6 +144,11 @@ class ChatAgent:
       after each write (default None: all). Storage only: a turn's model sees what it loaded.
     * ``max_steps``: model requests per turn (tool loops); the turn then ends cleanly, with its
       reply saved. None: ``AGENT_MAX_STEPS``.
+    * ``chat_recovery``: how a turn cut by a crash or a stalled stream is recovered: a
+      ``ChatRecovery`` (or a dict of its fields); ``True``/``False`` mean the defaults, as
+      recovery is always on (``agents_app.chat_recovery``).
+    * ``chat_stream_stall_timeout``: seconds without a chunk from the model after which the
+      stream is cut and recovered (0, the default: never).
     """
 
     shared: ClassVar[bool] = False
@@ -151,6 +157,8 @@ class ChatAgent:
     message_concurrency: ClassVar[MessageConcurrency] = "queue"
     max_persisted_messages: ClassVar[int | None] = None
     max_steps: ClassVar[int | None] = None
+    chat_recovery: ClassVar[ChatRecovery | dict[str, Any] | bool] = True
+    chat_stream_stall_timeout: ClassVar[float] = 0
 
     def __init__(self, instance: "AgentInstance") -> None:
         self.instance = instance
@@ -310,6 +318,20 @@ class ChatAgent:
 
     async def on_chat_response(self, result: ChatResponseResult) -> None:
         """Called after each turn's reply is persisted (errors are logged, never raised)."""
+
+    async def on_chat_recovery(self, ctx: ChatRecoveryContext) -> dict[str, bool] | None:
+        """Decide what a recovery attempt of an interrupted turn does (spec §4.5).
+
+        Return ``{"persist": False}`` to drop the partial reply (settled tool results are kept
+        anyway) and ``{"continue": False}`` to stop there instead of re-running or continuing
+        the turn. The default, ``{}``, keeps the partial and carries on. ``ctx.recovery_data``
+        is what the cut turn passed to ``stash()``. A raise ends the recovery as failed.
+        """
+        return {}
+
+    async def stash(self, data: Any) -> None:
+        """Keep ``data`` (JSON) with the running turn: ``on_chat_recovery`` gets it if the turn is cut."""
+        await self.turn.stash(data)
 
     # --- the default model turn -----------------------------------------------------------------
     def build_pydantic_agent(self) -> Agent[TurnState[Any], Any]:

@@ -39,6 +39,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.send_frame(frames.error(message=str(exc), code=type(exc).__name__))
             await self.close(code=int(exc.close_code))
             return
+        # The first connection of this process looks for turns a crash left running.
+        turns.sweep_on_startup()
         await self.channel_layer.group_add(fanout.group_name(self.instance.pk), self.channel_name)
         self.resume = ResumeDriver(self.instance, self.channel_name, self.send_frame, self.send_text)
         # An active or coming stream is announced first, before identity (cf-golden-frames R1).

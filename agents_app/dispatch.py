@@ -12,6 +12,8 @@ from celery import current_app
 
 # The turn that follows a staff decision: ``approvals.conclude`` on a worker.
 CONCLUDE_DECISION = "agents_app.conclude_decision"
+# Run an instance's queued turns on a worker (a recovery attempt, ``turns.run_recovery``).
+DRAIN_INSTANCE = "agents_app.drain_instance"
 
 
 async def enqueue(task_name: str, *args: Any) -> None:

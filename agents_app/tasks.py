@@ -8,10 +8,11 @@ from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync
 from celery import shared_task
+from celery.signals import worker_ready
 
 from . import approvals, dispatch, ledger, registry, turns
 from .streaming import buffer
-from .turns import control
+from .turns import control, recovery
 
 T = TypeVar("T")
 
@@ -64,8 +65,27 @@ def sweep_stream_buffers() -> dict[str, int]:
 
 @shared_task(name="agents_app.recover_interrupted_turns")
 def recover_interrupted_turns() -> dict[str, int]:
-    """Finalise turns whose process died, and run what was queued behind them (``turns.recovery``)."""
+    """Cut turns whose process died and recover them on this worker (``turns.recovery``)."""
     return {"recovered": run_async(turns.recover_interrupted)}
+
+
+@worker_ready.connect
+def recover_on_start(sender: Any = None, **kwargs: Any) -> None:
+    """A worker that starts looks for turns a crash left running (the machine may have rebooted)."""
+    recover_interrupted_turns.delay()
+
+
+@shared_task(name=dispatch.DRAIN_INSTANCE)
+def drain_instance(instance_pk: int) -> dict[str, int]:
+    """Run the instance's queued turns here: a recovery attempt, and whatever waits behind it."""
+    run_async(turns.drain, instance_pk)
+    return {"instance": instance_pk}
+
+
+@shared_task(name="agents_app.sweep_recovery_incidents")
+def sweep_recovery_incidents() -> dict[str, int]:
+    """Remove recovery incidents that ended a week ago (``turns.recovery.sweep_expired``)."""
+    return {"deleted": recovery.sweep_expired()}
 
 
 @shared_task(name="agents_app.sweep_action_ledger")

@@ -136,8 +136,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "0") == "1"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
-# Periodic maintenance (Celery beat): every minute, run turns no process picked up and finalise
-# turns whose process died; every five minutes, drop expired stream buffers.
+# Periodic maintenance (Celery beat): every minute, run turns no process picked up; every
+# AGENT_RECOVERY_SWEEP_SECONDS (10), cut and recover turns whose process died (a turn's lease is
+# 15 s, so a crash on another host is found within 25 s, one on the same host at the next sweep);
+# every five minutes, drop expired stream buffers.
 CELERY_BEAT_SCHEDULE = {
     "agents-drain-stalled-instances": {
         "task": "agents_app.drain_stalled_instances",
@@ -145,7 +147,12 @@ CELERY_BEAT_SCHEDULE = {
     },
     "agents-recover-interrupted-turns": {
         "task": "agents_app.recover_interrupted_turns",
-        "schedule": crontab(minute="*"),
+        "schedule": float(os.environ.get("AGENT_RECOVERY_SWEEP_SECONDS", "10")),
+    },
+    # Hourly, drop recovery incidents that ended a week ago (the admin shows them until then).
+    "agents-sweep-recovery-incidents": {
+        "task": "agents_app.sweep_recovery_incidents",
+        "schedule": crontab(minute=41),
     },
     "agents-sweep-stream-buffers": {
         "task": "agents_app.sweep_stream_buffers",

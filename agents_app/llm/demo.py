@@ -21,8 +21,9 @@ A system note (``<system>…</system>``, e.g. the outcome of an approval whose t
 compacted away) is acknowledged as ``(demo model, offline) Noted: …``, never acted on.
 
 After tool results come back it summarises them: ``get_weather returned Sunny in Oslo.``; asked
-to go on with nothing new from the user (a continuation after an approval decided later), it
-summarises the latest results again, as they read now, or, with none, says it goes on
+to go on with nothing new from the user, it sends the rest of a text reply that was cut short
+(the recovery of a crashed turn), or summarises the latest results again, as they read now (a
+continuation after an approval decided later), or, with neither, says it goes on
 (``continue_last_turn``).
 """
 
@@ -110,9 +111,12 @@ def plan(messages: list[ModelMessage], info: AgentInfo, default_delay: float) ->
     last = messages[-1]
     parts = list(last.parts) if isinstance(last, ModelRequest) else []
     if not parts:
-        # Nothing new from the user: a continuation after a tool result changed (an approval
-        # decided later). Summarise the latest results again, as they read now; with none,
-        # just go on (continue_last_turn after a plain reply).
+        # Nothing new from the user. A reply cut mid-text (crash recovery) goes on with the words
+        # it had not sent; a continuation after a tool result changed (an approval decided
+        # later) summarises the latest results again, as they read now; with none, it just
+        # goes on (continue_last_turn after a plain reply).
+        if (rest := _rest_of_cut_reply(messages, info, default_delay)) is not None:
+            return rest
         parts = next((list(m.parts) for m in reversed(messages) if isinstance(m, ModelRequest) and any(
             isinstance(p, ToolReturnPart | RetryPromptPart) for p in m.parts)), [])
         if not parts:
@@ -154,6 +158,21 @@ def plan(messages: list[ModelMessage], info: AgentInfo, default_delay: float) ->
             args = json.dumps(_synth_args(tool.parameters_json_schema))
             return Plan(calls=[(name, args, f"demo_{turn}_0")])
     return Plan(words=re.findall(r"\S+\s*", ECHO_PREFIX + (prompt or "nothing")), delay=default_delay)
+
+
+def _rest_of_cut_reply(messages: list[ModelMessage], info: AgentInfo, default_delay: float) -> Plan | None:
+    """What a text reply cut short (its text a prefix of the whole) had left to say, or None."""
+    if len(messages) < 3 or not isinstance(messages[-2], ModelResponse):
+        return None
+    cut = messages[-2].parts
+    if not cut or not all(isinstance(p, TextPart) for p in cut):
+        return None
+    sent = "".join(p.content for p in cut if isinstance(p, TextPart))
+    whole = plan(messages[:-2], info, default_delay)
+    full = "".join(whole.words)
+    if whole.calls or whole.fail or not full.startswith(sent) or len(full) == len(sent):
+        return None
+    return Plan(words=re.findall(r"\S+\s*|\s+", full[len(sent):]), delay=whole.delay)
 
 
 def build_demo_model(delay: float = 0.0) -> FunctionModel:

@@ -540,8 +540,13 @@ async def test_recovering_an_interrupted_turn_leaves_a_parked_pause_approvable(u
     assert await pending_ids() == [call.execution_id]
     assert probe("rec").pause_count == 0
     assert (await call.part())["output"] == paused(call.execution_id)
+    # One recovery attempt ran: it re-ran the request, or went on with the partial reply.
+    attempt = await Turn.objects.aget(kind=Turn.Kind.RECOVERY)
+    assert (attempt.status, attempt.continuation) == (Turn.Status.COMPLETED, bool(partial))
     if partial:
-        assert texts((await call.messages())[-1]) == [partial]
+        last = (await call.messages())[-1]
+        assert last["id"] == "m-partial"
+        assert "".join(texts(last)).startswith(partial)
 
     assert await call.approve() == "paused-exec: world"
     assert probe("rec").pause_count == 1
