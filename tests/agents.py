@@ -2,13 +2,24 @@
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
+from pydantic import BaseModel
 from pydantic_ai import RunContext
 
-from agents_app import ChatAgent, ChatRecoveryContext, ChatResponseResult, Debounce, TurnState, callable
+from agents_app import (
+    ActionContext,
+    ChatAgent,
+    ChatRecoveryContext,
+    ChatResponseResult,
+    Debounce,
+    TurnState,
+    action,
+    callable,
+)
 
 # Results seen by on_chat_response, per instance name (tests read and clear it).
 RESPONSES: dict[str, list[ChatResponseResult]] = {}
@@ -300,3 +311,33 @@ class StallAgent(ChatAgent):
             yield {"type": "finish", "finishReason": "stop"}
 
         return chunks()
+
+
+async def slow_tool(seconds: float = 20) -> str:
+    """Waits, then answers: a tool call long enough for a crash to cut."""
+    await asyncio.sleep(seconds)
+    return f"waited {seconds} s"
+
+
+class SlowRefundInput(BaseModel):
+    order_id: str
+    seconds: float = 20
+
+
+async def slow_refund(input: SlowRefundInput, ctx: ActionContext) -> dict[str, str]:
+    """The side effect (a line in the file ``CRASH_EFFECTS`` names), then a wait a crash can cut."""
+    with open(os.environ["CRASH_EFFECTS"], "a") as effects:
+        effects.write(f"{input.order_id} {os.getpid()}\n")
+    await asyncio.sleep(input.seconds)
+    return {"refunded": input.order_id}
+
+
+class CrashAgent(ChatAgent):
+    """The demo model with a slow tool and a slow keyed action, for the kill -9 tests."""
+
+    def get_tools(self) -> list[Any]:
+        return [slow_tool]
+
+    def get_actions(self) -> dict[str, Any]:
+        return {"slow_refund": action(description="Refund an order, slowly", input_schema=SlowRefundInput,
+                                      execute=slow_refund, idempotency_key=lambda input, ctx: input.order_id)}

@@ -13,6 +13,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from .. import conf, dispatch, events, registry, transcript
 from ..messages import UIMessage, awaits_interaction, request_message_ids
@@ -137,14 +138,18 @@ def queued_instances() -> list[int]:
 
 
 async def recover_interrupted(*, now: datetime | None = None, here: bool = True) -> int:
-    """Cut every running turn whose process is gone and run its recovery and what is queued behind it.
+    """Cut every running turn whose process is gone and run its recovery and what is queued behind it
+    (and recovery attempts left unclaimed, their process having died before it could run them).
 
     ``here``: in this process (the beat sweep, on a worker); otherwise where ``AGENT_RECOVERY``
     says. Returns how many turns this process cut.
     """
+    now = now or timezone.now()
     cuts = await recovery.recover_interrupted(now=now)
-    for instance_pk in dict.fromkeys(cut.turn.instance_id for cut in cuts):
-        await (drain(instance_pk) if here else run_recovery(instance_pk))
+    instances = dict.fromkeys(cut.turn.instance_id for cut in cuts)
+    instances.update(dict.fromkeys(await database_sync_to_async(recovery.unclaimed_attempts)(now)))
+    # Side by side: one slow recovery must not hold up the others.
+    await asyncio.gather(*(drain(pk) if here else run_recovery(pk) for pk in instances))
     return len(cuts)
 
 

@@ -444,6 +444,10 @@ class TurnRun:
             chunk = rewrite_finish(chunk, "tool-calls" if waiting else "stop")
             await self._emit_attachments()
         await self._emit(chunk)
+        if kind == "tool-input-available":
+            # A tool or action runs next: its call is stored first, so a crash while it runs
+            # leaves the call for recovery to answer (``turns.recovery``), not a lost reply.
+            await self.writer.flush()
         if kind == "tool-approval-request" or (kind == "tool-output-available" and "approvalDescriptor" in chunk):
             # Stored at once, so a page reloaded before the turn ends shows Approve / Reject, and
             # a parked call decided in the admin at once finds its part.

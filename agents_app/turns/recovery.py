@@ -206,6 +206,17 @@ async def recover_stream(stream_pk: int) -> Cut | None:
     return await recover(turn)
 
 
+# A queued recovery attempt that nobody has claimed for this long is run by the next sweep (the
+# process that was to run it may have died first).
+UNCLAIMED_ATTEMPT = timedelta(seconds=5)
+
+
+def unclaimed_attempts(now: datetime) -> list[int]:
+    """Instances whose recovery attempt has waited in the queue for ``UNCLAIMED_ATTEMPT``."""
+    return list(Turn.objects.queued().filter(kind=Turn.Kind.RECOVERY, created_at__lt=now - UNCLAIMED_ATTEMPT)
+                .values_list("instance_id", flat=True).distinct())
+
+
 def interrupted(now: datetime) -> list[Turn]:
     """Running turns whose process is gone."""
     return [turn for turn in Turn.objects.running() if not liveness.is_alive(turn, now)]
