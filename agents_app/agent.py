@@ -130,7 +130,8 @@ class ChatAgent:
 
     Class attributes (``None`` means "use the setting"):
 
-    * ``shared``: any logged-in user may open any instance (default: owner and staff only).
+    * ``shared``: one global namespace of instances that every logged-in user opens (default:
+      each user has their own instance names, which only they and staff open).
     * ``model``: a model string overriding ``AGENT_MODEL`` for this class.
     * ``system_prompt``: the instructions given to the model.
     """
@@ -159,11 +160,18 @@ class ChatAgent:
 
     @classmethod
     async def aget(cls, name: str = DEFAULT_INSTANCE_NAME, *, owner: Any = None) -> "AgentHandle":
-        """A handle on instance ``name`` of this class (created on first use, owned by ``owner``)."""
+        """A handle on instance ``name`` in ``owner``'s namespace (created on first use, owned by them).
+
+        ``owner=None`` is the global namespace: conversations that belong to no user (scheduled
+        prompts, agents talking to agents), which only staff open in the chat (``?owner=``). A
+        shared class has only the global namespace, so its instances never have an owner.
+        """
         from .models import AgentInstance  # agent modules import this one before apps are ready
 
+        if cls.shared and owner is not None:
+            raise ValueError(f"{cls.__name__} is shared: its instances have no owner; call aget(name)")
         instance, _ = await database_sync_to_async(AgentInstance.objects.get_or_create)(
-            slug=cls.slug(), name=name, defaults={"owner": owner}
+            slug=cls.slug(), name=name, owner=owner
         )
         return _handle(cls, instance)
 

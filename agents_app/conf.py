@@ -47,6 +47,9 @@ DEFAULTS: dict[str, Any] = {
     # reacts with nobody connected, whichever process decided) or "inline" (in the deciding
     # call, before it returns: single-process setups and the in-process test suite).
     "AGENT_APPROVAL_CONTINUATION": "celery",
+    # How long a message sent over the REST API with ``wait=true`` waits for its reply, in seconds
+    # (default 30); a reply still running then is answered with its status (202), not an error.
+    "AGENT_API_WAIT_TIMEOUT": 30.0,
 }
 
 

@@ -12,8 +12,19 @@ from celery import current_app
 
 # The turn that follows a staff decision: ``approvals.conclude`` on a worker.
 CONCLUDE_DECISION = "agents_app.conclude_decision"
+# The queued turns of an instance (a message sent over HTTP): ``turns.drain`` on a worker.
+DRAIN_INSTANCE = "agents_app.drain_instance"
+
+
+def send(task_name: str, *args: Any) -> None:
+    """Queue task ``task_name`` with ``args`` (ids, never objects) for a worker.
+
+    With ``CELERY_TASK_ALWAYS_EAGER`` (the in-process test suite) the task runs here, before this
+    returns, as Celery runs any eager task.
+    """
+    current_app.signature(task_name, args=args).delay()
 
 
 async def enqueue(task_name: str, *args: Any) -> None:
-    """Queue task ``task_name`` with ``args`` (ids, never objects) for a worker."""
-    await sync_to_async(current_app.send_task)(task_name, args=args)
+    """``send`` from async code."""
+    await sync_to_async(send)(task_name, *args)

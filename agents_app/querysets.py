@@ -7,6 +7,7 @@ Managers built from these querysets are attached in ``models``; this module impo
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
+from django.utils import timezone
 
 if TYPE_CHECKING:
     from .models import AgentInstance
@@ -16,6 +17,14 @@ class AgentInstanceQuerySet(models.QuerySet[Any]):
     def generation_of(self, instance_pk: int) -> int:
         """The instance's clear generation now: turns accepted in an older one are stale."""
         return int(self.values_list("generation", flat=True).get(pk=instance_pk))
+
+    def touch(self, instance_pk: int) -> None:
+        """Mark the conversation changed now (``updated_at``).
+
+        One UPDATE, because the engine's other writes to the row are UPDATEs too, which skip
+        ``auto_now``.
+        """
+        self.filter(pk=instance_pk).update(updated_at=timezone.now())
 
 
 class TurnQuerySet(models.QuerySet[Any]):

@@ -10,23 +10,22 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.db.models import QuerySet
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import APIException, NotAuthenticated, NotFound, PermissionDenied
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import approvals, registry, transcript
-from agents_app.errors import UnknownAgent
+from agents_app import approvals, errors, registry, transcript
+from agents_app.errors import AgentAccessError
 from agents_app.models import AgentInstance, PendingApproval
 
-from .permissions import CanApproveActions, IsInstanceOwnerOrStaff
+from .permissions import CanApproveActions
 from .serializers import (
     ApprovalFilterSerializer,
     DecisionErrorSerializer,
@@ -130,17 +129,15 @@ class InstanceMessagesView(APIView):
     """
 
     authentication_classes = AUTHENTICATION_CLASSES
-    permission_classes = [IsAuthenticated, IsInstanceOwnerOrStaff]
+    permission_classes = [IsAuthenticated]
 
     def get_instance(self, slug: str, name: str) -> AgentInstance:
-        """The existing instance ``slug/name``, if the caller may read it; 404 before 403."""
+        """The existing instance the address names for the caller (``registry.find_instance``)."""
         try:
-            registry.get_agent_class(slug)
-        except UnknownAgent as exc:
-            raise NotFound(str(exc)) from exc
-        instance = get_object_or_404(AgentInstance, slug=slug, name=name)
-        self.check_object_permissions(self.request, instance)
-        return instance
+            return registry.find_instance(slug, name, self.request.user,
+                                          self.request.query_params.get(registry.OWNER_PARAMETER))
+        except AgentAccessError as exc:
+            raise api_error(exc) from exc
 
     @extend_schema(
         summary="Transcript of an agent instance (UIMessages in order)",
@@ -150,9 +147,18 @@ class InstanceMessagesView(APIView):
                 {"type": "array", "items": {"type": "object", "additionalProperties": True}},
                 "The instance's UIMessages, ordered by position.",
             ),
-            403: OpenApiResponse(description="The instance belongs to another user."),
+            403: OpenApiResponse(description="The address names another user's conversation."),
             404: OpenApiResponse(description="No such agent class or instance."),
         },
     )
     def get(self, request: Request, slug: str, name: str) -> Response:
         return Response(transcript.load(self.get_instance(slug, name)))
+
+
+def api_error(exc: AgentAccessError) -> APIException:
+    """The API's answer to a refused address: 401, 403, or 404 (an unknown agent, name or owner)."""
+    if isinstance(exc, errors.NotAuthenticated):
+        return NotAuthenticated(str(exc))
+    if isinstance(exc, errors.PermissionDenied):
+        return PermissionDenied(str(exc))
+    return NotFound(str(exc))

@@ -26,6 +26,7 @@ from .engine import drain, start_drain
 from .interactions import apply_tool_approval, apply_tool_result, enqueue_continuation
 
 __all__ = [
+    "accept_chat",
     "apply_tool_approval", "apply_tool_result", "cancel", "cancel_all", "clear", "drain", "enqueue_continuation",
     "has_pending_interaction", "queued_instances", "recover_interrupted", "replace_messages", "reset_turn_state",
     "save_messages", "start_drain", "submit_chat", "wait_until_stable",
@@ -45,6 +46,15 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     merged = await database_sync_to_async(_accept_chat)(instance, request, origin_channel, user)
     await fanout.publish(instance.pk, frames.chat_messages(merged), exclude=[origin_channel])
     start_drain(instance.pk)
+
+
+def accept_chat(instance: AgentInstance, request: ChatRequest, user: Any = None) -> list[UIMessage]:
+    """Accept a chat request that came over HTTP (``conversations.send_message``), running nothing.
+
+    A sync caller has no event loop that outlives it to run the turn on; it hands the queue to a
+    worker instead (``dispatch.DRAIN_INSTANCE``). Raises ``ProtocolError`` as ``submit_chat``.
+    """
+    return _accept_chat(instance, request, "", user)
 
 
 def _accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any) -> list[UIMessage]:

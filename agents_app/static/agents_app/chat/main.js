@@ -6,7 +6,8 @@
  *   <section id="chat" data-agent="<slug>" data-name="<instance>"> with #messages, #composer,
  *   #input, #send, #stop, #clear, #status and (optionally) #error.
  *
- * Flow: GET /agents/<slug>/<name>/get-messages, then open ws(s)://<host>/agents/<slug>/<name>.
+ * Flow: GET /agents/<slug>/<name>/get-messages, then open ws(s)://<host>/agents/<slug>/<name>
+ * (both with the page's data-query, e.g. owner=<username> when staff read another user's).
  * Every (re)open sends cf_agent_stream_resume_request; replies stream as
  * cf_agent_use_chat_response frames whose body is one UIMessageChunk.
  *
@@ -29,9 +30,12 @@ function start(root) {
   const dom = findElements(root);
   const slug = root.dataset.agent || "";
   const name = root.dataset.name || "default";
+  // Extra query parameters of the address (staff: owner=<username>), as useAgent's `query` option.
+  const query = root.dataset.query || "";
   const basePath = `/agents/${encodeURIComponent(slug)}/${encodeURIComponent(name)}`;
+  const historyUrl = `${basePath}/get-messages${query ? `?${query}` : ""}`;
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const url = `${scheme}://${location.host}${basePath}?_pk=${connectionId()}`;
+  const url = `${scheme}://${location.host}${basePath}?_pk=${connectionId()}${query ? `&${query}` : ""}`;
 
   // The pieces call each other through these hooks; every one is in place before the first
   // event can fire (the socket opens after the history has loaded).
@@ -51,7 +55,7 @@ function start(root) {
     awaitContinuation: () => conversation.awaitContinuation(),
   });
   const conversation = new Conversation({
-    basePath,
+    historyUrl,
     socket,
     clientTools: CLIENT_TOOLS,
     runTools: (message) => tools.run(message),
@@ -142,7 +146,7 @@ function start(root) {
   (async () => {
     // As useAgentChat: history first, then the socket.
     try {
-      conversation.messages = await fetchHistory(basePath);
+      conversation.messages = await fetchHistory(historyUrl);
     } catch (err) {
       view.showError(`Could not load the conversation: ${err.message || err}`);
     }

@@ -18,14 +18,14 @@ const HISTORY_TRIES = 3;
 export class Conversation {
   /**
    * @param {object} deps
-   *   basePath     /agents/<slug>/<name>
+   *   historyUrl   /agents/<slug>/<name>/get-messages[?query]
    *   socket       the ChatSocket (send, probe, answer, ack, connected)
    *   clientTools  the client tool declarations sent with each request
    *   runTools(message)  run the client tools a finished reply of ours asks for
    *   ui           touch(message), render(), controls(), showError(text), showNotice(text), hideError()
    */
-  constructor({ basePath, socket, clientTools, runTools, ui }) {
-    this.basePath = basePath;
+  constructor({ historyUrl, socket, clientTools, runTools, ui }) {
+    this.historyUrl = historyUrl;
     this.socket = socket;
     this.clientTools = clientTools;
     this.runTools = runTools;
@@ -422,7 +422,7 @@ export class Conversation {
         try {
           for (let attempt = 0; attempt < HISTORY_TRIES; attempt++) {
             const version = this.transcriptVersion;
-            const list = await fetchHistory(this.basePath);
+            const list = await fetchHistory(this.historyUrl);
             if (version === this.transcriptVersion || attempt === HISTORY_TRIES - 1) {
               this.replaceTranscript(list);
               return;
