@@ -1,8 +1,10 @@
-"""Project URLs: the agents app, the admin, login/logout, the REST API and its schema."""
+"""Project URLs: the agents app, the admin, accounts, the REST API and its schema; error handlers."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 urlpatterns = [
@@ -13,5 +15,13 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/", include("agents_app.api.urls")),
+    # Browsers ask for /favicon.ico on pages that name no icon (the admin, the API docs).
+    path("favicon.ico", RedirectView.as_view(url=static("agents_app/favicon.ico"), permanent=True)),
     path("", include("agents_app.urls")),
 ]
+
+# Pages in the site's style for people, JSON for API clients (thinkproject/errors.py).
+handler400 = "thinkproject.errors.bad_request"
+handler403 = "thinkproject.errors.permission_denied"
+handler404 = "thinkproject.errors.page_not_found"
+handler500 = "thinkproject.errors.server_error"
