@@ -5,6 +5,7 @@ that runs the whole system on one machine with no configuration (see README "Con
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -39,6 +40,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "agents_app",
     "agents_app.demo",
+    "accounts",
 ]
 
 MIDDLEWARE = [
@@ -111,6 +113,23 @@ SERVE_STATIC = os.environ.get("SERVE_STATIC", "1") == "1"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "agents_app:instance-list"
 LOGOUT_REDIRECT_URL = "login"
+
+# Accounts (the accounts app). Anyone may make an account at /accounts/signup/ when SIGNUP_OPEN=1;
+# by default only staff bring people in, by invitation (/accounts/invite/).
+SIGNUP_OPEN = os.environ.get("SIGNUP_OPEN", "0") == "1"
+# How long an invitation link works (default 7 days).
+INVITATION_MAX_AGE = timedelta(days=7)
+
+# Email (invitations, password resets): printed to the console (make run: var/log/daphne.log)
+# unless EMAIL_BACKEND says otherwise, e.g. django.core.mail.backends.smtp.EmailBackend with
+# EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD and EMAIL_USE_TLS=1.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "0") == "1"
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Think for Django <webmaster@localhost>")
 
 # Redis: channel layer (cross-process fan-out) and Celery broker.
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

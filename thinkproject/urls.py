@@ -1,16 +1,20 @@
 """Project URLs: the agents app, the admin, accounts, the REST API and its schema; error handlers."""
 
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from accounts.views import LoginView
+
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Ours first (its page links sign-up and reset), then sign-up and invitations, then Django's own
+    # logout, password reset and password change, drawn by templates/registration/.
+    path("accounts/login/", LoginView.as_view(), name="login"),
+    path("accounts/", include("accounts.urls")),
+    path("accounts/", include("django.contrib.auth.urls")),
     # The schema before the API's own routes; Swagger UI loads its JS from a CDN (no sidecar package).
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
