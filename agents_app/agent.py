@@ -134,11 +134,14 @@ class ChatAgent:
       each user has their own instance names, which only they and staff open).
     * ``model``: a model string overriding ``AGENT_MODEL`` for this class.
     * ``system_prompt``: the instructions given to the model.
+    * ``starter_prompts``: ``(label, prompt)`` pairs the chat page offers while a conversation is
+      empty; a click puts the prompt in the message box (the demo agent lists its demos).
     """
 
     shared: ClassVar[bool] = False
     model: ClassVar[str | None] = None
     system_prompt: ClassVar[str] = "You are a helpful assistant."
+    starter_prompts: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(self, instance: "AgentInstance") -> None:
         self.instance = instance

@@ -64,9 +64,11 @@ def chat(request: HttpRequest, slug: str, name: str) -> HttpResponse:
         raise PermissionDenied(str(exc)) from exc
     except AgentAccessError as exc:
         raise Http404(str(exc)) from exc
+    agent = registry.agent_for(instance)
     return render(request, "agents_app/chat.html", {
         "instance": instance,
         # The page's socket and get-messages carry the same owner parameter as the page.
         "address_query": "" if owner is None else urlencode({registry.OWNER_PARAMETER: owner}),
-        "demo_model": llm.is_demo(registry.agent_for(instance).get_model()),
+        "demo_model": llm.is_demo(agent.get_model()),
+        "starter_prompts": agent.starter_prompts,
     })

@@ -4,7 +4,8 @@
  *
  * Native ES modules, no build step, no dependencies. The page provides:
  *   <section id="chat" data-agent="<slug>" data-name="<instance>"> with #messages, #composer,
- *   #input, #send, #stop, #clear, #status and (optionally) #error.
+ *   #input, #send, #stop, #clear, #status, #connection (a banner with a button) and optionally
+ *   #error and #starters (buttons whose data-prompt fills the message box).
  *
  * Flow: GET /agents/<slug>/<name>/get-messages, then open ws(s)://<host>/agents/<slug>/<name>
  * (both with the page's data-query, e.g. owner=<username> when staff read another user's).
@@ -22,6 +23,9 @@ import { ChatView } from "./render.js";
 import { ChatSocket } from "./socket.js";
 import { Conversation } from "./streams.js";
 import { CLIENT_TOOLS, ToolCalls } from "./tools.js";
+
+// Clear deletes the transcript on the server, for every tab: asked first.
+const CLEAR_QUESTION = "Clear this conversation? Its messages are deleted for good, in every open tab.";
 
 const root = document.getElementById("chat");
 if (root) start(root);
@@ -131,8 +135,17 @@ function start(root) {
     if (conversation.stop()) dom.input.focus();
   });
   dom.clearBtn.addEventListener("click", () => {
+    if (!window.confirm(CLEAR_QUESTION)) return;
     conversation.reset();
     socket.send(frames.clear());
+  });
+  dom.connectionEl.querySelector("button").addEventListener("click", () => socket.retryNow());
+  dom.starters?.addEventListener("click", (ev) => {
+    const starter = ev.target.closest("button[data-prompt]");
+    if (!starter) return;
+    dom.input.value = starter.dataset.prompt;
+    dom.input.focus();
+    view.updateControls();
   });
 
   // Debug/test hook: a read-only view of the client's state.
@@ -179,5 +192,7 @@ function findElements(root) {
     clearBtn: $("clear"),
     statusEl: $("status"),
     errorEl,
+    connectionEl: $("connection"),
+    starters: $("starters"),
   };
 }

@@ -43,6 +43,8 @@ export class Conversation {
     this.ignored = new Set();
     /** Error text shown under a message, by message id (survives transcript replacement). */
     this.messageErrors = new Map();
+    /** Ids of replies stopped before they finished (here or in another tab): marked "stopped". */
+    this.stopped = new Set();
     /** Raw streamed tool input text (tool-input-delta), by part object. */
     this.toolInputText = new WeakMap();
     /** The request this page sent, until its terminal frame. */
@@ -127,6 +129,7 @@ export class Conversation {
     this.messages = [];
     this.transcriptVersion += 1;
     this.messageErrors.clear();
+    this.stopped.clear();
     this.ui.hideError();
     this.ui.render();
     this.ui.controls();
@@ -365,6 +368,9 @@ export class Conversation {
     if (message && !hasContent(message) && !s.continuation && outcome !== "completed") {
       // Nothing was said (skipped, aborted before the first word): drop the empty bubble.
       this.messages = this.messages.filter((m) => m !== message);
+    } else if (message && outcome === "aborted") {
+      // What was said stays, marked, so a stopped reply does not read as a finished one.
+      this.stopped.add(message.id);
     }
     if (message) this.ui.touch(message);
     if (s.id === this.ownRequestId) this.ownRequestId = null;
