@@ -43,8 +43,8 @@ def open_pending(admin: Page, live: Live, room: str, execution_id: str) -> None:
     expect(row.locator(".field-risk_badge")).to_have_text("high")
     row.locator(".field-action_name a").click()
     expect(admin.locator(".field-execution_id .readonly")).to_have_text(execution_id)
-    expect(admin.locator(".approval-conversation")).to_contain_text(DEPLOY)
-    expect(admin.locator(".approval-conversation .part.tool.current")).to_have_attribute("data-state",
+    expect(admin.locator(".agent-conversation")).to_contain_text(DEPLOY)
+    expect(admin.locator(".agent-conversation .part.tool.current")).to_have_attribute("data-state",
                                                                                           "output-available")
 
 
