@@ -14,7 +14,7 @@ from .errors import AgentConfigurationError, NotAuthenticated, PermissionDenied,
 from .models import AgentInstance
 
 # Instance names are path segments; keep them printable and short.
-_NAME_RE = re.compile(r"^[^/\s]{1,200}$")
+_NAME_RE = re.compile(r"[^/\s]{1,200}")
 
 
 @functools.cache
@@ -40,6 +40,11 @@ def agent_classes() -> dict[str, type[ChatAgent]]:
             )
         classes[slug] = cls
     return classes
+
+
+def valid_name(name: str) -> bool:
+    """An instance name: 1 to 200 characters, no slash, no white space (it is a path segment)."""
+    return _NAME_RE.fullmatch(name) is not None
 
 
 def get_agent_class(slug: str) -> type[ChatAgent]:
@@ -77,7 +82,7 @@ def resolve(slug: str, name: str, user: Any, owner: str | None = None) -> tuple[
     agent_class = get_agent_class(slug)
     if not getattr(user, "is_authenticated", False):
         raise NotAuthenticated("Log in to talk to an agent")
-    if not _NAME_RE.match(name):
+    if not valid_name(name):
         raise UnknownAgent(f"Invalid instance name {name!r}")
     if agent_class.shared:
         return agent_class, None

@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "agents_app",
     "agents_app.demo",
@@ -45,6 +46,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "thinkproject.middleware.RejectNulCharacters",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -189,12 +191,26 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # The browsable API shows docstrings' literals (``name``) as code, not as doubled backticks.
+    "VIEW_DESCRIPTION_FUNCTION": "agents_app.api.descriptions.view_description",
 }
 
+# The OpenAPI schema (/api/schema/) and its docs: Swagger UI at /api/docs/ and Redoc at /api/redoc/,
+# both served from /static/ (drf-spectacular-sidecar), so they work with no network.
 SPECTACULAR_SETTINGS = {
     "TITLE": "Think for Django API",
-    "DESCRIPTION": "Durable AI chat agents: transcripts, turns and approvals.",
+    "DESCRIPTION": (BASE_DIR / "agents_app" / "api" / "overview.md").read_text(),
     "VERSION": "0.1.0",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # No schema validator badge: it would send the schema to a public service.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    # Descriptions in Markdown (docstrings are reStructuredText), after the default enum hook.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "agents_app.api.descriptions.markdown_descriptions",
+    ],
 }
 
 # --- agents_app settings (documented defaults in agents_app/conf.py) -----------------------------

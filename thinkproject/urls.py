@@ -4,9 +4,13 @@ from django.contrib import admin
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.renderers import OpenApiJsonRenderer, OpenApiJsonRenderer2, OpenApiYamlRenderer
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from accounts.views import LoginView
+
+# application/json first: what a browser (and any client without a preference) gets, shown in place.
+SCHEMA_RENDERERS = [OpenApiJsonRenderer2, OpenApiJsonRenderer, OpenApiYamlRenderer]
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -15,9 +19,11 @@ urlpatterns = [
     path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/", include("accounts.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
-    # The schema before the API's own routes; Swagger UI loads its JS from a CDN (no sidecar package).
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    # The schema (JSON first, so a browser shows it; ?format=yaml for YAML) and its docs, served
+    # from /static/ (drf-spectacular-sidecar: no CDN), before the API's own routes.
+    path("api/schema/", SpectacularAPIView.as_view(renderer_classes=SCHEMA_RENDERERS), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("api/", include("agents_app.api.urls")),
     # Browsers ask for /favicon.ico on pages that name no icon (the admin, the API docs).
     path("favicon.ico", RedirectView.as_view(url=static("agents_app/favicon.ico"), permanent=True)),

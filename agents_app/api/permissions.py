@@ -5,11 +5,17 @@ about who may approve an action. Who may read a conversation is decided where it
 resolved (``registry.resolve``), for the API as for the chat socket.
 """
 
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from agents_app import approvals
+
+# How callers prove who they are: a token (``Authorization: Token <key>``) or the browser's session.
+# Token first: DRF answers an anonymous request with the first class's ``WWW-Authenticate``
+# header, and session authentication has none, which would turn "log in" (401) into 403.
+AUTHENTICATION_CLASSES = [TokenAuthentication, SessionAuthentication]
 
 
 class CanApproveActions(BasePermission):

@@ -85,3 +85,13 @@ def test_a_bad_request_is_a_400_page_that_keeps_the_reason_to_the_logs(db: None)
     assert response.status_code == 400
     assert 'data-status="400"' in page(response)
     assert "not-allowed.example" not in page(response)
+
+
+@pytest.mark.parametrize("path", ["/api/agents/demo-agent/x%00y/", "/api/agents/demo-agent/x/messages/?owner=%00",
+                                  "/admin/agents_app/agentinstance/?q=%00", "/chat/demo-agent/a%00/"])
+def test_a_nul_character_in_the_url_is_a_bad_request(client_of: Any, path: str) -> None:
+    """PostgreSQL cannot compare one: refused before any lookup (400, in JSON for API clients)."""
+    response = client_of("root", is_staff=True, is_superuser=True).get(path)
+    assert response.status_code == 400
+    if path.startswith("/api/"):
+        assert response.json() == {"detail": "Bad request"}
