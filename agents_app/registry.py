@@ -13,8 +13,9 @@ from .agent import ChatAgent
 from .errors import AgentConfigurationError, NotAuthenticated, PermissionDenied, UnknownAgent, UnknownInstance
 from .models import AgentInstance
 
-# Instance names are path segments; keep them printable and short.
-_NAME_RE = re.compile(r"[^/\s]{1,200}")
+# Instance names are path segments; keep them printable (no control characters, which PostgreSQL
+# may refuse to compare) and short.
+_NAME_RE = re.compile(r"[^/\s\x00-\x1f\x7f]{1,200}")
 
 
 @functools.cache
@@ -43,7 +44,7 @@ def agent_classes() -> dict[str, type[ChatAgent]]:
 
 
 def valid_name(name: str) -> bool:
-    """An instance name: 1 to 200 characters, no slash, no white space (it is a path segment)."""
+    """An instance name: 1 to 200 characters, no slash, no white space or control character."""
     return _NAME_RE.fullmatch(name) is not None
 
 
@@ -92,6 +93,8 @@ def resolve(slug: str, name: str, user: Any, owner: str | None = None) -> tuple[
         raise PermissionDenied("Only staff may open another user's conversation")
     if owner == "":
         return agent_class, None
+    if "\x00" in owner:  # no username has one, and PostgreSQL cannot compare it
+        raise UnknownInstance(f"There is no user {owner!r}")
     try:
         return agent_class, get_user_model()._default_manager.get_by_natural_key(owner)
     except ObjectDoesNotExist:

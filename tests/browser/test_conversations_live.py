@@ -42,7 +42,8 @@ def test_two_users_each_open_default_without_seeing_each_other(page: Page, other
         assert user_texts(who) == [text]
         assert assistant_texts(who) == [ECHO + text]
         who.goto(f"{live.http}/")
-        expect(who.locator("#instances li")).to_have_count(1)
+        expect(who.locator(f"#instances a[href='/chat/{AGENT}/default/']")).to_have_count(1)
+    expect(bob.locator("#instances li")).to_have_count(1)  # only his own
     # Staff read Alice's at the explicit address, and see whose it is.
     staff = superuser_context.new_page()
     open_chat(staff, live, "default", query="?owner=alice")

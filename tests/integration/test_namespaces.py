@@ -177,3 +177,13 @@ def test_the_migration_keeps_owners_and_moves_shared_instances_to_the_global_nam
         executor = MigrationExecutor(connection)
         executor.loader.build_graph()
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.parametrize(("path", "error"), [
+    ("/agents/demo-agent/x%01y", "Invalid instance name 'x\\x01y'"),
+    ("/agents/demo-agent/x?owner=a%00b", "There is no user 'a\\x00b'"),
+])
+async def test_control_characters_in_an_address_are_refused_before_any_lookup(make_user, path, error):
+    staff = await make(make_user, "boss", is_staff=True)
+    frame, code = await first_frame(path, staff)
+    assert (frame["error"], code) == (error, 4404)
