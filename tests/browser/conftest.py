@@ -13,7 +13,7 @@ superuser's.
 
 import itertools
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -92,61 +92,48 @@ def _record_frames(page: Page, log: list[str], tab: str) -> None:
     page.on("websocket", on_socket)
 
 
-def _logged_in_state(browser: Browser, live: Live, username: str) -> Any:
-    """Cookies of ``username`` logged in once through the real login form."""
-    ctx = browser.new_context()
-    login(ctx.new_page(), live, username)
-    state = ctx.storage_state()
-    ctx.close()
+@pytest.fixture(scope="module")
+def cookies_of(browser: Browser, live: Live) -> Callable[[str], Any]:
+    """The cookies of a user, logged in once per module through the real login form."""
+    states: dict[str, Any] = {}
+
+    def state(username: str) -> Any:
+        if username not in states:
+            ctx = browser.new_context()
+            login(ctx.new_page(), live, username)
+            states[username] = ctx.storage_state()
+            ctx.close()
+        return states[username]
+
     return state
 
 
-@pytest.fixture(scope="module")
-def session_state(browser: Browser, live: Live) -> Any:
-    """The chat user's cookies, reused by every context."""
-    return _logged_in_state(browser, live, USERNAME)
-
-
-@pytest.fixture(scope="module")
-def approver_state(browser: Browser, live: Live) -> Any:
-    return _logged_in_state(browser, live, APPROVER)
-
-
-@pytest.fixture(scope="module")
-def other_user_state(browser: Browser, live: Live) -> Any:
-    return _logged_in_state(browser, live, OTHER_USER)
-
-
-@pytest.fixture(scope="module")
-def superuser_state(browser: Browser, live: Live) -> Any:
-    return _logged_in_state(browser, live, SUPERUSER)
-
-
 @pytest.fixture
-def context(browser: Browser, session_state: Any, request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+def context(browser: Browser, cookies_of: Callable[[str], Any],
+            request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
     """A browser context of the logged-in user (``clear_cookies()`` makes it anonymous)."""
-    yield from _context(browser, session_state, request)
+    yield from _context(browser, cookies_of(USERNAME), request)
 
 
 @pytest.fixture
-def approver_context(browser: Browser, approver_state: Any,
+def approver_context(browser: Browser, cookies_of: Callable[[str], Any],
                      request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
     """A browser context of the staff approver (another browser, as far as the chat user knows)."""
-    yield from _context(browser, approver_state, request)
+    yield from _context(browser, cookies_of(APPROVER), request)
 
 
 @pytest.fixture
-def other_user_context(browser: Browser, other_user_state: Any,
+def other_user_context(browser: Browser, cookies_of: Callable[[str], Any],
                        request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
     """A browser context of the second user (``bob``): their own namespace."""
-    yield from _context(browser, other_user_state, request)
+    yield from _context(browser, cookies_of(OTHER_USER), request)
 
 
 @pytest.fixture
-def superuser_context(browser: Browser, superuser_state: Any,
+def superuser_context(browser: Browser, cookies_of: Callable[[str], Any],
                       request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
     """A browser context of a superuser (``root``), at a 1280 px wide window: the admin's pages."""
-    yield from _context(browser, superuser_state, request, width=1280)
+    yield from _context(browser, cookies_of(SUPERUSER), request, width=1280)
 
 
 def _context(browser: Browser, state: Any, request: pytest.FixtureRequest,

@@ -132,3 +132,8 @@ def test_password_reset_by_email(make_user: Any) -> None:
 
 def test_the_login_page_links_the_password_reset(db: None) -> None:
     assert 'href="/accounts/password_reset/" id="forgot-password"' in Client().get("/accounts/login/").content.decode()
+
+
+def test_a_used_or_forged_reset_link_says_so(db: None) -> None:
+    page = Client().get("/accounts/reset/MQ/set-password/", follow=True).content.decode()
+    assert "This link does not work any more" in page
