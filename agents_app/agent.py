@@ -134,7 +134,8 @@ class ChatAgent:
 
     Class attributes (``None`` means "use the setting"):
 
-    * ``shared``: any logged-in user may open any instance (default: owner and staff only).
+    * ``shared``: one global namespace of instances that every logged-in user opens (default:
+      each user has their own instance names, which only they and staff open).
     * ``model``: a model string overriding ``AGENT_MODEL`` for this class.
     * ``system_prompt``: the instructions given to the model.
     * ``message_concurrency``: what a submit does while another turn is queued or running:
@@ -149,6 +150,8 @@ class ChatAgent:
       recovery is always on (``agents_app.chat_recovery``).
     * ``chat_stream_stall_timeout``: seconds without a chunk from the model after which the
       stream is cut and recovered (0, the default: never).
+    * ``starter_prompts``: ``(label, prompt)`` pairs the chat page offers while a conversation is
+      empty; a click puts the prompt in the message box (the demo agent lists its demos).
     """
 
     shared: ClassVar[bool] = False
@@ -159,6 +162,7 @@ class ChatAgent:
     max_steps: ClassVar[int | None] = None
     chat_recovery: ClassVar[ChatRecovery | dict[str, Any] | bool] = True
     chat_stream_stall_timeout: ClassVar[float] = 0
+    starter_prompts: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(self, instance: "AgentInstance") -> None:
         self.instance = instance
@@ -180,11 +184,18 @@ class ChatAgent:
 
     @classmethod
     async def aget(cls, name: str = DEFAULT_INSTANCE_NAME, *, owner: Any = None) -> "AgentHandle":
-        """A handle on instance ``name`` of this class (created on first use, owned by ``owner``)."""
+        """A handle on instance ``name`` in ``owner``'s namespace (created on first use, owned by them).
+
+        ``owner=None`` is the global namespace: conversations that belong to no user (scheduled
+        prompts, agents talking to agents), which only staff open in the chat (``?owner=``). A
+        shared class has only the global namespace, so its instances never have an owner.
+        """
         from .models import AgentInstance  # agent modules import this one before apps are ready
 
+        if cls.shared and owner is not None:
+            raise ValueError(f"{cls.__name__} is shared: its instances have no owner; call aget(name)")
         instance, _ = await database_sync_to_async(AgentInstance.objects.get_or_create)(
-            slug=cls.slug(), name=name, defaults={"owner": owner}
+            slug=cls.slug(), name=name, owner=owner
         )
         return _handle(cls, instance)
 

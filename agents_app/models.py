@@ -13,10 +13,13 @@ from .querysets import AgentInstanceQuerySet, TurnQuerySet
 
 
 class AgentInstance(models.Model):
-    """One named instance of an agent class: ``/agents/<slug>/<name>``.
+    """One conversation with an agent class: ``/agents/<slug>/<name>``, in its owner's namespace.
 
-    The owner is the user who opened it first; only they (and staff) may use it unless the agent
-    class is shared (``ChatAgent.shared = True``).
+    Instance names are per owner: every user has their own ``demo-agent/default``, and only they
+    (and staff) use it. Instances without an owner form the global namespace: every instance of a
+    shared class (``ChatAgent.shared = True``, any logged-in user opens the same one), and those
+    code makes with ``aget(name)`` (staff reach them). ``registry.resolve`` turns an address into
+    a namespace; the two partial unique constraints keep a name unique within each.
     """
 
     slug = models.CharField(max_length=100)
@@ -35,13 +38,20 @@ class AgentInstance(models.Model):
     terminal_request_id = models.CharField(max_length=200, blank=True, default="")
     terminal_error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    # The last change of the conversation: every transcript write touches it
+    # (``AgentInstanceQuerySet.touch``), so the instance list shows recent conversations first.
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = AgentInstanceQuerySet.as_manager()
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["slug", "name"], name="unique_agent_instance"),
+            models.UniqueConstraint(
+                fields=["slug", "owner", "name"], condition=Q(owner__isnull=False), name="unique_instance_per_owner",
+            ),
+            models.UniqueConstraint(
+                fields=["slug", "name"], condition=Q(owner__isnull=True), name="unique_ownerless_instance",
+            ),
         ]
         indexes = [models.Index(fields=["owner", "-updated_at"], name="instance_owner_recent")]
 

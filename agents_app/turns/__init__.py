@@ -29,10 +29,10 @@ from .interactions import apply_tool_approval, apply_tool_result, enqueue_contin
 from .programmatic import continue_last_turn, persist_messages, save_messages
 
 __all__ = [
-    "apply_tool_approval", "apply_tool_result", "cancel", "cancel_all", "clear", "continue_last_turn", "drain",
-    "enqueue_continuation", "has_pending_interaction", "persist_messages", "queued_instances", "recover_interrupted",
-    "recover_stream", "recover_turn", "replace_messages", "reset_turn_state", "run_recovery", "save_messages",
-    "start_drain", "submit_chat", "sweep_on_startup", "wait_until_stable",
+    "admit", "apply_tool_approval", "apply_tool_result", "cancel", "cancel_all", "clear", "continue_last_turn",
+    "drain", "enqueue_continuation", "has_pending_interaction", "persist_messages", "queued_instances",
+    "recover_interrupted", "recover_stream", "recover_turn", "replace_messages", "reset_turn_state", "run_recovery",
+    "save_messages", "start_drain", "submit_chat", "sweep_on_startup", "wait_until_stable",
 ]
 
 
@@ -47,10 +47,8 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     Raises:
         ProtocolError: the request id already names a turn of this conversation (nothing stored).
     """
-    agent = registry.agent_for(instance)
     try:
-        admitted = await database_sync_to_async(admission.accept_chat)(
-            instance, request, origin_channel, user, agent.message_concurrency, transcript.Policy.of(agent))
+        admitted = await database_sync_to_async(admit)(instance, request, origin_channel, user)
     except ProtocolError as exc:
         events.emit_chat(instance, events.REQUEST_FAILED, requestId=request.request_id, stage="persist",
                          messagesPersisted=False, error=str(exc))
@@ -64,6 +62,20 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     await fanout.publish(instance.pk, frames.chat_messages(request.messages), exclude=[origin_channel])
     await fanout.publish(instance.pk, frames.chat_messages(admitted.transcript), exclude=[origin_channel])
     start_drain(instance.pk)
+
+
+def admit(instance: AgentInstance, request: ChatRequest, origin_channel: str = "", user: Any = None
+          ) -> admission.Admission:
+    """Store a chat request's messages and queue its turn, as the agent's ``message_concurrency``
+    says (``turns.admission``); runs nothing.
+
+    A request that came over HTTP (``conversations.send_message``, no origin channel) has no
+    event loop that outlives it to run the turn on: its caller hands the queue to a worker
+    (``dispatch.DRAIN_INSTANCE``). Raises ``ProtocolError`` as ``submit_chat``.
+    """
+    agent = registry.agent_for(instance)
+    return admission.accept_chat(instance, request, origin_channel, user, agent.message_concurrency,
+                                 transcript.Policy.of(agent))
 
 
 async def clear(instance: AgentInstance, origin_channel: str) -> None:

@@ -490,7 +490,7 @@ async def test_an_approval_while_the_parking_turn_still_streams_waits_for_its_en
     # The parking turn's end did not put the paused envelope back over the outcome.
     assert tool_part(messages)["output"] == "paused-exec: hello"
     said = texts(messages[-1])
-    assert said[0].startswith('pauseAction returned {"status":"paused"')
+    assert said[0] == "Asked staff to approve pauseAction."
     assert said[-1] == "pauseAction returned paused-exec: hello."
 
 

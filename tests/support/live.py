@@ -165,13 +165,14 @@ class LiveStack:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
         return result.stdout
 
-    def create_user(self, username: str, password: str = "pw", *, staff: bool = False) -> None:
+    def create_user(self, username: str, password: str = "pw", *, staff: bool = False) -> int:
+        """Create a user in the stack's database; returns its pk."""
         code = (
             "from django.contrib.auth import get_user_model as g;"
             f"u=g().objects.create_user({username!r}, password={password!r});"
-            f"u.is_staff=u.is_superuser={staff!r}; u.save()"
+            f"u.is_staff=u.is_superuser={staff!r}; u.save(); print(u.pk)"
         )
-        self.manage("shell", "-c", code)
+        return int(self.manage("shell", "-c", code).split()[-1])  # after the shell's own notes
 
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[Any]:
         log = open(self.workdir / log_name, "ab")  # noqa: SIM115 - closed with the process
