@@ -56,6 +56,14 @@ DEFAULTS: dict[str, Any] = {
     # ticker sends it again, or records what became of its turn (``schedules.recover_lost``).
     # Keep it above the time runs may wait in the Celery queue when many are due at once.
     "AGENT_SCHEDULE_RUN_LEASE": timedelta(minutes=15),
+    # Where the recovery of a turn cut by a crash runs: "celery" (a worker: the process that
+    # noticed the crash may be a Daphne serving other users) or "inline" (the process that
+    # noticed it: single-process setups and the in-process test suite). The beat sweep, which
+    # runs on a worker, always recovers on that worker. A stalled stream recovers where it ran.
+    "AGENT_RECOVERY": "celery",
+    # How long a message sent over the REST API with ``wait=true`` waits for its reply, in seconds
+    # (default 30); a reply still running then is answered with its status (202), not an error.
+    "AGENT_API_WAIT_TIMEOUT": 30.0,
 }
 
 

@@ -34,6 +34,13 @@ __all__ = [
     "PAUSE_CREATED",
     "PAUSE_REJECTED",
     "PAUSE_SWEPT",
+    "RECOVERY_ATTEMPT",
+    "RECOVERY_COMPLETED",
+    "RECOVERY_DETECTED",
+    "RECOVERY_EXHAUSTED",
+    "RECOVERY_FAILED",
+    "RECOVERY_SCHEDULED",
+    "RECOVERY_SKIPPED",
     "REPLY_ATTACHED",
     "REQUEST_FAILED",
     "SCHEDULE_CANCEL",
@@ -107,6 +114,17 @@ SCHEDULE_EXECUTE = "schedule:execute"
 # A run failed (its turn erred, its handler raised, its agent is gone): {id, callback,
 # occurrenceKey, requestId, status, error}.
 SCHEDULE_ERROR = "schedule:error"
+
+# Durable chat recovery (spec §4.5): a cut turn was found, an attempt queued, an attempt began,
+# the incident ended well, was skipped (parked on the user, or ``continue: False``), failed
+# (``on_chat_recovery`` raised), or was given up.
+RECOVERY_DETECTED = "chat:recovery:detected"
+RECOVERY_SCHEDULED = "chat:recovery:scheduled"
+RECOVERY_ATTEMPT = "chat:recovery:attempt"
+RECOVERY_COMPLETED = "chat:recovery:completed"
+RECOVERY_SKIPPED = "chat:recovery:skipped"
+RECOVERY_FAILED = "chat:recovery:failed"
+RECOVERY_EXHAUSTED = "chat:recovery:exhausted"
 
 Subscriber = Callable[[str, dict[str, Any]], object]
 

@@ -27,9 +27,8 @@ from django.utils.text import Truncator
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
+from . import registry, schedules
 from . import schedule_dsl as dsl
-from . import schedules
-from .errors import PermissionDenied as InstanceDenied
 from .models import AgentInstance, Schedule, ScheduleRun
 from .registry import agent_classes
 
@@ -55,9 +54,14 @@ def status_label(run: ScheduleRun) -> SafeString:
     return format_html("<span class='run-status' data-status='{}'>{}</span>", run.status, run.get_status_display())
 
 
+def chat_url(instance: AgentInstance) -> str:
+    """The chat page of a schedule's conversation, at the address staff open it by."""
+    return reverse("agents_app:chat", args=[instance.slug, instance.name]) + registry.staff_query(instance)
+
+
 def run_links(run: ScheduleRun) -> SafeString:
     """The run's turn (in the turns admin) and the conversation it is in (the chat page)."""
-    chat = reverse("agents_app:chat", args=[run.instance.slug, run.instance.name])
+    chat = chat_url(run.instance)
     if not run.request_id or run.schedule.action != Schedule.Action.PROMPT:
         return format_html("<a href='{}'>conversation</a>", chat)
     turn = reverse("admin:agents_app_turn_changelist")
@@ -123,7 +127,7 @@ class RecentRunsFormSet(BaseInlineFormSet):
     """The newest ``RUN_HISTORY`` runs only: a schedule running every minute has half a million a year."""
 
     def get_queryset(self) -> QuerySet[ScheduleRun]:
-        return super().get_queryset().select_related("instance", "schedule").order_by("-scheduled_for", "-pk")[
+        return super().get_queryset().select_related("instance__owner", "schedule").order_by("-scheduled_for", "-pk")[
             :RUN_HISTORY]
 
 
@@ -183,7 +187,7 @@ class ScheduleAdmin(OperatorOnly):
                     "consecutive_failures", "source"]
     list_filter = ["enabled", "source"]
     search_fields = ["name", "instance__name", "instance__slug", "prompt"]
-    list_select_related = ["instance", "last_run"]
+    list_select_related = ["instance__owner", "last_run"]
     show_full_result_count = False
     ordering = ["next_run_at", "pk"]
     actions = ["run_selected", "pause_selected", "resume_selected"]
@@ -231,11 +235,8 @@ class ScheduleAdmin(OperatorOnly):
     def save_model(self, request: HttpRequest, obj: Schedule, form: forms.ModelForm, change: bool) -> None:
         if isinstance(form, ScheduleForm):
             assert form.parsed is not None  # clean() succeeded
-            try:
-                schedules.save_operator_schedule(obj, form.cleaned_data["agent"], form.cleaned_data["instance_name"],
-                                                 form.parsed, request.user)
-            except InstanceDenied as exc:
-                raise PermissionDenied(str(exc)) from exc
+            schedules.save_operator_schedule(obj, form.cleaned_data["agent"], form.cleaned_data["instance_name"],
+                                             form.parsed, request.user)
         elif "enabled" in form.changed_data:
             schedules.set_enabled([obj.pk], obj.enabled)
 
@@ -254,8 +255,9 @@ class ScheduleAdmin(OperatorOnly):
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
                            change: bool = False, form_url: str = "", obj: Schedule | None = None) -> Any:
-        """Offer the instances that exist while the operator types a name, and "Run now" on a saved one."""
-        context["instance_suggestions"] = (AgentInstance.objects.order_by("-updated_at")
+        """Offer the instances that exist while the operator types a name (of the global namespace,
+        where scheduled prompts run), and "Run now" on a saved one."""
+        context["instance_suggestions"] = (AgentInstance.objects.filter(owner=None).order_by("-updated_at")
                                            .values_list("slug", "name")[:INSTANCE_SUGGESTIONS])
         context["can_run"] = obj is not None and self.has_manage_permission(request)
         return super().render_change_form(request, context, add, change, form_url, obj)
@@ -266,8 +268,7 @@ class ScheduleAdmin(OperatorOnly):
     # --- columns --------------------------------------------------------------------------------
     @admin.display(description="agent / instance", ordering="instance__slug")
     def agent_instance(self, obj: Schedule) -> str:
-        url = reverse("agents_app:chat", args=[obj.instance.slug, obj.instance.name])
-        return format_html("<a href='{}'>{}/{}</a>", url, obj.instance.slug, obj.instance.name)
+        return format_html("<a href='{}'>{}/{}</a>", chat_url(obj.instance), obj.instance.slug, obj.instance.name)
 
     @admin.display(description="schedule")
     def schedule_text(self, obj: Schedule) -> str:
@@ -349,7 +350,7 @@ class ScheduleRunAdmin(OperatorOnly):
                     "links", "error"]
     list_filter = ["status", "trigger"]
     search_fields = ["occurrence_key", "request_id", "instance__name"]
-    list_select_related = ["instance", "schedule"]
+    list_select_related = ["instance__owner", "schedule"]
     show_full_result_count = False
 
     class Media:

@@ -125,7 +125,7 @@ def check_definition(agent: str, instance_name: str, name: str, schedule: str, t
     errors: dict[str, str] = {}
     if agent not in registry.agent_classes():
         errors["agent"] = f"No agent is registered under {agent!r}"
-    if not registry.is_valid_instance_name(instance_name):
+    if not registry.valid_name(instance_name):
         errors["instance"] = f"Invalid instance name {instance_name!r}: no slash or space, at most 200 characters"
     try:
         dsl.validate_task_id(name)
@@ -142,7 +142,8 @@ def check_definition(agent: str, instance_name: str, name: str, schedule: str, t
         parsed = parse_for(agent, instance_name, schedule, time_zone)
     except dsl.ScheduleError as exc:
         return None, {"schedule": str(exc)}
-    taken = Schedule.objects.filter(instance__slug=agent, instance__name=instance_name, name=name).exclude(pk=pk)
+    taken = Schedule.objects.filter(instance__slug=agent, instance__name=instance_name, instance__owner=None,
+                                    name=name).exclude(pk=pk)
     if taken.exists():
         return None, {"name": f'{agent}/{instance_name} has a schedule named "{name}" already'}
     return parsed, {}
@@ -150,13 +151,11 @@ def check_definition(agent: str, instance_name: str, name: str, schedule: str, t
 
 def save_operator_schedule(row: Schedule, agent: str, instance_name: str, parsed: dsl.Schedule, user: Any, *,
                            now: datetime | None = None) -> Schedule:
-    """Save what an operator submitted (``check_definition`` passed): on instance ``agent/instance_name``,
-    created for ``user`` if it does not exist yet.
-
-    Raises:
-        PermissionDenied: ``user`` may not open that instance (``registry.can_open``).
+    """Save what an operator submitted (``check_definition`` passed): on instance ``agent/instance_name``
+    of the global namespace (no owner: the instances code opens with ``aget(name)``, which staff
+    open in the chat with ``?owner=``), created if it does not exist yet.
     """
-    row.instance = registry.open_instance(agent, instance_name, user)
+    row.instance, _ = AgentInstance.objects.get_or_create(slug=agent, name=instance_name, owner=None)
     row.source = Schedule.Source.OPERATOR
     row.action = Schedule.Action.PROMPT
     if row.created_by_id is None and getattr(user, "pk", None):

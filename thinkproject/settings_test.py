@@ -14,6 +14,8 @@ CELERY_TASK_ALWAYS_EAGER = True
 AGENT_APPROVAL_CONTINUATION = "inline"
 # No Celery worker in-process either: a claimed scheduled run runs in the call that claimed it.
 AGENT_SCHEDULE_RUNS = "inline"
+# Nor for the recovery of a cut turn: it runs in the process that found the cut.
+AGENT_RECOVERY = "inline"
 AGENT_CLASSES = [
     "agents_app.demo.agents.DemoAgent",
     "tests.agents.BodyEchoAgent",
@@ -37,5 +39,7 @@ AGENT_CLASSES = [
     "tests.agents.ChainAgent",
     "tests.agents.RpcAgent",
     "tests.agents.ScheduledAgent",
+    "tests.agents.RecoveryAgent",
+    "tests.agents.StallAgent",
     "tests.action_agents.ActionTestAgent",
 ]

@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, PermissionDenied
+from rest_framework.exceptions import APIException
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
@@ -21,7 +21,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app import schedules
-from agents_app.errors import PermissionDenied as InstanceDenied
 from agents_app.models import Schedule, ScheduleRun
 from agents_app.registry import agent_classes
 
@@ -118,11 +117,8 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
             return row
         row.name, row.prompt, row.schedule = data["name"], data["prompt"], data["schedule"]
         row.timezone, row.enabled = data.get("timezone") or "", data.get("enabled", row.enabled)
-        try:
-            self.instance = schedules.save_operator_schedule(row, data["agent"], data["instance"], data["parsed"],
-                                                             self.context["request"].user)
-        except InstanceDenied as exc:
-            raise PermissionDenied(str(exc)) from exc
+        self.instance = schedules.save_operator_schedule(row, data["agent"], data["instance"], data["parsed"],
+                                                         self.context["request"].user)
         return self.instance
 
 

@@ -2,14 +2,12 @@
 
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
-from tests.support.live import LiveStack, PostgresServer, RedisServer
+from tests.support.live import LiveStack, PostgresServer, RedisServer, database_url
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +41,4 @@ def postgres() -> Iterator[PostgresServer]:
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A database URL of the test's own: an SQLite file, or a new database on the module's PostgreSQL."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    server: PostgresServer = request.getfixturevalue("postgres")
-    name = f"test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server.url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return server.url.rsplit("/", 1)[0] + f"/{name}"
+    return database_url(request, request.param, tmp_path, "test")

@@ -60,8 +60,9 @@ def test_an_operator_sees_only_scheduled_prompts_and_adds_one(client_of, operato
     response = add(client_of)
     assert response.status_code == 302, errors_of(response)
     row = Schedule.objects.select_related("instance").get()
+    # On the instance of the global namespace (no owner), where scheduled prompts run.
     assert (row.instance.slug, row.instance.name, row.instance.owner, row.created_by) == (
-        "demo-agent", "shop-1", operator, operator)
+        "demo-agent", "shop-1", None, operator)
     assert (row.source, row.schedule, row.timezone, row.enabled) == ("operator", FORM["schedule"], "", True)
     assert row.next_run_at == dsl.next_occurrence(dsl.parse(FORM["schedule"]), row.created_at)
 
@@ -77,13 +78,14 @@ def test_an_operator_sees_only_scheduled_prompts_and_adds_one(client_of, operato
 
 @pytest.mark.django_db
 def test_the_instance_may_be_an_existing_one_offered_while_typing(client_of, user):
-    AgentInstance.objects.create(slug="demo-agent", name="existing-shop", owner=user)
+    existing = AgentInstance.objects.create(slug="demo-agent", name="existing-shop")
+    AgentInstance.objects.create(slug="demo-agent", name="users-own", owner=user)
     page = client_of.get(ADD).content.decode()
     assert '<datalist id="schedule-instances">' in page
     assert '<option value="existing-shop" label="demo-agent/existing-shop">' in page
+    assert "users-own" not in page  # a user's conversations are theirs, not the operators'
     assert add(client_of, instance_name="existing-shop").status_code == 302
-    # Not created again, and still its owner's.
-    assert AgentInstance.objects.get(name="existing-shop").owner == user
+    assert Schedule.objects.get().instance == existing  # not created again
 
 
 @pytest.mark.django_db
@@ -151,7 +153,7 @@ def test_run_now_runs_the_prompt_and_the_list_shows_the_last_run(client_of, oper
     listing = client_of.get(LIST).content.decode()
     assert "<span class='run-status' data-status='completed'>Completed</span>" in listing
     assert f"?instance__id__exact={row.instance_id}&amp;request_id__exact={run.request_id}'>turn</a>" in listing
-    assert "href='/chat/demo-agent/shop-1/'>conversation</a>" in listing
+    assert "href='/chat/demo-agent/shop-1/?owner='>conversation</a>" in listing
     detail = client_of.get(reverse("admin:agents_app_schedule_change", args=[row.pk])).content.decode()
     assert "Recent runs (newest 20)" in detail and "run now" in detail
 

@@ -60,7 +60,7 @@ def test_create_list_update_delete(api, operator):
         "enabled": True, "source": "operator", "next_run_at": created["next_run_at"], "last_run": None,
         "consecutive_failures": 0, "created_at": created["created_at"], "updated_at": created["updated_at"],
     }
-    assert row.instance.owner == operator and row.next_run_at.astimezone(dsl.ZoneInfo("Europe/Oslo")).hour == 9
+    assert row.instance.owner is None and row.next_run_at.astimezone(dsl.ZoneInfo("Europe/Oslo")).hour == 9
     assert [s["name"] for s in api.get(LIST).json()["results"]] == ["daily-report"]
 
     next_run = row.next_run_at
@@ -126,11 +126,13 @@ def test_a_schedule_declared_in_code_may_only_be_switched_on_and_off(api):
 
 
 @pytest.mark.django_db
-def test_an_instance_of_another_user_is_refused(api, make_user):
-    AgentInstance.objects.create(slug="demo-agent", name="private", owner=make_user("carol"))
+def test_a_users_own_conversation_of_the_same_name_is_not_touched(api, make_user):
+    private = AgentInstance.objects.create(slug="demo-agent", name="private", owner=make_user("carol"))
     response = api.post(LIST, {**BODY, "instance": "private"}, format="json")
-    assert response.status_code == 403
-    assert not Schedule.objects.exists()
+    assert response.status_code == 201
+    # Scheduled prompts run in the global namespace: carol's "private" is someone else.
+    assert Schedule.objects.get().instance.owner is None
+    assert not Schedule.objects.filter(instance=private).exists()
 
 
 @pytest.mark.django_db

@@ -419,7 +419,7 @@ def test_system_tasks_are_the_code_registered_beat_schedule():
     tasks = {t["name"]: t for t in schedules.system_tasks()}
     assert tasks["agents-run-due-schedules"]["task"] == "agents_app.run_due_schedules"
     assert tasks["agents-run-due-schedules"]["schedule"] == "every 5 s"
-    assert tasks["agents-recover-interrupted-turns"]["schedule"] == "cron * * * * *"
+    assert tasks["agents-recover-interrupted-turns"]["schedule"] == "every 10 s"
     assert tasks["agents-sweep-action-ledger"]["schedule"] == "cron 17 * * * *"
     assert {"agents-sweep-stream-buffers", "agents-sync-declared-schedules"} <= set(tasks)
 

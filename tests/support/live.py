@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,8 +118,25 @@ class PostgresServer:
                     raise
                 time.sleep(0.1)
 
+    def new_database(self, prefix: str) -> str:
+        """A fresh, empty database on this server; its URL."""
+        import psycopg  # only the PostgreSQL tests need the driver loaded
+
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
     def stop(self) -> None:
         stop_process(self.proc, signal.SIGINT)
+
+
+def database_url(request: Any, kind: str, tmp_path: Path, prefix: str) -> str:
+    """A fresh database of ``kind`` ("sqlite", or "postgres" on the ``postgres`` fixture's server)."""
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / f'{prefix}.sqlite3'}"
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.new_database(prefix)
 
 
 def _postgres_bindir() -> Path:
@@ -162,13 +180,14 @@ class LiveStack:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
         return result.stdout
 
-    def create_user(self, username: str, password: str = "pw", *, staff: bool = False) -> None:
+    def create_user(self, username: str, password: str = "pw", *, staff: bool = False) -> int:
+        """Create a user in the stack's database; returns its pk."""
         code = (
             "from django.contrib.auth import get_user_model as g;"
             f"u=g().objects.create_user({username!r}, password={password!r});"
-            f"u.is_staff=u.is_superuser={staff!r}; u.save()"
+            f"u.is_staff=u.is_superuser={staff!r}; u.save(); print(u.pk)"
         )
-        self.manage("shell", "-c", code)
+        return int(self.manage("shell", "-c", code).split()[-1])  # after the shell's own notes
 
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[Any]:
         log = open(self.workdir / log_name, "ab")  # noqa: SIM115 - closed with the process

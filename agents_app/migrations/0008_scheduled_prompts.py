@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents_app', '0005_programmatic_turns'),
+        ('agents_app', '0007_per_user_namespaces'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
