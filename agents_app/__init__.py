@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         TurnState,
     )
     from .agent import ChatAgent, ChatResponseResult, SaveMessagesResult
+    from .agent_tools import agent_tool
     from .chat_recovery import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext
     from .concurrency import Debounce
     from .errors import AgentConfigurationError
@@ -57,6 +58,7 @@ _EXPORTS = {
     "TurnContext": ".actions.context",
     "TurnState": ".actions.context",
     "action": ".actions",
+    "agent_tool": ".agent_tools",
     "callable": ".rpc",
     "scheduled_occurrence": ".schedule_dsl",
 }
@@ -84,6 +86,7 @@ __all__ = [
     "TurnContext",
     "TurnState",
     "action",
+    "agent_tool",
     "callable",
     "scheduled_occurrence",
 ]

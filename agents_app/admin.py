@@ -157,23 +157,46 @@ class TurnInline(admin.TabularInline):
         return False
 
 
+class SubAgentInline(admin.TabularInline):
+    """The sub-agents of an instance (``agent.sub_agent``), each a conversation of its own."""
+
+    model = AgentInstance
+    fk_name = "parent"
+    verbose_name = "sub-agent"
+    fields = ["conversation", "created_at", "updated_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ["slug", "name"]
+
+    @admin.display(description="sub-agent")
+    def conversation(self, obj: AgentInstance) -> str:
+        url = reverse("admin:agents_app_agentinstance_change", args=[obj.pk])
+        return format_html("<a href='{}'>{}/{}</a>", url, obj.slug, obj.name)
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
 @admin.register(AgentInstance)
 class AgentInstanceAdmin(ReadOnlyAdmin):
-    """One conversation: who owns it, a link to open it in the chat, and its transcript as messages."""
+    """One conversation: who owns it, a link to open it in the chat, its transcript as messages, and
+    its sub-agents (a sub-agent's page links back to its parent)."""
 
-    list_display = ["slug", "name", "owner", "created_at", "updated_at"]
+    list_display = ["slug", "name", "owner", "parent", "created_at", "updated_at"]
     list_filter = ["slug"]
     search_fields = ["name", "owner__username"]
-    list_select_related = ["owner"]
-    fields = ["slug", "name", "owner", "chat_link", "created_at", "updated_at", "terminal_error", "approval_links"]
+    list_select_related = ["owner", "parent"]
+    fields = ["slug", "name", "owner", "parent", "chat_link", "created_at", "updated_at", "terminal_error",
+              "approval_links"]
     readonly_fields = ["chat_link", "created_at", "updated_at", "approval_links"]
-    inlines = [TurnInline]
+    inlines = [SubAgentInline, TurnInline]
 
     @admin.display(description="chat")
     def chat_link(self, obj: AgentInstance) -> str:
         """The chat page of the conversation, at the address staff open it by (README "Conversations")."""
-        url = reverse("agents_app:chat", args=[obj.slug, obj.name]) + registry.staff_query(obj)
-        return format_html("<a href='{}' id='open-in-chat'>Open in chat</a>", url)
+        return format_html("<a href='{}' id='open-in-chat'>Open in chat</a>",
+                           registry.staff_chat_url(obj))
 
     @admin.display(description="approvals")
     def approval_links(self, obj: AgentInstance) -> str:

@@ -73,7 +73,7 @@ class SaveMessagesResult:
 # Builds the handle of an instance (``aget``, ``ChatAgent.handle``). Handles drive turns and
 # approvals, which are built on this class, so they live a layer above (``agents_app.handles``),
 # which registers its factory here when the app is ready (``AgentsAppConfig.ready``).
-HandleFactory = Callable[[type["ChatAgent"], "AgentInstance"], "AgentHandle"]
+HandleFactory = Callable[..., "AgentHandle"]
 _handle_factory: HandleFactory | None = None
 
 
@@ -83,10 +83,10 @@ def register_handle_factory(factory: HandleFactory) -> None:
     _handle_factory = factory
 
 
-def _handle(agent_class: type["ChatAgent"], instance: "AgentInstance") -> "AgentHandle":
+def _handle(agent_class: type["ChatAgent"], instance: "AgentInstance", user: Any = None) -> "AgentHandle":
     if _handle_factory is None:
         raise RuntimeError("agents_app is not ready: add it to INSTALLED_APPS and call django.setup() first")
-    return _handle_factory(agent_class, instance)
+    return _handle_factory(agent_class, instance, user)
 
 
 def _for_pydantic_ai(messages: list[UIMessage]) -> list[UIMessage]:
@@ -196,14 +196,21 @@ class ChatAgent:
         if cls.shared and owner is not None:
             raise ValueError(f"{cls.__name__} is shared: its instances have no owner; call aget(name)")
         instance, _ = await database_sync_to_async(AgentInstance.objects.get_or_create)(
-            slug=cls.slug(), name=name, owner=owner
+            slug=cls.slug(), name=name, owner=owner, parent=None
         )
         return _handle(cls, instance)
 
     @property
     def handle(self) -> "AgentHandle":
-        """The handle on this agent's instance (``agents_app.handles.AgentHandle``)."""
-        return _handle(type(self), self.instance)
+        """The handle on this agent's instance (``agents_app.handles.AgentHandle``); in a turn, the
+        turns it starts run for the same user (``authorize_turn`` sees them)."""
+        return _handle(type(self), self.instance, self.user)
+
+    async def sub_agent(self, agent_class: type["ChatAgent"], name: str) -> "AgentHandle":
+        """A handle on sub-agent ``name`` of class ``agent_class``: an instance of its own, owned
+        by this one (made on first use; ``AgentHandle.sub_agent``). Its turns run for this turn's
+        user; its class must be in ``AGENT_CLASSES``, as every agent's."""
+        return await self.handle.sub_agent(agent_class, name)
 
     # --- the running turn ---------------------------------------------------------------------
     @property

@@ -24,7 +24,8 @@ logger = logging.getLogger("agents_app.consumers")
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
-    """``/agents/<slug>/<name>[?owner=<username>]``: the ``cf_agent_*`` protocol for one agent instance.
+    """``/agents/<slug>/<name>[/sub/<slug>/<name>...][?owner=<username>]``: the ``cf_agent_*`` protocol
+    for one agent instance (or one of its sub-agents).
 
     The name is read in the logged-in user's namespace; staff add ``owner`` to reach another's.
     """
@@ -40,7 +41,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.accept()
         try:
             self.instance = await database_sync_to_async(registry.open_instance)(
-                kwargs["slug"], kwargs["name"], self.scope.get("user"), owner
+                kwargs["slug"], kwargs["name"], self.scope.get("user"), owner,
+                registry.parse_sub_path(kwargs.get("sub", "")),
             )
         except AgentAccessError as exc:
             await self.send_frame(frames.error(message=str(exc), code=type(exc).__name__))

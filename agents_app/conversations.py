@@ -33,7 +33,7 @@ def visible_to(user: Any) -> QuerySet[AgentInstance]:
     """The conversations ``user`` finds in their list: their own, and those of shared agents."""
     shared = [slug for slug, agent_class in registry.agent_classes().items() if agent_class.shared]
     return AgentInstance.objects.filter(
-        Q(owner=user) | Q(owner__isnull=True, slug__in=shared)
+        Q(owner=user) | Q(owner__isnull=True, slug__in=shared), parent=None,
     ).select_related("owner").order_by("-updated_at", "-pk")
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from . import approvals, schedules, turns
+from . import approvals, registry, schedules, turns
 from .abort import AbortSignal
 from .agent import ChatAgent, SaveMessagesResult
+from .errors import UnknownAgent
 from .followers import TurnFollower, notify
 from .messages import UIMessage, new_request_id
 from .models import AgentInstance, Turn
@@ -26,10 +27,15 @@ from .turns.programmatic import MessagesOrFunction
 
 @dataclass(frozen=True)
 class AgentHandle:
-    """One agent instance, addressed from code (a view, a Celery task, another agent)."""
+    """One agent instance, addressed from code (a view, a Celery task, another agent).
+
+    ``user``: who the turns it starts run for (``authorize_turn`` sees them); a handle that an
+    agent makes in a turn (``agent.handle``, ``agent.sub_agent``) carries that turn's user.
+    """
 
     agent_class: type[ChatAgent]
     instance: AgentInstance
+    user: Any = None
 
     @property
     def name(self) -> str:
@@ -51,7 +57,7 @@ class AgentHandle:
         ``signal`` cancels it (``AbortSignal``). Status: ``completed``, ``error``, ``skipped``
         (a clear came first) or ``aborted``.
         """
-        return await turns.save_messages(self.instance, messages, signal=signal)
+        return await turns.save_messages(self.instance, messages, signal=signal, user=self.user)
 
     async def chat(self, message: str | UIMessage | MessagesOrFunction, callback: Any, *,
                    signal: AbortSignal | None = None, tools: Any = None) -> SaveMessagesResult:
@@ -72,7 +78,8 @@ class AgentHandle:
         follower = TurnFollower(self.instance, request_id, callback)
         async with follower.following():
             messages = [message] if isinstance(message, str | dict) else message
-            result = await turns.save_messages(self.instance, messages, signal=signal, request_id=request_id)
+            result = await turns.save_messages(self.instance, messages, signal=signal, request_id=request_id,
+                                               user=self.user)
             ending = await follower.ended()
         if result.status == Turn.Status.COMPLETED:
             await notify(callback, "on_done")
@@ -81,6 +88,22 @@ class AgentHandle:
         elif ending == "interrupted":
             await notify(callback, "on_interrupted")
         return result
+
+    async def sub_agent(self, agent_class: type[ChatAgent], name: str) -> "AgentHandle":
+        """A handle on sub-agent ``name`` of class ``agent_class``: an instance of its own whose
+        parent is this one (made on first use, with this one's owner; spec §4.6).
+
+        It is addressed ``<this address>/sub/<slug>/<name>`` (WebSocket, get-messages, the chat
+        page), its owner opens it there, and the admin lists it under its parent. Its class must
+        be in ``AGENT_CLASSES``: any process may run its turns.
+
+        Raises:
+            UnknownAgent: ``agent_class`` is not served, or ``name`` is not a valid name.
+        """
+        if registry.agent_classes().get(agent_class.slug()) is not agent_class:
+            raise UnknownAgent(f"{agent_class.__qualname__} is not in AGENT_CLASSES: add it to run sub-agents of it")
+        child = await database_sync_to_async(registry.sub_instance)(self.instance, agent_class.slug(), name)
+        return AgentHandle(agent_class, child, self.user)
 
     async def persist_messages(self, messages: list[UIMessage | str]) -> list[UIMessage]:
         """Store messages and show them to every connection, without running a turn."""

@@ -20,6 +20,10 @@ class AgentInstance(models.Model):
     shared class (``ChatAgent.shared = True``, any logged-in user opens the same one), and those
     code makes with ``aget(name)`` (staff reach them). ``registry.resolve`` turns an address into
     a namespace; the two partial unique constraints keep a name unique within each.
+
+    A sub-agent (``await agent.sub_agent(ChildAgent, "child-1")``) is an instance with a
+    ``parent``: its names are unique among its parent's children, and it has its parent's owner.
+    Its address is the parent's plus ``/sub/<slug>/<name>`` (Cloudflare's facets, spec §1.1).
     """
 
     slug = models.CharField(max_length=100)
@@ -37,6 +41,8 @@ class AgentInstance(models.Model):
     # later turn completes (spec §2.7, ACK case 3). Empty when there is none.
     terminal_request_id = models.CharField(max_length=200, blank=True, default="")
     terminal_error = models.TextField(blank=True, default="")
+    # The instance this one is a sub-agent of (None for a top-level conversation).
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
     created_at = models.DateTimeField(auto_now_add=True)
     # The last change of the conversation: every transcript write touches it
     # (``AgentInstanceQuerySet.touch``), so the instance list shows recent conversations first.
@@ -47,16 +53,27 @@ class AgentInstance(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["slug", "owner", "name"], condition=Q(owner__isnull=False), name="unique_instance_per_owner",
+                fields=["slug", "owner", "name"], condition=Q(owner__isnull=False, parent__isnull=True),
+                name="unique_instance_per_owner",
             ),
             models.UniqueConstraint(
-                fields=["slug", "name"], condition=Q(owner__isnull=True), name="unique_ownerless_instance",
+                fields=["slug", "name"], condition=Q(owner__isnull=True, parent__isnull=True),
+                name="unique_ownerless_instance",
+            ),
+            models.UniqueConstraint(
+                fields=["parent", "slug", "name"], condition=Q(parent__isnull=False), name="unique_sub_agent",
             ),
         ]
         indexes = [models.Index(fields=["owner", "-updated_at"], name="instance_owner_recent")]
 
     def __str__(self) -> str:
-        return f"{self.slug}/{self.name}"
+        return self.address
+
+    @property
+    def address(self) -> str:
+        """``<slug>/<name>``, after the parent's address and ``/sub/`` for a sub-agent (its URL path)."""
+        own = f"{self.slug}/{self.name}"
+        return f"{self.parent.address}/sub/{own}" if self.parent is not None else own
 
 
 class ChatMessage(models.Model):
@@ -160,8 +177,10 @@ class Turn(models.Model):
     # function of ``save_messages(fn)``, which computes the messages when the turn starts).
     # Other processes leave it queued while that process lives (``turns.lock``).
     affinity = models.CharField(max_length=200, blank=True, default="")
-    # Its messages are computed when it starts (by the function the ``affinity`` process holds).
+    # Its messages go into the transcript when it starts (spec §4.3 saveMessages): they are
+    # ``messages_to_store``, or computed by the function the ``affinity`` process holds.
     pending_messages = models.BooleanField(default=False)
+    messages_to_store = models.JSONField(null=True, blank=True)
     # Queued turns are claimed by descending priority, then in order: a recovery attempt runs
     # before the turns queued behind the one it recovers.
     priority = models.PositiveSmallIntegerField(default=0)

@@ -2,11 +2,13 @@
 
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
+from django.urls import reverse
 from django.utils.module_loading import import_string
 
 from . import conf
@@ -102,34 +104,84 @@ def resolve(slug: str, name: str, user: Any, owner: str | None = None) -> tuple[
         raise UnknownInstance(f"There is no user {owner!r}") from None
 
 
-def open_instance(slug: str, name: str, user: Any, owner: str | None = None) -> AgentInstance:
+def open_instance(slug: str, name: str, user: Any, owner: str | None = None,
+                  sub: Sequence[tuple[str, str]] = ()) -> AgentInstance:
     """The instance the address names (see ``resolve``), made on first use in the caller's namespace.
 
+    ``sub``: the ``(slug, name)`` steps from that instance down to one of its sub-agents (the
+    address's ``/sub/<slug>/<name>`` segments, ``parse_sub_path``), made on first use likewise.
     Staff reading another namespace find what is there; their visit makes nothing.
 
     Raises:
         UnknownAgent, NotAuthenticated, PermissionDenied, UnknownInstance: see ``errors``.
     """
     agent_class, namespace = resolve(slug, name, user, owner)
-    if namespace is user or agent_class.shared:
-        instance, _ = AgentInstance.objects.get_or_create(slug=slug, name=name, owner=namespace)
-        return instance
-    return _existing(slug, name, namespace)
+    creating = namespace is user or agent_class.shared
+    if creating:
+        instance, _ = AgentInstance.objects.get_or_create(slug=slug, name=name, owner=namespace, parent=None)
+    else:
+        instance = _existing(slug, name, namespace)
+    for child_slug, child_name in sub:
+        instance = sub_instance(instance, child_slug, child_name, create=creating)
+    return instance
 
 
-def find_instance(slug: str, name: str, user: Any, owner: str | None = None) -> AgentInstance:
+def find_instance(slug: str, name: str, user: Any, owner: str | None = None,
+                  sub: Sequence[tuple[str, str]] = ()) -> AgentInstance:
     """The existing instance the address names (see ``resolve``): reading is not opening (REST API).
 
     Raises:
         UnknownAgent, NotAuthenticated, PermissionDenied, UnknownInstance: see ``errors``.
     """
     _, namespace = resolve(slug, name, user, owner)
-    return _existing(slug, name, namespace)
+    instance = _existing(slug, name, namespace)
+    for child_slug, child_name in sub:
+        instance = sub_instance(instance, child_slug, child_name, create=False)
+    return instance
+
+
+# The literal segment between a parent's address and a sub-agent's (Cloudflare's ``SUB_PREFIX``).
+SUB_SEGMENT = "sub"
+
+
+def parse_sub_path(path: str) -> list[tuple[str, str]]:
+    """``/sub/<slug>/<name>[/sub/<slug>/<name>...]`` (an address's tail, decoded as URL routes
+    give it) as ``(slug, name)`` steps.
+
+    Raises:
+        UnknownInstance: the tail is not made of such triples.
+    """
+    parts = path.strip("/").split("/") if path.strip("/") else []
+    if len(parts) % 3 or any(parts[i] != SUB_SEGMENT for i in range(0, len(parts), 3)):
+        raise UnknownInstance(f"Invalid sub-agent address {path!r}")
+    return [(parts[i + 1], parts[i + 2]) for i in range(0, len(parts), 3)]
+
+
+def sub_instance(parent: AgentInstance, slug: str, name: str, *, create: bool = True) -> AgentInstance:
+    """Sub-agent ``slug/name`` of ``parent``: made on first use (``create``) with the parent's owner.
+
+    Its class must be served (``AGENT_CLASSES``), as every instance's: any process runs its turns.
+
+    Raises:
+        UnknownAgent: no class has that slug, or the name is invalid.
+        UnknownInstance: it does not exist and ``create`` is false.
+    """
+    get_agent_class(slug)
+    if not valid_name(name):
+        raise UnknownAgent(f"Invalid instance name {name!r}")
+    if create:
+        child, _ = AgentInstance.objects.get_or_create(parent=parent, slug=slug, name=name,
+                                                       defaults={"owner_id": parent.owner_id})
+        return child
+    try:
+        return AgentInstance.objects.select_related("owner").get(parent=parent, slug=slug, name=name)
+    except AgentInstance.DoesNotExist:
+        raise UnknownInstance(f"There is no sub-agent {slug}/{name} of {parent.address}") from None
 
 
 def _existing(slug: str, name: str, owner: Any) -> AgentInstance:
     try:
-        return AgentInstance.objects.select_related("owner").get(slug=slug, name=name, owner=owner)
+        return AgentInstance.objects.select_related("owner").get(slug=slug, name=name, owner=owner, parent=None)
     except AgentInstance.DoesNotExist:
         raise UnknownInstance(f"There is no conversation {slug}/{name}" + _whose(owner)) from None
 
@@ -144,6 +196,30 @@ def owner_parameter(instance: AgentInstance) -> str | None:
     if agent_class is not None and agent_class.shared:
         return None
     return instance.owner.get_username() if instance.owner is not None else ""
+
+
+def chat_url(instance: AgentInstance, query: str = "") -> str:
+    """The chat page of an instance or sub-agent (``/chat/<address>/``), with ``query`` (``owner=…``)."""
+    top, *steps = [instance, *_ancestors(instance)][::-1]
+    if not steps:
+        url = reverse("agents_app:chat", args=[top.slug, top.name])
+    else:
+        sub_path = "".join(f"/{SUB_SEGMENT}/{step.slug}/{step.name}" for step in steps)  # reverse() quotes
+        url = reverse("agents_app:sub-chat", kwargs={"slug": top.slug, "name": top.name, "sub": sub_path})
+    return url + (f"?{query}" if query else "")
+
+
+def staff_chat_url(instance: AgentInstance) -> str:
+    """The chat page of an instance at the address staff open it by (``staff_query``)."""
+    return chat_url(instance) + staff_query(instance)
+
+
+def _ancestors(instance: AgentInstance) -> list[AgentInstance]:
+    found = []
+    while instance.parent is not None:
+        instance = instance.parent
+        found.append(instance)
+    return found
 
 
 def staff_query(instance: AgentInstance) -> str:

@@ -5,5 +5,6 @@ from django.urls import re_path
 from .consumers import ChatConsumer
 
 websocket_urlpatterns = [
-    re_path(r"^agents/(?P<slug>[^/]+)/(?P<name>[^/]+)/?$", ChatConsumer.as_asgi()),
+    # A sub-agent's address is its parent's plus /sub/<slug>/<name> (spec §1.1), at any depth.
+    re_path(r"^agents/(?P<slug>[^/]+)/(?P<name>[^/]+)(?P<sub>(?:/sub/[^/]+/[^/]+)*)/?$", ChatConsumer.as_asgi()),
 ]

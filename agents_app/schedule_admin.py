@@ -54,14 +54,9 @@ def status_label(run: ScheduleRun) -> SafeString:
     return format_html("<span class='run-status' data-status='{}'>{}</span>", run.status, run.get_status_display())
 
 
-def chat_url(instance: AgentInstance) -> str:
-    """The chat page of a schedule's conversation, at the address staff open it by."""
-    return reverse("agents_app:chat", args=[instance.slug, instance.name]) + registry.staff_query(instance)
-
-
 def run_links(run: ScheduleRun) -> SafeString:
     """The run's turn (in the turns admin) and the conversation it is in (the chat page)."""
-    chat = chat_url(run.instance)
+    chat = registry.staff_chat_url(run.instance)
     if not run.request_id or run.schedule.action != Schedule.Action.PROMPT:
         return format_html("<a href='{}'>conversation</a>", chat)
     turn = reverse("admin:agents_app_turn_changelist")
@@ -268,7 +263,7 @@ class ScheduleAdmin(OperatorOnly):
     # --- columns --------------------------------------------------------------------------------
     @admin.display(description="agent / instance", ordering="instance__slug")
     def agent_instance(self, obj: Schedule) -> str:
-        return format_html("<a href='{}'>{}/{}</a>", chat_url(obj.instance), obj.instance.slug, obj.instance.name)
+        return format_html("<a href='{}'>{}</a>", registry.staff_chat_url(obj.instance), obj.instance.address)
 
     @admin.display(description="schedule")
     def schedule_text(self, obj: Schedule) -> str:

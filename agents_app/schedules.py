@@ -143,7 +143,7 @@ def check_definition(agent: str, instance_name: str, name: str, schedule: str, t
     except dsl.ScheduleError as exc:
         return None, {"schedule": str(exc)}
     taken = Schedule.objects.filter(instance__slug=agent, instance__name=instance_name, instance__owner=None,
-                                    name=name).exclude(pk=pk)
+                                    instance__parent=None, name=name).exclude(pk=pk)
     if taken.exists():
         return None, {"name": f'{agent}/{instance_name} has a schedule named "{name}" already'}
     return parsed, {}
@@ -155,7 +155,7 @@ def save_operator_schedule(row: Schedule, agent: str, instance_name: str, parsed
     of the global namespace (no owner: the instances code opens with ``aget(name)``, which staff
     open in the chat with ``?owner=``), created if it does not exist yet.
     """
-    row.instance, _ = AgentInstance.objects.get_or_create(slug=agent, name=instance_name, owner=None)
+    row.instance, _ = AgentInstance.objects.get_or_create(slug=agent, name=instance_name, owner=None, parent=None)
     row.source = Schedule.Source.OPERATOR
     row.action = Schedule.Action.PROMPT
     if row.created_by_id is None and getattr(user, "pk", None):

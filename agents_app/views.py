@@ -4,6 +4,7 @@ Every address is read in the logged-in user's namespace (``registry.resolve``); 
 ``?owner=<username>`` to reach another user's conversation.
 """
 
+
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -15,6 +16,9 @@ from . import conversations, llm, registry, transcript
 from .errors import AgentAccessError
 from .errors import PermissionDenied as AgentPermissionDenied
 
+# Sub-agents linked from a chat page (the newest conversations of an agent may have many).
+SUB_AGENT_LINKS = 50
+
 
 def owner_of(request: HttpRequest) -> str | None:
     """The ``owner`` query parameter: None when absent, ``""`` when empty (the global namespace)."""
@@ -22,10 +26,10 @@ def owner_of(request: HttpRequest) -> str | None:
 
 
 @require_GET
-def get_messages(request: HttpRequest, slug: str, name: str) -> HttpResponse:
-    """``GET /agents/<slug>/<name>/get-messages``: the persisted transcript, in order."""
+def get_messages(request: HttpRequest, slug: str, name: str, sub: str = "") -> HttpResponse:
+    """``GET /agents/<slug>/<name>[/sub/<slug>/<name>...]/get-messages``: the persisted transcript, in order."""
     try:
-        instance = registry.open_instance(slug, name, request.user, owner_of(request))
+        instance = registry.open_instance(slug, name, request.user, owner_of(request), registry.parse_sub_path(sub))
     except AgentAccessError as exc:
         return JsonResponse({"error": str(exc)}, status=exc.http_status)
     return JsonResponse(transcript.load(instance), safe=False)
@@ -55,20 +59,29 @@ def new_chat(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def chat(request: HttpRequest, slug: str, name: str) -> HttpResponse:
-    """The chat page of one instance; its JS client speaks the WebSocket protocol."""
+def chat(request: HttpRequest, slug: str, name: str, sub: str = "") -> HttpResponse:
+    """The chat page of one instance (or sub-agent); its JS client speaks the WebSocket protocol."""
     owner = owner_of(request)
     try:
-        instance = registry.open_instance(slug, name, request.user, owner)
+        instance = registry.open_instance(slug, name, request.user, owner, registry.parse_sub_path(sub))
     except AgentPermissionDenied as exc:
         raise PermissionDenied(str(exc)) from exc
     except AgentAccessError as exc:
         raise Http404(str(exc)) from exc
     agent = registry.agent_for(instance)
+    address_query = "" if owner is None else urlencode({registry.OWNER_PARAMETER: owner})
+    ancestors = []
+    parent = instance.parent
+    while parent is not None:
+        ancestors.insert(0, (parent, registry.chat_url(parent, address_query)))
+        parent = parent.parent
     return render(request, "agents_app/chat.html", {
         "instance": instance,
         # The page's socket and get-messages carry the same owner parameter as the page.
-        "address_query": "" if owner is None else urlencode({registry.OWNER_PARAMETER: owner}),
+        "address_query": address_query,
+        "ancestors": ancestors,
+        "sub_agents": [(child, registry.chat_url(child, address_query))
+                       for child in instance.children.order_by("slug", "name")[:SUB_AGENT_LINKS]],
         "demo_model": llm.is_demo(agent.get_model()),
         "starter_prompts": agent.starter_prompts,
     })

@@ -18,6 +18,7 @@ from agents_app import (
     Debounce,
     TurnState,
     action,
+    agent_tool,
     callable,
     scheduled_occurrence,
 )
@@ -397,3 +398,57 @@ class CrashAgent(ChatAgent):
     def get_actions(self) -> dict[str, Any]:
         return {"slow_refund": action(description="Refund an order, slowly", input_schema=SlowRefundInput,
                                       execute=slow_refund, idempotency_key=lambda input, ctx: input.order_id)}
+
+
+class ChildAgent(ChatAgent):
+    """The reference's child agent: a research assistant (the demo model answers it)."""
+
+    system_prompt = "You are a research assistant. Find what the task asks and report it briefly."
+
+    async def work(self, payload: dict[str, Any], ctx: Any) -> None:
+        """A scheduled call (``handle.schedule``): a turn of this sub-agent, on the worker that runs it."""
+        await self.handle.save_messages([payload["prompt"]])
+
+
+class ParentAgent(ChatAgent):
+    """The reference's parent: a callable method hands a task to sub-agent ``child-1`` and returns
+    what its ``chat()`` callback saw, in order."""
+
+    @callable
+    async def research(self, task: str) -> dict[str, Any]:
+        child = await self.sub_agent(ChildAgent, "child-1")
+        seen: list[Any] = []
+
+        class Collect:
+            def on_start(self, info: dict[str, Any]) -> None:
+                seen.append(["start", info["request_id"]])
+
+            def on_event(self, chunk: str) -> None:
+                seen.append(["event", json.loads(chunk)])
+
+            def on_done(self) -> None:
+                seen.append(["done"])
+
+            def on_error(self, message: str) -> None:
+                seen.append(["error", message])
+
+        result = await child.chat(task, Collect())
+        return {"seen": seen, "status": result.status, "request_id": result.request_id}
+
+    @callable
+    async def keep_child_busy(self, prompt: str) -> str:
+        """Have a Celery worker run a turn of ``child-1`` (a scheduled call, due now)."""
+        child = await self.sub_agent(ChildAgent, "child-1")
+        entry = await child.schedule(0, "work", {"prompt": prompt})
+        return str(entry.id)
+
+
+# Built once, as agent_tool asks.
+DELEGATE = agent_tool(ChildAgent, name="delegate", description="Hand a task to the child agent")
+
+
+class ToolParentAgent(ChatAgent):
+    """Has a child agent as its tool ``delegate``."""
+
+    def get_tools(self) -> list[Any]:
+        return [DELEGATE]

@@ -240,6 +240,8 @@ SPECTACULAR_SETTINGS = {
 # Import strings of the agent classes this site serves; each gets a URL slug from its class name.
 AGENT_CLASSES = [
     "agents_app.demo.agents.DemoAgent",
+    # The demo agent's research sub-agent (its "research" tool).
+    "agents_app.demo.agents.ResearchAgent",
 ]
 # The model every agent uses unless it overrides get_model(): "demo" (offline), or a provider
 # string such as "openai-chat:gpt-4o", "anthropic:claude-sonnet-4-5", "ollama:llama3.2", or

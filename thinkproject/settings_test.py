@@ -18,6 +18,7 @@ AGENT_SCHEDULE_RUNS = "inline"
 AGENT_RECOVERY = "inline"
 AGENT_CLASSES = [
     "agents_app.demo.agents.DemoAgent",
+    "agents_app.demo.agents.ResearchAgent",
     "tests.agents.BodyEchoAgent",
     "tests.agents.SilentAgent",
     "tests.agents.BrokenAgent",
@@ -41,5 +42,8 @@ AGENT_CLASSES = [
     "tests.agents.ScheduledAgent",
     "tests.agents.RecoveryAgent",
     "tests.agents.StallAgent",
+    "tests.agents.ParentAgent",
+    "tests.agents.ChildAgent",
+    "tests.agents.ToolParentAgent",
     "tests.action_agents.ActionTestAgent",
 ]

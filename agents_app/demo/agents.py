@@ -12,6 +12,9 @@ approvals at work:
 * ``deploy_release`` (``/tool deploy_release {"version": "1.4.2"}``) parks until staff approve
   it in the admin ("Pending approvals"), then deploys (demo: nothing happens) and the
   conversation continues by itself.
+
+``research`` hands a task to a sub-agent (``ResearchAgent``, ``agent_tool``): its report streams
+into the tool's card while it works, and the demo agent then sums it up.
 """
 
 import asyncio
@@ -21,7 +24,7 @@ from decimal import Decimal
 from pydantic import BaseModel, Field
 from pydantic_ai import RunContext
 
-from agents_app import ChatAgent
+from agents_app import ChatAgent, agent_tool, conf, llm
 from agents_app.actions import Action, action
 from agents_app.actions.context import ActionContext, TurnContext, TurnState
 from agents_app.tools import ClientTool, tool
@@ -98,6 +101,35 @@ ACTIONS: dict[str, Action[BaseModel]] = {
 }
 
 
+class ResearchAgent(ChatAgent):
+    """The demo's research sub-agent. With a real model it researches as prompted; with the
+    offline demo model it streams a short, deterministic report on the task."""
+
+    system_prompt = "You are a research assistant. Look into the task and report your findings briefly."
+
+    async def on_chat_message(self) -> object:
+        if not llm.is_demo(self.get_model()):
+            return await super().on_chat_message()
+        last = self.messages[-1] if self.messages else {}
+        task = " ".join(p.get("text", "") for p in last.get("parts", []) if p.get("type") == "text").strip()
+        delay = conf.get("AGENT_DEMO_DELAY_MS") / 1000
+
+        async def report() -> AsyncIterator[str]:
+            text = (f"Researching {task or 'nothing'}. Sources checked: 3 (demo). Summary: {task or 'nothing'} "
+                    "is a demo topic; no real research was done (offline demo model).")
+            for word in text.split(" "):
+                if delay:
+                    await asyncio.sleep(delay)
+                yield word + " "
+
+        return report()
+
+
+# Built once: its schema is made once (``agent_tool``).
+RESEARCH = agent_tool(ResearchAgent, name="research",
+                      description="Ask the research sub-agent to look into a topic; it reports back.")
+
+
 class DemoAgent(ChatAgent):
     """Echoes with the offline demo model, and has a tool and an action of each kind."""
 
@@ -110,6 +142,7 @@ class DemoAgent(ChatAgent):
         ("Deploy a release: waits for staff in the admin", "deploy_release version 1.4.2"),
         ("Crunch numbers: a tool that reports progress", "crunch_numbers count 10"),
         ("Browser info: a tool that runs in your browser", "getBrowserInfo"),
+        ("Research: a sub-agent does it", 'research task "the history of Oslo"'),
         ("A slow reply: try Stop", "/slow 40"),
         ("A reply that fails", "/fail"),
     )
@@ -120,6 +153,7 @@ class DemoAgent(ChatAgent):
             tool(send_email, needs_approval=True),
             crunch_numbers,
             ClientTool("getBrowserInfo", "The user's browser, language and time zone"),
+            RESEARCH,
         ]
 
     def get_actions(self) -> dict[str, Action[BaseModel]]:

@@ -277,16 +277,20 @@ class TurnRun:
         return False
 
     async def _materialize(self) -> bool:
-        """Compute the messages of a ``save_messages(fn)`` turn from the transcript as it is now, and store them.
+        """Store the messages of a ``save_messages`` turn now that it starts: those in its row, or
+        what its function computes from the transcript as it is now.
 
         False when it cannot run: the function raised (the turn ends with its error).
         """
         source = _message_sources.pop(self.turn.pk, None)
         try:
-            if source is None:
+            if self.turn.messages_to_store is not None:
+                messages = self.turn.messages_to_store
+            elif source is None:
                 raise RuntimeError("The function of this save_messages() turn is gone")
-            current = await database_sync_to_async(transcript.load)(self.turn.instance_id)
-            messages = await source(current)
+            else:
+                current = await database_sync_to_async(transcript.load)(self.turn.instance_id)
+                messages = await source(current)
         except Exception as exc:
             logger.exception("The messages of turn %s could not be computed", self.turn.request_id)
             await database_sync_to_async(lock.finish)(self.turn, Turn.Status.ERROR, str(exc) or type(exc).__name__)
@@ -539,11 +543,13 @@ class TurnRun:
 
 
 def _store_computed(turn: Turn, messages: list[UIMessage]) -> list[UIMessage]:
-    """Store the messages a ``save_messages(fn)`` turn computed; they are the turn's request."""
+    """Store the messages of a starting ``save_messages`` turn; they are the turn's request."""
     instance = AgentInstance.objects.get(pk=turn.instance_id)
-    stored = transcript.persist(instance, messages, policy=transcript.Policy.of(registry.agent_for(instance)))
-    turn.message_ids = request_message_ids(stored)
-    Turn.objects.filter(pk=turn.pk).update(message_ids=turn.message_ids, pending_messages=False)
+    with transaction.atomic():
+        stored = transcript.persist(instance, messages, policy=transcript.Policy.of(registry.agent_for(instance)))
+        turn.message_ids = request_message_ids(stored)
+        Turn.objects.filter(pk=turn.pk).update(message_ids=turn.message_ids, pending_messages=False,
+                                               messages_to_store=None)
     return stored
 
 

@@ -4,6 +4,8 @@ A programmatic turn queues behind the instance's other turns like any turn, runs
 process claims it, and its caller waits for its durable status, so the result is the same
 wherever it ran. Two kinds of caller state stay in the caller's process:
 
+* ``save_messages(messages)``: the messages wait in the turn's row and go into the transcript
+  when the turn starts, after the replies of the turns before it (spec §4.3).
 * ``save_messages(fn)``: the function computes the messages from the transcript *when the turn
   starts* (so it sees what was queued before it). The turn has ``affinity`` to the caller's
   process, which claims it itself (``turns.lock`` leaves it to that process while it lives) and
@@ -49,23 +51,22 @@ def as_messages(items: list[UIMessage | str]) -> list[UIMessage]:
 
 
 async def save_messages(instance: AgentInstance, messages: MessagesOrFunction, *,
-                        signal: AbortSignal | None = None, request_id: str | None = None) -> SaveMessagesResult:
+                        signal: AbortSignal | None = None, request_id: str | None = None,
+                        user: Any = None) -> SaveMessagesResult:
     """Append messages (or what ``messages(transcript)`` returns when the turn starts) and run a turn.
 
     Returns when the turn has ended: ``completed``, ``error``, ``skipped`` (a clear came first) or
     ``aborted`` (``signal``). See the module docstring. ``request_id``: the turn's, when the caller
-    announced it already (``chat()``); a new one otherwise.
+    announced it already (``chat()``); a new one otherwise. ``user``: who the turn runs for.
     """
-    policy = transcript.Policy.of(registry.agent_for(instance))
+    registry.get_agent_class(instance.slug)  # an unknown class fails here (UnknownAgent), not in the turn
     request_id = request_id or new_request_id()
     if callable(messages):
         channel = await control.channel_name()
-        turn, stored = await database_sync_to_async(_accept)(
-            instance, [], policy, request_id, liveness.worker_label(channel))
+        turn = await database_sync_to_async(_accept)(instance, None, request_id, liveness.worker_label(channel), user)
         engine.hold_message_source(turn.pk, _source(messages))
     else:
-        turn, stored = await database_sync_to_async(_accept)(instance, as_messages(messages), policy, request_id, "")
-        await fanout.publish(instance.pk, frames.chat_messages(stored))
+        turn = await database_sync_to_async(_accept)(instance, as_messages(messages), request_id, "", user)
     return await _run(instance, turn, signal)
 
 
@@ -77,18 +78,16 @@ def _source(function: Callable[..., Any]) -> engine.MessageSource:
     return compute
 
 
-def _accept(instance: AgentInstance, messages: list[UIMessage], policy: transcript.Policy, request_id: str,
-            affinity: str) -> tuple[Turn, list[UIMessage]]:
-    with transaction.atomic():
-        stored = transcript.persist(instance, messages, policy=policy) if messages else []
-        body, client_tools = transcript.request_context(instance)
-        turn = Turn.objects.create(
-            instance=instance, request_id=request_id, kind=Turn.Kind.PROGRAMMATIC,
-            generation=AgentInstance.objects.generation_of(instance.pk), body=body, client_tools=client_tools,
-            message_ids=[m["id"] for m in messages], assistant_message_id=new_message_id(),
-            affinity=affinity, pending_messages=bool(affinity),
-        )
-    return turn, stored
+def _accept(instance: AgentInstance, messages: list[UIMessage] | None, request_id: str, affinity: str,
+            user: Any = None) -> Turn:
+    """The queued turn; ``messages`` None: its function (in this process, ``affinity``) makes them."""
+    body, client_tools = transcript.request_context(instance)
+    return Turn.objects.create(
+        instance=instance, request_id=request_id, kind=Turn.Kind.PROGRAMMATIC,
+        generation=AgentInstance.objects.generation_of(instance.pk), body=body, client_tools=client_tools,
+        message_ids=[m["id"] for m in messages or []], assistant_message_id=new_message_id(),
+        affinity=affinity, pending_messages=True, messages_to_store=messages, user=user,
+    )
 
 
 async def continue_last_turn(instance: AgentInstance, body: dict[str, Any] | None = None, *,

@@ -101,7 +101,9 @@ def schedule(turn: Turn) -> Cut:
     root = turn.incident.root_request_id if turn.kind == Turn.Kind.RECOVERY and turn.incident else turn.request_id
     cleared = AgentInstance.objects.generation_of(turn.instance_id) > turn.generation
     cancelled = Turn.objects.filter(pk=turn.pk, cancel_requested=True).exists()
-    if cleared or cancelled:
+    # A save_messages(fn) turn cut before its function ran: the function died with its process.
+    lost_request = turn.pending_messages and turn.messages_to_store is None
+    if cleared or cancelled or lost_request:
         if cancelled and stream is not None:
             _store_as_is(turn, stream)
         return Cut(turn, None, root, last_seq)
@@ -112,6 +114,8 @@ def schedule(turn: Turn) -> Cut:
         priority=RECOVERY_PRIORITY, generation=turn.generation, body=turn.body, client_tools=turn.client_tools,
         message_ids=turn.message_ids, user_id=turn.user_id, incident=incident, recovers=turn,
         recovery_data=turn.recovery_data,
+        # Cut before its messages were stored: the attempt stores them first.
+        pending_messages=turn.pending_messages, messages_to_store=turn.messages_to_store,
     )
     return Cut(turn, attempt, root, last_seq)
 

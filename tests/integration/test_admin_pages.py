@@ -142,3 +142,11 @@ def test_a_turns_recovery_incident_shows_its_attempts(root: Client, instance: Ag
     page = root.get(admin_url(incident, "change", incident.pk)).content.decode()
     assert "max_attempts_exceeded" in page
     assert "a1" in page and "Interrupted: the process running this turn stopped" in page
+
+
+def test_sub_agents_are_listed_under_their_parent(root: Client, instance: AgentInstance) -> None:
+    child = AgentInstance.objects.create(slug="demo-agent", name="helper", parent=instance, owner=instance.owner)
+    page = root.get(admin_url(instance, "change", instance.pk)).content.decode()
+    assert f"href='{admin_url(child, 'change', child.pk)}'>demo-agent/helper</a>" in page
+    child_page = root.get(admin_url(child, "change", child.pk)).content.decode()
+    assert "/chat/demo-agent/room-1/sub/demo-agent/helper/?owner=alice" in child_page

@@ -168,11 +168,13 @@ def test_the_migration_keeps_owners_and_moves_shared_instances_to_the_global_nam
 
         executor = MigrationExecutor(connection)
         executor.migrate(AFTER)
-        rows = dict(AgentInstance.objects.values_list("pk", "owner_id"))
+        new = executor.loader.project_state(AFTER).apps
+        new_instance = new.get_model("agents_app", "AgentInstance")
+        rows = dict(new_instance.objects.values_list("pk", "owner_id"))
         assert rows == {kept.pk: alice.pk, lobby.pk: None, ownerless.pk: None}
         # Another user now has a "default" of their own.
-        bob = get_user_model().objects.create(username="bob")
-        AgentInstance.objects.create(slug="demo-agent", name="default", owner=bob)
+        bob = new.get_model(*get_user_model()._meta.label.split(".")).objects.create(username="bob")
+        new_instance.objects.create(slug="demo-agent", name="default", owner=bob)
     finally:
         executor = MigrationExecutor(connection)
         executor.loader.build_graph()

@@ -176,7 +176,7 @@ async def test_streamed_text_reply_is_framed_and_persisted(
         {"role": "user", "content": "hi there"},
     ]
     assert sorted(t["function"]["name"] for t in request.body["tools"]) == [
-        "crunch_numbers", "deploy_release", "getBrowserInfo", "get_weather", "refund_order", "send_email"]
+        "crunch_numbers", "deploy_release", "getBrowserInfo", "get_weather", "refund_order", "research", "send_email"]
     # An action's schema is its input model's: what the provider is shown.
     [refund] = [t["function"] for t in request.body["tools"] if t["function"]["name"] == "refund_order"]
     assert set(refund["parameters"]["properties"]) == {"order_id", "amount", "reason"}

@@ -32,11 +32,12 @@ if (root) start(root);
 
 function start(root) {
   const dom = findElements(root);
-  const slug = root.dataset.agent || "";
-  const name = root.dataset.name || "default";
+  // The instance's address: <slug>/<name>, and /sub/<slug>/<name> per level for a sub-agent
+  // (useAgent's `sub` option builds the same path).
+  const address = (root.dataset.address || "").split("/");
   // Extra query parameters of the address (staff: owner=<username>), as useAgent's `query` option.
   const query = root.dataset.query || "";
-  const basePath = `/agents/${encodeURIComponent(slug)}/${encodeURIComponent(name)}`;
+  const basePath = `/agents/${address.map(encodeURIComponent).join("/")}`;
   const historyUrl = `${basePath}/get-messages${query ? `?${query}` : ""}`;
   const scheme = location.protocol === "https:" ? "wss" : "ws";
   const url = `${scheme}://${location.host}${basePath}?_pk=${connectionId()}${query ? `&${query}` : ""}`;
