@@ -89,7 +89,8 @@ def test_an_operator_schedules_a_prompt_runs_it_now_and_the_chat_shows_it_as_sch
     summary = admin.locator("#result_list tbody tr").filter(has_text=f"demo-agent/{room}").locator(
         ".field-last_run_summary")
     expect(summary.locator(".run-status")).to_have_text("Completed")
-    expect(summary.get_by_role("link", name="conversation")).to_have_attribute("href", f"/chat/demo-agent/{room}/?owner=")
+    expect(summary.get_by_role("link", name="conversation")).to_have_attribute(
+        "href", f"/chat/demo-agent/{room}/?owner=")
 
 
 def test_a_bad_schedule_or_agent_is_a_form_error(oslo: BrowserContext, live: Live, room: str) -> None:
