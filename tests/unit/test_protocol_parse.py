@@ -360,7 +360,7 @@ def test_nesting_up_to_the_limit_is_accepted() -> None:
 ])
 def test_lone_surrogates_and_nul_become_the_replacement_character(escaped: str, clean: str) -> None:
     """Everywhere: ids echoed back (probeId), user text stored (PostgreSQL refuses NUL), keys."""
-    probe = parse('{"type": "cf_agent_stream_resume_request", "probeId": "%s"}' % escaped, max_bytes=MAX)
+    probe = parse('{"type": "cf_agent_stream_resume_request", "probeId": "' + escaped + '"}', max_bytes=MAX)
     assert probe == ResumeRequest(probe_id=clean)
     message = {**USER_MESSAGE, "parts": [{"type": "text", "text": "@@", "k@@": 1}]}
     raw_body = encode({"messages": [message]}).replace("@@", escaped.replace("\\\\", "\\"))
