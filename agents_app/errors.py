@@ -30,6 +30,7 @@ __all__ = [
     "PermissionDenied",
     "ProtocolError",
     "UnknownAgent",
+    "UnknownInstance",
 ]
 
 
@@ -49,6 +50,13 @@ class UnknownAgent(AgentAccessError):
 
     close_code = CloseCode.NOT_FOUND
     http_status = 400
+
+
+class UnknownInstance(AgentAccessError):
+    """The address names no existing conversation, and reading one does not make it (``get-messages``)."""
+
+    close_code = CloseCode.NOT_FOUND
+    http_status = 404
 
 
 class NotAuthenticated(AgentAccessError):

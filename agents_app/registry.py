@@ -8,7 +8,7 @@ from django.utils.module_loading import import_string
 
 from . import conf
 from .agent import ChatAgent
-from .errors import AgentConfigurationError, NotAuthenticated, PermissionDenied, UnknownAgent
+from .errors import AgentConfigurationError, NotAuthenticated, PermissionDenied, UnknownAgent, UnknownInstance
 from .models import AgentInstance
 
 # Instance names are path segments; keep them printable and short.
@@ -67,12 +67,34 @@ def open_instance(slug: str, name: str, user: Any) -> AgentInstance:
     Raises:
         UnknownAgent, NotAuthenticated, PermissionDenied: see ``errors``.
     """
+    agent_class = _checked(slug, name, user)
+    instance, _ = AgentInstance.objects.get_or_create(slug=slug, name=name, defaults={"owner": user})
+    return _allowed(instance, user, agent_class)
+
+
+def find_instance(slug: str, name: str, user: Any) -> AgentInstance:
+    """The existing instance ``slug/name``: reading is not opening, so a name nobody opened is not taken.
+
+    Raises:
+        UnknownAgent, NotAuthenticated, PermissionDenied, UnknownInstance: see ``errors``.
+    """
+    agent_class = _checked(slug, name, user)
+    instance = AgentInstance.objects.filter(slug=slug, name=name).first()
+    if instance is None:
+        raise UnknownInstance(f"There is no conversation {slug}/{name}")
+    return _allowed(instance, user, agent_class)
+
+
+def _checked(slug: str, name: str, user: Any) -> type[ChatAgent]:
     agent_class = get_agent_class(slug)
     if not getattr(user, "is_authenticated", False):
         raise NotAuthenticated("Log in to talk to an agent")
     if not _NAME_RE.match(name):
         raise UnknownAgent(f"Invalid instance name {name!r}")
-    instance, _ = AgentInstance.objects.get_or_create(slug=slug, name=name, defaults={"owner": user})
+    return agent_class
+
+
+def _allowed(instance: AgentInstance, user: Any, agent_class: type[ChatAgent]) -> AgentInstance:
     if not can_open(instance, user, agent_class):
-        raise PermissionDenied(f"Agent instance {slug}/{name} belongs to another user")
+        raise PermissionDenied(f"Agent instance {instance.slug}/{instance.name} belongs to another user")
     return instance

@@ -13,9 +13,9 @@ from .protocol.naming import DEFAULT_INSTANCE_NAME
 
 @require_GET
 def get_messages(request: HttpRequest, slug: str, name: str) -> HttpResponse:
-    """``GET /agents/<slug>/<name>/get-messages``: the persisted transcript, in order."""
+    """``GET /agents/<slug>/<name>/get-messages``: the persisted transcript, in order (404: no such conversation)."""
     try:
-        instance = registry.open_instance(slug, name, request.user)
+        instance = registry.find_instance(slug, name, request.user)
     except AgentAccessError as exc:
         return JsonResponse({"error": str(exc)}, status=exc.http_status)
     return JsonResponse(transcript.load(instance), safe=False)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -16,10 +17,20 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-# A development key is generated per checkout; production must set SECRET_KEY.
-SECRET_KEY = os.environ.get("SECRET_KEY", "dev-insecure-" + str(BASE_DIR))
-
 DEBUG = os.environ.get("DEBUG", "0") == "1"
+
+# The key that signs sessions, CSRF tokens and password-reset links. Outside DEBUG it must come
+# from the environment (`make run` keeps one in $VAR_DIR/secret_key): a default would be
+# guessable, and a server started without one would sign with it and look fine.
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set it in the environment to a long random string, e.g. the output of "
+            "`python3 -c 'import secrets; print(secrets.token_urlsafe(50))'`, and keep it secret and stable "
+            "(DEBUG=1 uses a development key instead)."
+        )
+    SECRET_KEY = "dev-insecure-" + str(BASE_DIR)
 
 # Comma-separated host names. The WebSocket Origin check uses the same list.
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")

@@ -10,6 +10,7 @@ import http.cookiejar
 import json
 import os
 import queue
+import secrets
 import shutil
 import signal
 import socket
@@ -135,6 +136,8 @@ class LiveStack:
             "VAR_DIR": str(workdir),
             "AGENT_DEMO_DELAY_MS": "0",
             "PYTHONUNBUFFERED": "1",
+            # The production settings refuse to start without one (DEBUG is off).
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
             **(extra_env or {}),
         }
         self.procs: list[subprocess.Popen[Any]] = []
