@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from channels.db import database_sync_to_async
 from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelRequest, ModelResponse, repair_messages
+from pydantic_ai.messages import ModelRequest, ModelResponse
 from pydantic_ai.models import Model
-from pydantic_ai.ui.vercel_ai import VercelAIAdapter, VercelAIEventStream
+from pydantic_ai.ui.vercel_ai import VercelAIEventStream
 from pydantic_ai.usage import UsageLimits
 
 from . import conf, llm
@@ -345,8 +345,7 @@ class ChatAgent:
         turn = self.turn
         agent = self.build_pydantic_agent()
         await self._authorize_turn(agent)
-        history = VercelAIAdapter.load_messages(await ui_messages.afor_model(turn.messages))
-        history = repair_messages(history, repair_last_response=not turn.continuation)
+        history = await ui_messages.model_history(turn.messages, repair_last_response=not turn.continuation)
         deferred = _approved_calls(turn.messages) if turn.continuation else None
         if history and isinstance(history[-1], ModelResponse) and deferred is None:
             # Nothing to resume and no new user message (``continue_last_turn``): an empty

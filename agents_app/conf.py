@@ -26,8 +26,11 @@ DEFAULTS: dict[str, Any] = {
     # with a "rate_limited" error frame (the real client sends a few frames per turn).
     "AGENT_FRAME_RATE": {"per_second": 20.0, "burst": 100},
     # Most messages one chat request (or setMessages) may carry; more get an error frame. The
-    # client re-sends the whole history, so this is also the longest conversation it can continue.
-    "AGENT_MAX_MESSAGES_PER_REQUEST": 10_000,
+    # client re-sends the whole history, so this is also the longest conversation it can continue
+    # (bound yours with max_persisted_messages). Each model request walks the whole history on the
+    # event loop inside pydantic-ai (about 15 ms per 1,000 messages): at 2,000 the other
+    # connections of the process never wait much more than that.
+    "AGENT_MAX_MESSAGES_PER_REQUEST": 2_000,
     # Most turns one user may have queued or running at once, over all instances and processes;
     # a chat request beyond it gets an error frame and stores nothing. None: no limit.
     "AGENT_MAX_ACTIVE_TURNS_PER_USER": 20,

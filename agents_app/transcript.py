@@ -23,8 +23,9 @@ from .sanitize import prepare_for_storage
 # Rows deleted per statement when the transcript is trimmed to ``max_messages`` (the reference's
 # batched IN deletes stay within SQLite's 100 bound parameters).
 PRUNE_BATCH_SIZE: Final = 100
-# Rows per INSERT when a request brings many new messages (within SQLite's bound-parameter limit).
-BULK_BATCH_SIZE: Final = 500
+# Rows per INSERT when a request brings many new messages: short statements, because the database
+# driver holds the GIL while it binds them (500 rows stalled the event loop ~100 ms).
+BULK_BATCH_SIZE: Final = 100
 
 
 @dataclass(frozen=True)

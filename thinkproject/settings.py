@@ -132,12 +132,19 @@ if os.environ.get("CHANNEL_LAYER", "redis") == "memory":
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels_redis with a blocking connection pool: a burst of publishes waits for a free
+            # connection instead of failing with "Too many connections" (thinkproject/channel_layer.py).
+            "BACKEND": "thinkproject.channel_layer.PooledRedisChannelLayer",
             # A long reply is thousands of frames; the default capacity (100) would drop them.
             # redis-py 8 reads with a 5 s socket timeout, the same as channels_redis's 5 s blocking
             # pop: an idle consumer's read would then time out and kill it (close 1011). A longer
-            # socket timeout lets the pop return first.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 5000, "expiry": 60},
+            # socket timeout lets the pop return first. REDIS_MAX_CONNECTIONS connections per
+            # process at most; a publish waits up to 10 s for one.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15,
+                           "max_connections": int(os.environ.get("REDIS_MAX_CONNECTIONS", "200")), "timeout": 10}],
+                "capacity": 5000, "expiry": 60,
+            },
         }
     }
 

@@ -12,15 +12,18 @@ What still fails validation (a text part whose text is no string) is refused at 
 """
 
 import asyncio
+import time
 import typing
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_ai.messages import ModelMessage, repair_messages
+from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from pydantic_ai.ui.vercel_ai import request_types as ui
 
 UIMessageData = dict[str, Any]
 
-_MESSAGES = TypeAdapter(list[ui.UIMessage])
+_MESSAGE = TypeAdapter(ui.UIMessage)
 
 
 def _members(union: Any) -> list[type[BaseModel]]:
@@ -86,22 +89,55 @@ def for_model(messages: list[UIMessageData]) -> list[ui.UIMessage]:
     Raises:
         UnreadableMessage: a message the model cannot read even without unknown fields.
     """
-    try:
-        return _MESSAGES.validate_python(project(messages))
-    except ValidationError as exc:
-        raise UnreadableMessage(_reason(exc, messages)) from None
+    # One message per call: validating a long list in one call would hold the GIL in pydantic-core
+    # for tens of milliseconds, stalling the event loop even when this runs on another thread.
+    validated = []
+    for index, message in enumerate(project(messages)):
+        try:
+            validated.append(_MESSAGE.validate_python(message))
+        except ValidationError as exc:
+            raise UnreadableMessage(_reason(exc, messages, index)) from None
+        if index % SLICE_MESSAGES == SLICE_MESSAGES - 1:
+            time.sleep(0)  # on a worker thread: let the event loop's thread take the GIL
+    return validated
 
 
-# Transcripts at least this long are validated on a worker thread, off the event loop that serves
-# every connection of the process (10,000 messages take about 0.2 s).
+# Transcripts at least this long are converted on a worker thread, off the event loop that serves
+# every connection of the process (5,000 messages take about 0.3 s to validate and convert).
 OFF_LOOP_MESSAGES = 200
 
 
-async def afor_model(messages: list[UIMessageData]) -> list[ui.UIMessage]:
-    """``for_model`` from async code: a long transcript is validated on a worker thread."""
+# Messages converted between two pauses of the worker thread (see ``_history``).
+SLICE_MESSAGES = 100
+
+
+def _history(messages: list[UIMessageData], repair_last_response: bool) -> list[ModelMessage]:
+    """Validate and convert in slices, pausing between them: a thread that converts thousands of
+    messages in one go holds the GIL long enough to stall the event loop's other connections.
+
+    Slices start at a user message, so no model request is split across two (pydantic-ai merges
+    consecutive requests again before it calls the model anyway).
+    """
+    history: list[ModelMessage] = []
+    start = 0
+    while start < len(messages):
+        end = min(len(messages), start + SLICE_MESSAGES)
+        while end < len(messages) and messages[end].get("role") != "user":
+            end += 1
+        history += VercelAIAdapter.load_messages(for_model(messages[start:end]))
+        time.sleep(0)  # let the event loop's thread take the GIL
+        start = end
+    return repair_messages(history, repair_last_response=repair_last_response)
+
+
+async def model_history(messages: list[UIMessageData], *, repair_last_response: bool) -> list[ModelMessage]:
+    """The transcript as pydantic-ai model messages (validated, converted, unanswered calls repaired).
+
+    A long transcript is converted on a worker thread. Raises ``UnreadableMessage`` as ``for_model``.
+    """
     if len(messages) < OFF_LOOP_MESSAGES:
-        return for_model(messages)
-    return await asyncio.to_thread(for_model, messages)
+        return _history(messages, repair_last_response)
+    return await asyncio.to_thread(_history, messages, repair_last_response)
 
 
 def check(messages: list[UIMessageData]) -> None:
@@ -113,27 +149,25 @@ class UnreadableMessage(ValueError):
     """A message no turn could send to the model; its text is one line for people, not a pydantic dump."""
 
 
-def _reason(exc: ValidationError, messages: list[UIMessageData]) -> str:
+def _reason(exc: ValidationError, messages: list[UIMessageData], index: int) -> str:
     """One line: which message and part, and the first problem of the part model it is meant to be.
 
     A part is validated against a union of every part model, so pydantic reports each member's
     complaint (the "98 validation errors" dump); the one that matters is its own kind's.
     """
     location = list(exc.errors(include_url=False)[0]["loc"])
-    if not (location and isinstance(location[0], int) and location[0] < len(messages)):
-        return f"The model cannot read a message: {exc.errors(include_url=False)[0]['msg']}"
-    message = messages[location[0]]
+    message = messages[index]
     where = f"message {message.get('id')!r}"
-    if len(location) > 2 and location[1] == "parts" and isinstance(location[2], int):
-        part = project([message])[0]["parts"][location[2]]
+    if len(location) > 1 and location[0] == "parts" and isinstance(location[1], int):
+        part = project([message])[0]["parts"][location[1]]
         model = _part_model(part) if isinstance(part, dict) else None
         if model is None:
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            return f"The model cannot read {where}, part {location[2]}: unknown part type {kind!r}"
+            return f"The model cannot read {where}, part {location[1]}: unknown part type {kind!r}"
         try:
             model.model_validate(part)
         except ValidationError as own:
             first = own.errors(include_url=False)[0]
             field = ".".join(str(item) for item in first["loc"])
-            return f"The model cannot read {where}, part {location[2]} ({part.get('type')}): {field}: {first['msg']}"
+            return f"The model cannot read {where}, part {location[1]} ({part.get('type')}): {field}: {first['msg']}"
     return f"The model cannot read {where}: {exc.errors(include_url=False)[0]['msg']}"

@@ -46,12 +46,9 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
         ProtocolError: the request id already names a turn of this conversation (nothing stored).
     """
     agent = registry.agent_for(instance)
-    # A large request is decoded, checked and stored on a thread of its own, not on the one thread
-    # that serves every connection's database calls in this process.
-    accept = database_sync_to_async(admission.accept_chat, thread_sensitive=len(request.messages) < OWN_THREAD_MESSAGES)
     try:
-        admitted = await accept(instance, request, origin_channel, user, agent.message_concurrency,
-                                transcript.Policy.of(agent))
+        admitted = await database_sync_to_async(admission.accept_chat)(
+            instance, request, origin_channel, user, agent.message_concurrency, transcript.Policy.of(agent))
     except ProtocolError as exc:
         events.emit_chat(instance, events.REQUEST_FAILED, requestId=request.request_id, stage="persist",
                          messagesPersisted=False, error=str(exc))
@@ -65,10 +62,6 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     await fanout.publish(instance.pk, frames.chat_messages(request.messages), exclude=[origin_channel])
     await fanout.publish(instance.pk, frames.chat_messages(admitted.transcript), exclude=[origin_channel])
     start_drain(instance.pk)
-
-
-# Chat requests with at least this many messages are admitted on a thread of their own.
-OWN_THREAD_MESSAGES = 200
 
 
 async def clear(instance: AgentInstance, origin_channel: str) -> None:
@@ -133,8 +126,7 @@ async def wait_until_stable(instance: AgentInstance, timeout: float) -> bool:  #
 async def replace_messages(instance: AgentInstance, messages: list[UIMessage], origin_channel: str) -> None:
     """Client-pushed ``cf_agent_chat_messages`` (``setMessages``): persist, tell the others."""
     policy = transcript.Policy.of(registry.agent_for(instance))
-    merged = await database_sync_to_async(_replace, thread_sensitive=len(messages) < OWN_THREAD_MESSAGES)(
-        instance, messages, policy)
+    merged = await database_sync_to_async(_replace)(instance, messages, policy)
     await fanout.publish(instance.pk, frames.chat_messages(merged), exclude=[origin_channel])
 
 
