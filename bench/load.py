@@ -18,7 +18,10 @@ request → first response frame with a body); wall time of the row; the RSS of 
 import argparse
 import asyncio
 import collections
+import shutil
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from bench._stack import machine_load, p95, report, rss_mb
@@ -41,10 +44,6 @@ def row(processes: int, sockets: int, instances: str, outcomes: list[Outcome], w
 
 
 def run(processes: int, counts: list[int], shared: int, text: str, workdir_prefix: str) -> list[list[Any]]:
-    import shutil
-    import tempfile
-    from pathlib import Path
-
     workdir = Path(tempfile.mkdtemp(prefix=workdir_prefix))
     redis = RedisServer(workdir)
     stack = LiveStack(workdir, redis.url, extra_env={"DJANGO_SETTINGS_MODULE": SETTINGS,
@@ -70,8 +69,24 @@ def run(processes: int, counts: list[int], shared: int, text: str, workdir_prefi
     finally:
         stack.stop()
         redis.stop()
+        _server_errors(workdir)
         shutil.rmtree(workdir, ignore_errors=True)
     return rows
+
+
+def _server_errors(workdir: Path) -> None:
+    """The last line of each traceback the Daphnes logged (what a 1011 close was), counted."""
+    errors: collections.Counter[str] = collections.Counter()
+    for log in workdir.glob("daphne-*.log"):
+        lines = log.read_text(errors="replace").splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("Traceback"):
+                end = next((j for j in range(i + 1, len(lines)) if lines[j].strip()
+                            and not lines[j].startswith((" ", "Traceback", "During", "The above"))), None)
+                if end is not None:
+                    errors[lines[end][:200]] += 1
+    for error, count in errors.most_common(5):
+        print(f"  server log: {count} x {error}", flush=True)
 
 
 def main() -> None:

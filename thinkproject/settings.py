@@ -139,10 +139,11 @@ else:
             # redis-py 8 reads with a 5 s socket timeout, the same as channels_redis's 5 s blocking
             # pop: an idle consumer's read would then time out and kill it (close 1011). A longer
             # socket timeout lets the pop return first. REDIS_MAX_CONNECTIONS connections per
-            # process at most; a publish waits up to 10 s for one.
+            # process at most (opened as needed); a publish waits up to 60 s for one: with a
+            # thousand sockets on one process, its event loop is what makes them wait.
             "CONFIG": {
                 "hosts": [{"address": REDIS_URL, "socket_timeout": 15,
-                           "max_connections": int(os.environ.get("REDIS_MAX_CONNECTIONS", "200")), "timeout": 10}],
+                           "max_connections": int(os.environ.get("REDIS_MAX_CONNECTIONS", "500")), "timeout": 60}],
                 "capacity": 5000, "expiry": 60,
             },
         }
