@@ -58,7 +58,7 @@ def run(processes: int, counts: list[int], shared: int, text: str, workdir_prefi
             cookies = make_sessions(stack, count, prefix=f"u{len(rows)}x")
             started = time.monotonic()
             outcomes = asyncio.run(crowd(bases, cookies, shared_room=f"room{len(rows)}" if on_one else None,
-                                         text=text))
+                                         text=text, prefix=f"row{len(rows)}"))
             wall = time.monotonic() - started
             rows.append(row(processes, count, "1 (shared)" if on_one else str(count), outcomes, wall,
                             [rss_mb([pid]) for pid in pids]))

@@ -109,14 +109,14 @@ async def _turn(sock: Any, request_id: str, text: str, started: float, deadline:
 
 
 async def crowd(ws_bases: list[str], cookies: list[str], *, shared_room: str | None = None, text: str = "hello",
-                timeout: float = 120) -> list[Outcome]:
+                timeout: float = 120, prefix: str = "load") -> list[Outcome]:
     """One socket per cookie, all at once, spread round-robin over ``ws_bases``: each does one turn.
 
-    Each socket talks to its user's own instance, or with ``shared_room`` all to that one instance
-    of the shared agent (their turns queue there, one after another).
+    Each socket talks to its user's own instance (``<prefix>-<i>``), or with ``shared_room`` all to
+    that one instance of the shared agent (their turns queue there, one after another).
     """
     def path(i: int) -> str:
-        return f"/agents/{SHARED_AGENT}/{shared_room}" if shared_room else f"/agents/demo-agent/load-{i}"
+        return f"/agents/{SHARED_AGENT}/{shared_room}" if shared_room else f"/agents/demo-agent/{prefix}-{i}"
 
     return list(await asyncio.gather(*(
         one_turn(ws_bases[i % len(ws_bases)], path(i), cookie, f"r{i}", f"{text} {i}", timeout=timeout)
