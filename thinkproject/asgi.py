@@ -29,7 +29,8 @@ get_snapshot()
 # The process now holds its long-lived objects (Django, pydantic, the apps: several hundred
 # thousand). The garbage collector's full passes walk every tracked object with the GIL held;
 # frozen, these are left out, so the garbage of a big request does not stall every other
-# connection of the process (a 2,000-message request's collections took ~100 ms, now a few).
+# connection of the process (measured: a full pass during a 2,000-message request stopped the
+# event loop for ~100 ms; tests/integration/test_fairness.py).
 gc.freeze()
 
 application = ProtocolTypeRouter(
