@@ -2,7 +2,8 @@
 
 The public API: subclass ``ChatAgent``, list the class in ``AGENT_CLASSES``, and talk to it at
 ``/agents/<slug>/<name>`` with the ``cf_agent_*`` protocol, or from code through the
-``AgentHandle`` that ``await MyAgent.aget(name)`` returns. Declare side effects with
+``AgentHandle`` that ``await MyAgent.aget(name)`` returns. A turn cut by a crash is recovered
+(``ChatRecovery``, ``on_chat_recovery``). Declare side effects with
 ``action()``; steer tool calls with ``before_tool_call`` (``ToolCallDecision``); tools see the
 running turn as ``ctx.deps`` (``TurnState``). Names are imported lazily so that a module defining
 agents can import this package before Django's app registry is ready.
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
         TurnState,
     )
     from .agent import ChatAgent, ChatResponseResult, SaveMessagesResult
+    from .chat_recovery import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext
     from .concurrency import Debounce
     from .errors import AgentConfigurationError
     from .followers import StreamCallback
@@ -39,6 +41,9 @@ _EXPORTS = {
     "AgentHandle": ".handles",
     "AuthorizationDecision": ".actions.context",
     "ChatAgent": ".agent",
+    "ChatRecovery": ".chat_recovery",
+    "ChatRecoveryContext": ".chat_recovery",
+    "ChatRecoveryExhaustedContext": ".chat_recovery",
     "ChatResponseResult": ".agent",
     "Debounce": ".concurrency",
     "SaveMessagesResult": ".agent",
@@ -60,6 +65,9 @@ __all__ = [
     "AgentHandle",
     "AuthorizationDecision",
     "ChatAgent",
+    "ChatRecovery",
+    "ChatRecoveryContext",
+    "ChatRecoveryExhaustedContext",
     "ChatResponseResult",
     "Debounce",
     "SaveMessagesResult",

@@ -2,7 +2,7 @@
 
 Every admin here is an adapter (style guide, rule 4): it reads rows to show them, and a decision
 on a paused action goes through ``approvals.approve_execution`` / ``approvals.reject_execution``,
-the same entry points as the API and the chat page. Nothing here updates or deletes an agent row.
+the same entry points as the API and the chat page. Nothing here adds, updates or deletes an agent row.
 """
 
 import contextlib
@@ -22,13 +22,14 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.timesince import timesince
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from . import approvals
+from . import approvals, registry
 from .errors import AgentConfigurationError
 from .messages import is_tool_part, tool_name
 from .models import AgentInstance, ApprovalDecision, ChatMessage, LedgerEntry, PendingApproval, Turn
@@ -37,6 +38,9 @@ from .registry import agent_classes
 # Messages of the instance's transcript shown on a pending approval's page: enough to see what
 # the user asked and what the model said around the paused call, few enough to read at a glance.
 CONVERSATION_MESSAGES = 20
+# Messages shown on an instance's page: the recent conversation (the whole transcript is on the
+# REST API: /api/agents/<slug>/<name>/messages/).
+TRANSCRIPT_MESSAGES = 200
 # Characters of an action's output quoted in the "Approved …" message (the rest is in the
 # decision's audit row).
 OUTCOME_PREVIEW_CHARS = 200
@@ -55,7 +59,7 @@ DECISION_COLOURS = {
 
 def pretty_json(value: Any) -> SafeString:
     """JSON as an indented, wrapping ``<pre>`` (escaped: it holds model and user text)."""
-    return format_html("<pre style='white-space:pre-wrap'>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
+    return format_html("<pre style='white-space:pre-wrap'>{}</pre>", indented(value))
 
 
 def badge(text: str, colour: str) -> SafeString:
@@ -65,33 +69,56 @@ def badge(text: str, colour: str) -> SafeString:
     )
 
 
-def conversation(instance_id: int, tool_call_id: str, limit: int = CONVERSATION_MESSAGES) -> list[dict[str, Any]]:
-    """The last ``limit`` messages of a transcript, reduced to what an approver reads.
+def conversation(instance_id: int, tool_call_id: str | None = None,
+                 limit: int = CONVERSATION_MESSAGES) -> list[dict[str, Any]]:
+    """The last ``limit`` messages of a transcript, as readable messages rather than JSON.
 
-    Each message is ``{"role", "parts"}``; a part is ``{"kind": "text", "text"}`` or ``{"kind":
-    "tool", "name", "state", "input", "output", "error", "current"}`` (``current`` marks the call
-    being decided). Other parts (step boundaries, data, sources) say nothing to an approver.
+    Each message is ``{"role", "parts"}``; a part is ``{"kind": "text", "text"}``, ``{"kind":
+    "reasoning", "text"}``, ``{"kind": "data", "name", "data"}`` or ``{"kind": "tool", "name",
+    "state", "input", "output", "error", "current"}`` (``current`` marks the call ``tool_call_id``,
+    the one being decided). ``compacted`` marks a text or a tool output that was cut when it was
+    stored (the message's ``metadata.compactedTextParts`` / ``compactedToolOutputs``). Other parts
+    (step boundaries, files, sources) say nothing to a reader here.
     """
     rows = ChatMessage.objects.filter(instance_id=instance_id).order_by("-position").values_list("role", "data")
-    reduced = []
-    for role, data in reversed(rows[:limit]):
-        parts = []
-        for part in data.get("parts", []):
-            if part.get("type") == "text":
-                parts.append({"kind": "text", "text": part.get("text", "")})
-            elif is_tool_part(part):
-                parts.append({
-                    "kind": "tool", "name": tool_name(part), "state": part.get("state", ""),
-                    "input": json.dumps(part.get("input"), indent=2, ensure_ascii=False),
-                    "output": json.dumps(part["output"], indent=2, ensure_ascii=False) if "output" in part else None,
-                    "error": part.get("errorText"), "current": part.get("toolCallId") == tool_call_id,
-                })
-        reduced.append({"role": role, "parts": parts})
-    return reduced
+    return [{"role": role, "parts": readable_parts(data, tool_call_id)} for role, data in reversed(rows[:limit])]
+
+
+def readable_parts(message: dict[str, Any], tool_call_id: str | None = None) -> list[dict[str, Any]]:
+    metadata = message.get("metadata") or {}
+    compacted_texts = set(metadata.get("compactedTextParts") or [])
+    compacted_outputs = set(metadata.get("compactedToolOutputs") or [])
+    parts = []
+    for index, part in enumerate(message.get("parts", [])):
+        kind = part.get("type", "")
+        if kind in ("text", "reasoning"):
+            parts.append({"kind": kind, "text": part.get("text", ""), "compacted": index in compacted_texts})
+        elif kind.startswith("data-"):
+            parts.append({"kind": "data", "name": kind.removeprefix("data-"), "data": indented(part.get("data"))})
+        elif is_tool_part(part):
+            parts.append({
+                "kind": "tool", "name": tool_name(part), "state": part.get("state", ""),
+                "input": indented(part.get("input")),
+                "output": indented(part["output"]) if "output" in part else None,
+                "error": part.get("errorText"), "current": part.get("toolCallId") == tool_call_id,
+                "compacted": part.get("toolCallId") in compacted_outputs,
+            })
+    return parts
+
+
+def indented(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Agent data is written by the engine only; the admin shows it."""
+    """Agent data is written by the engine only; the admin shows it: no add, change or delete.
+
+    Deleting a row here would bypass what it means to the engine (a claim, an audit entry, a
+    conversation's turns); a user deletes their own conversation through the REST API.
+    """
+
+    class Media:
+        css = {"all": ["agents_app/admin.css"]}
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -99,26 +126,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-
-class EngineRecordAdmin(ReadOnlyAdmin):
-    """Rows whose deletion means something to the engine (a claim, an audit entry): never by hand."""
-
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-
-class ChatMessageInline(admin.TabularInline):
-    model = ChatMessage
-    fields = ["position", "role", "message_id", "pretty"]
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    @admin.display(description="message")
-    def pretty(self, obj: ChatMessage) -> str:
-        return pretty_json(obj.data)
-
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
 
@@ -129,6 +137,8 @@ class TurnInline(admin.TabularInline):
     extra = 0
     can_delete = False
     ordering = ["-id"]
+    # Folded: the page is about the conversation; the turns are there when asked for.
+    classes = ["collapse"]
 
     @admin.display(description="ledger")
     def ledger(self, obj: Turn) -> str:
@@ -142,12 +152,24 @@ class TurnInline(admin.TabularInline):
 
 @admin.register(AgentInstance)
 class AgentInstanceAdmin(ReadOnlyAdmin):
+    """One conversation: who owns it, a link to open it in the chat, and its transcript as messages."""
+
     list_display = ["slug", "name", "owner", "created_at", "updated_at"]
     list_filter = ["slug"]
     search_fields = ["name", "owner__username"]
     list_select_related = ["owner"]
-    readonly_fields = ["approval_links"]
-    inlines = [ChatMessageInline, TurnInline]
+    fields = ["slug", "name", "owner", "chat_link", "created_at", "updated_at", "terminal_error", "approval_links"]
+    readonly_fields = ["chat_link", "created_at", "updated_at", "approval_links"]
+    inlines = [TurnInline]
+
+    @admin.display(description="chat")
+    def chat_link(self, obj: AgentInstance) -> str:
+        """The chat page of the conversation, at the address staff open it by (README "Conversations")."""
+        url = reverse("agents_app:chat", args=[obj.slug, obj.name])
+        owner = registry.owner_parameter(obj)
+        if owner is not None:
+            url += "?" + urlencode({registry.OWNER_PARAMETER: owner})
+        return format_html("<a href='{}' id='open-in-chat'>Open in chat</a>", url)
 
     @admin.display(description="approvals")
     def approval_links(self, obj: AgentInstance) -> str:
@@ -159,6 +181,14 @@ class AgentInstanceAdmin(ReadOnlyAdmin):
             "<a href='{}?instance__id__exact={}'>decisions</a>",
             pending, obj.pk, obj.pending_approvals.count(), decided, obj.pk,
         )
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
+                           change: bool = False, form_url: str = "", obj: AgentInstance | None = None) -> Any:
+        """Add the transcript, as messages with tool cards, below the instance's fields."""
+        if obj is not None:
+            context["conversation"] = conversation(obj.pk, limit=TRANSCRIPT_MESSAGES)
+            context["message_count"] = obj.messages.count()
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
 
 @admin.register(Turn)
@@ -220,7 +250,7 @@ class ActionFilter(RegistryFilter):
 
 
 @admin.register(PendingApproval)
-class PendingApprovalAdmin(EngineRecordAdmin):
+class PendingApprovalAdmin(ReadOnlyAdmin):
     """The queue of paused action calls: look at one, then Approve or Reject it.
 
     Only approvers (``approvals.can_approve``) see it at all. A decision goes through the service,
@@ -228,7 +258,7 @@ class PendingApprovalAdmin(EngineRecordAdmin):
     one "no longer pending" error, shown as an error message.
     """
 
-    list_display = ["agent", "instance_name", "owner", "action_name", "summary", "risk_badge", "requester", "age"]
+    list_display = ["conversation", "owner", "action_name", "summary", "risk_badge", "requester", "age"]
     list_display_links = ["action_name", "summary"]
     list_filter = ["risk", ActionFilter, AgentFilter]
     search_fields = ["action_name", "summary", "instance__name", "execution_id", "instance__owner__username"]
@@ -253,9 +283,9 @@ class PendingApprovalAdmin(EngineRecordAdmin):
         return approvals.can_approve(request.user)
 
     # --- columns and fields -------------------------------------------------------------------
-    @admin.display(description="instance", ordering="instance__name")
-    def instance_name(self, obj: PendingApproval) -> str:
-        return obj.instance.name
+    @admin.display(description="agent / instance", ordering="instance__name")
+    def conversation(self, obj: PendingApproval) -> str:
+        return str(obj.instance)
 
     @admin.display(description="owner", ordering="instance__owner__username")
     def owner(self, obj: PendingApproval) -> Any:
@@ -386,7 +416,7 @@ class PendingApprovalAdmin(EngineRecordAdmin):
 
 
 @admin.register(ApprovalDecision)
-class ApprovalDecisionAdmin(EngineRecordAdmin):
+class ApprovalDecisionAdmin(ReadOnlyAdmin):
     """The append-only audit log of decisions, for approvers and for whoever may view it."""
 
     list_display = ["decision_badge", "action_name", "instance", "decided_by", "decided_at", "reason"]
@@ -419,7 +449,7 @@ class ApprovalDecisionAdmin(EngineRecordAdmin):
 
 
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(EngineRecordAdmin):
+class LedgerEntryAdmin(ReadOnlyAdmin):
     """The action idempotency ledger, to see what ran (``settled``) or is running (``pending``)."""
 
     list_display = ["key", "action_name", "status", "request_id", "tool_call_id", "created_at", "updated_at"]

@@ -27,6 +27,7 @@ from .actions import Action, call_maybe_async, compile_actions
 from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext, TurnState
 from .actions.envelopes import missing_permission_message
 from .actions.pipeline import action_tool, needs_approval
+from .chat_recovery import ChatRecovery, ChatRecoveryContext
 from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
 from .llm import ui_messages
@@ -110,7 +111,8 @@ class ChatAgent:
 
     Class attributes (``None`` means "use the setting"):
 
-    * ``shared``: any logged-in user may open any instance (default: owner and staff only).
+    * ``shared``: one global namespace of instances that every logged-in user opens (default:
+      each user has their own instance names, which only they and staff open).
     * ``model``: a model string overriding ``AGENT_MODEL`` for this class.
     * ``system_prompt``: the instructions given to the model.
     * ``message_concurrency``: what a submit does while another turn is queued or running:
@@ -120,6 +122,13 @@ class ChatAgent:
       after each write (default None: all). Storage only: a turn's model sees what it loaded.
     * ``max_steps``: model requests per turn (tool loops); the turn then ends cleanly, with its
       reply saved. None: ``AGENT_MAX_STEPS``.
+    * ``chat_recovery``: how a turn cut by a crash or a stalled stream is recovered: a
+      ``ChatRecovery`` (or a dict of its fields); ``True``/``False`` mean the defaults, as
+      recovery is always on (``agents_app.chat_recovery``).
+    * ``chat_stream_stall_timeout``: seconds without a chunk from the model after which the
+      stream is cut and recovered (0, the default: never).
+    * ``starter_prompts``: ``(label, prompt)`` pairs the chat page offers while a conversation is
+      empty; a click puts the prompt in the message box (the demo agent lists its demos).
     """
 
     shared: ClassVar[bool] = False
@@ -128,6 +137,9 @@ class ChatAgent:
     message_concurrency: ClassVar[MessageConcurrency] = "queue"
     max_persisted_messages: ClassVar[int | None] = None
     max_steps: ClassVar[int | None] = None
+    chat_recovery: ClassVar[ChatRecovery | dict[str, Any] | bool] = True
+    chat_stream_stall_timeout: ClassVar[float] = 0
+    starter_prompts: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(self, instance: "AgentInstance") -> None:
         self.instance = instance
@@ -149,11 +161,18 @@ class ChatAgent:
 
     @classmethod
     async def aget(cls, name: str = DEFAULT_INSTANCE_NAME, *, owner: Any = None) -> "AgentHandle":
-        """A handle on instance ``name`` of this class (created on first use, owned by ``owner``)."""
+        """A handle on instance ``name`` in ``owner``'s namespace (created on first use, owned by them).
+
+        ``owner=None`` is the global namespace: conversations that belong to no user (scheduled
+        prompts, agents talking to agents), which only staff open in the chat (``?owner=``). A
+        shared class has only the global namespace, so its instances never have an owner.
+        """
         from .models import AgentInstance  # agent modules import this one before apps are ready
 
+        if cls.shared and owner is not None:
+            raise ValueError(f"{cls.__name__} is shared: its instances have no owner; call aget(name)")
         instance, _ = await database_sync_to_async(AgentInstance.objects.get_or_create)(
-            slug=cls.slug(), name=name, defaults={"owner": owner}
+            slug=cls.slug(), name=name, owner=owner
         )
         return _handle(cls, instance)
 
@@ -287,6 +306,20 @@ class ChatAgent:
 
     async def on_chat_response(self, result: ChatResponseResult) -> None:
         """Called after each turn's reply is persisted (errors are logged, never raised)."""
+
+    async def on_chat_recovery(self, ctx: ChatRecoveryContext) -> dict[str, bool] | None:
+        """Decide what a recovery attempt of an interrupted turn does (spec §4.5).
+
+        Return ``{"persist": False}`` to drop the partial reply (settled tool results are kept
+        anyway) and ``{"continue": False}`` to stop there instead of re-running or continuing
+        the turn. The default, ``{}``, keeps the partial and carries on. ``ctx.recovery_data``
+        is what the cut turn passed to ``stash()``. A raise ends the recovery as failed.
+        """
+        return {}
+
+    async def stash(self, data: Any) -> None:
+        """Keep ``data`` (JSON) with the running turn: ``on_chat_recovery`` gets it if the turn is cut."""
+        await self.turn.stash(data)
 
     # --- the default model turn -----------------------------------------------------------------
     def build_pydantic_agent(self) -> Agent[TurnState[Any], Any]:

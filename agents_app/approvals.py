@@ -37,7 +37,7 @@ from .messages import UIMessage, is_tool_part
 from .models import AgentInstance, ApprovalDecision, PendingApproval, Turn
 from .protocol import frames
 from .streaming import fanout
-from .turns import control, liveness, recovery
+from .turns import control, liveness
 
 __all__ = [
     "EXECUTION_PREFIX",
@@ -211,15 +211,15 @@ def _claim_conclusion(execution_id: str) -> ApprovalDecision | None:
 async def _settled(instance: AgentInstance) -> None:
     """Wait (bounded) until no turn of the instance runs: the parked part must be stored first.
 
-    A running turn whose process died is finalised here (its reply saved from the stream
-    buffer) rather than waited for: the recovery sweep might be a minute away.
+    A running turn whose process died is cut and recovered here rather than waited for: the
+    recovery sweep might be seconds away. (Its parked part was stored when it parked.)
     """
     running = Turn.objects.of(instance).running()
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(SETTLE_TIMEOUT_SECONDS):
             while (turn := await running.afirst()) is not None:
                 if not liveness.is_alive(turn):
-                    await recovery.recover(turn)
+                    await turns.recover_turn(turn)
                     return
                 await asyncio.sleep(_POLL_SECONDS)
 

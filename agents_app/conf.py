@@ -59,6 +59,14 @@ DEFAULTS: dict[str, Any] = {
     # reacts with nobody connected, whichever process decided) or "inline" (in the deciding
     # call, before it returns: single-process setups and the in-process test suite).
     "AGENT_APPROVAL_CONTINUATION": "celery",
+    # Where the recovery of a turn cut by a crash runs: "celery" (a worker: the process that
+    # noticed the crash may be a Daphne serving other users) or "inline" (the process that
+    # noticed it: single-process setups and the in-process test suite). The beat sweep, which
+    # runs on a worker, always recovers on that worker. A stalled stream recovers where it ran.
+    "AGENT_RECOVERY": "celery",
+    # How long a message sent over the REST API with ``wait=true`` waits for its reply, in seconds
+    # (default 30); a reply still running then is answered with its status (202), not an error.
+    "AGENT_API_WAIT_TIMEOUT": 30.0,
 }
 
 

@@ -6,6 +6,7 @@ engine publishes from any process.
 
 import logging
 from typing import Any
+from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
@@ -29,7 +30,10 @@ INTERNAL_ERROR = "The server could not handle this frame; nothing was changed by
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
-    """``/agents/<slug>/<name>``: the ``cf_agent_*`` protocol for one agent instance."""
+    """``/agents/<slug>/<name>[?owner=<username>]``: the ``cf_agent_*`` protocol for one agent instance.
+
+    The name is read in the logged-in user's namespace; staff add ``owner`` to reach another's.
+    """
 
     instance: AgentInstance | None = None
     resume: ResumeDriver | None = None
@@ -37,15 +41,20 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         kwargs = self.scope["url_route"]["kwargs"]
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        # The last ``owner`` wins, as in Django's QueryDict; absent: the user's own namespace.
+        owner = query.get(registry.OWNER_PARAMETER, [None])[-1]
         await self.accept()
         try:
             self.instance = await database_sync_to_async(registry.open_instance)(
-                kwargs["slug"], kwargs["name"], self.scope.get("user")
+                kwargs["slug"], kwargs["name"], self.scope.get("user"), owner
             )
         except AgentAccessError as exc:
             await self.send_frame(frames.error(message=str(exc), code=type(exc).__name__))
             await self.close(code=int(exc.close_code))
             return
+        # The first connection of this process looks for turns a crash left running.
+        turns.sweep_on_startup()
         self.rate = limits.TokenBucket(**conf.get("AGENT_FRAME_RATE"))
         await self.channel_layer.group_add(fanout.group_name(self.instance.pk), self.channel_name)
         self.resume = ResumeDriver(self.instance, self.channel_name, self.send_frame, self.send_text)

@@ -12,8 +12,24 @@ from celery import current_app
 
 # The turn that follows a staff decision: ``approvals.conclude`` on a worker.
 CONCLUDE_DECISION = "agents_app.conclude_decision"
+# The queued turns of an instance on a worker (``turns.drain``): a message sent over HTTP, a
+# recovery attempt (``turns.run_recovery``).
+DRAIN_INSTANCE = "agents_app.drain_instance"
+
+
+def send(task_name: str, *args: Any) -> None:
+    """Queue task ``task_name`` with ``args`` (ids, never objects) for a worker.
+
+    With ``CELERY_TASK_ALWAYS_EAGER`` (the in-process test suite) the task runs here, before this
+    returns, as an eager task would; sending by name alone would go to a broker instead.
+    """
+    if current_app.conf.task_always_eager:
+        current_app.loader.import_default_modules()  # the tasks modules, as a worker imports them
+        current_app.tasks[task_name].apply(args=args, throw=True)
+    else:
+        current_app.send_task(task_name, args=args)
 
 
 async def enqueue(task_name: str, *args: Any) -> None:
-    """Queue task ``task_name`` with ``args`` (ids, never objects) for a worker."""
-    await sync_to_async(current_app.send_task)(task_name, args=args)
+    """``send`` from async code."""
+    await sync_to_async(send)(task_name, *args)

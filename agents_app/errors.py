@@ -1,8 +1,9 @@
-"""Exceptions of the agents app, in four families.
+"""Exceptions of the agents app, in five families.
 
 * ``AgentConfigurationError``: misuse by the developer, raised at definition or startup.
 * ``ProtocolError`` (from ``protocol.parse``): bad client input; becomes an error frame.
 * ``AgentAccessError``: the caller may not open this agent instance; becomes a close code / HTTP error.
+* ``ConversationConflict``: a request the conversation's state refuses; becomes HTTP 409.
 * ``ActionError``: an action call refused or cut short; becomes the model-visible error envelope.
 """
 
@@ -26,6 +27,7 @@ __all__ = [
     "ActionTimeoutError",
     "AgentAccessError",
     "AgentConfigurationError",
+    "ConversationConflict",
     "NotAuthenticated",
     "PermissionDenied",
     "ProtocolError",
@@ -46,14 +48,16 @@ class AgentAccessError(Exception):
 
 
 class UnknownAgent(AgentAccessError):
-    """No registered agent class has this slug."""
+    """No registered agent class has this slug, or the instance name is not a valid one."""
 
     close_code = CloseCode.NOT_FOUND
     http_status = 400
 
 
 class UnknownInstance(AgentAccessError):
-    """The address names no existing conversation, and reading one does not make it (``get-messages``)."""
+    """The address names no existing conversation: reading one never makes it (``get-messages``),
+    nor does a visit to another namespace (staff reading another user's); or a user the ``owner``
+    parameter names does not exist."""
 
     close_code = CloseCode.NOT_FOUND
     http_status = 404
@@ -67,10 +71,14 @@ class NotAuthenticated(AgentAccessError):
 
 
 class PermissionDenied(AgentAccessError):
-    """The instance belongs to another user and the agent class is not shared."""
+    """The address names another user's namespace and the caller is not staff."""
 
     close_code = CloseCode.FORBIDDEN
     http_status = 403
+
+
+class ConversationConflict(Exception):
+    """The conversation's state refuses the request: its name is taken, or a reply still runs."""
 
 
 # --------------------------------------------------------------------------------------- actions

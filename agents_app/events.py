@@ -34,6 +34,13 @@ __all__ = [
     "PAUSE_CREATED",
     "PAUSE_REJECTED",
     "PAUSE_SWEPT",
+    "RECOVERY_ATTEMPT",
+    "RECOVERY_COMPLETED",
+    "RECOVERY_DETECTED",
+    "RECOVERY_EXHAUSTED",
+    "RECOVERY_FAILED",
+    "RECOVERY_SCHEDULED",
+    "RECOVERY_SKIPPED",
     "REPLY_ATTACHED",
     "REQUEST_FAILED",
     "TOOL_APPROVAL",
@@ -92,6 +99,17 @@ TURN_START = "chat:turn:start"
 TURN_FINISH = "chat:turn:finish"
 # A chat request did not get its reply. {requestId, stage: parse|persist|turn|stream, messagesPersisted, error}
 REQUEST_FAILED = "chat:request:failed"
+
+# Durable chat recovery (spec §4.5): a cut turn was found, an attempt queued, an attempt began,
+# the incident ended well, was skipped (parked on the user, or ``continue: False``), failed
+# (``on_chat_recovery`` raised), or was given up.
+RECOVERY_DETECTED = "chat:recovery:detected"
+RECOVERY_SCHEDULED = "chat:recovery:scheduled"
+RECOVERY_ATTEMPT = "chat:recovery:attempt"
+RECOVERY_COMPLETED = "chat:recovery:completed"
+RECOVERY_SKIPPED = "chat:recovery:skipped"
+RECOVERY_FAILED = "chat:recovery:failed"
+RECOVERY_EXHAUSTED = "chat:recovery:exhausted"
 
 Subscriber = Callable[[str, dict[str, Any]], object]
 

@@ -31,7 +31,7 @@ from .protocol.types import MessageType, Outcome
 from .resume import ResumeDriver
 from .streaming import buffer, fanout, handshake
 from .streaming.items import Item, decode_batch
-from .turns import liveness
+from .turns import liveness, recovery
 
 logger = logging.getLogger("agents_app.followers")
 
@@ -142,6 +142,9 @@ class TurnFollower:
             if not liveness.is_alive(turn):
                 self._end("interrupted")
             return
+        if turn.status == Turn.Status.ABORTED and turn.error in (recovery.INTERRUPTED, recovery.STALLED):
+            self._end("interrupted")  # cut, and its terminal frame was lost: recovery owns the result
+            return
         # It ended, but its terminal frame has not come: the layer lost the last batch. The
         # buffer has the chunks; a terminal item sends the missing ones first (a resync).
         stream = await database_sync_to_async(buffer.by_request)(self.instance, self.request_id)
@@ -164,7 +167,10 @@ class TurnFollower:
             self.error = frame.get("body") or self.error
         if frame.get("done"):
             outcome = frame.get("outcome")
-            self._end("error" if frame.get("error") or outcome == Outcome.ERROR else outcome or "completed")
+            if frame.get("error") or outcome == Outcome.ERROR:
+                self._end("error")
+            else:
+                self._end("interrupted" if outcome == Outcome.RECOVERING else outcome or "completed")
         elif frame.get("body") and not frame.get("error"):
             await notify(self.callback, "on_event", frame["body"])
 

@@ -391,6 +391,21 @@ def release(key: str, *, scope: str = "", claimed_at: datetime | None = None) ->
     return deleted > 0
 
 
+def recorded_call(scope: str, tool_call_id: str) -> Claim | None:
+    """What the ledger knows of one tool call: ``replayed`` with its stored result, ``pending``
+    (an execution in an unknown state), or None when the call never claimed a row.
+
+    Recovery asks this of calls a crash cut (``turns.recovery``): a settled side effect is
+    replayed and a pending one is reported, never run again blindly.
+    """
+    entry = LedgerEntry.objects.filter(scope=scope, tool_call_id=tool_call_id).order_by("-updated_at").first()
+    if entry is None:
+        return None
+    if entry.status == LedgerEntry.Status.SETTLED:
+        return Claim(key=entry.key, outcome="replayed", value=_decode_result(entry.result_json))
+    return Claim(key=entry.key, outcome="pending", claimed_at=entry.updated_at)
+
+
 # --------------------------------------------------------------------------------------- sweep
 def sweep_expired(
     *,

@@ -8,14 +8,18 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from . import chat_recovery
 from .querysets import AgentInstanceQuerySet, TurnQuerySet
 
 
 class AgentInstance(models.Model):
-    """One named instance of an agent class: ``/agents/<slug>/<name>``.
+    """One conversation with an agent class: ``/agents/<slug>/<name>``, in its owner's namespace.
 
-    The owner is the user who opened it first; only they (and staff) may use it unless the agent
-    class is shared (``ChatAgent.shared = True``).
+    Instance names are per owner: every user has their own ``demo-agent/default``, and only they
+    (and staff) use it. Instances without an owner form the global namespace: every instance of a
+    shared class (``ChatAgent.shared = True``, any logged-in user opens the same one), and those
+    code makes with ``aget(name)`` (staff reach them). ``registry.resolve`` turns an address into
+    a namespace; the two partial unique constraints keep a name unique within each.
     """
 
     slug = models.CharField(max_length=100)
@@ -34,13 +38,20 @@ class AgentInstance(models.Model):
     terminal_request_id = models.CharField(max_length=200, blank=True, default="")
     terminal_error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    # The last change of the conversation: every transcript write touches it
+    # (``AgentInstanceQuerySet.touch``), so the instance list shows recent conversations first.
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = AgentInstanceQuerySet.as_manager()
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["slug", "name"], name="unique_agent_instance"),
+            models.UniqueConstraint(
+                fields=["slug", "owner", "name"], condition=Q(owner__isnull=False), name="unique_instance_per_owner",
+            ),
+            models.UniqueConstraint(
+                fields=["slug", "name"], condition=Q(owner__isnull=True), name="unique_ownerless_instance",
+            ),
         ]
         indexes = [models.Index(fields=["owner", "-updated_at"], name="instance_owner_recent")]
 
@@ -113,6 +124,8 @@ class Turn(models.Model):
         PROGRAMMATIC = "programmatic", "save_messages"
         # ``continue_last_turn``: the model goes on after the last reply, in a new message.
         CONTINUE = "continue", "continue_last_turn"
+        # An attempt of a recovery incident: re-runs or goes on with a turn that was cut.
+        RECOVERY = "recovery"
 
     instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="turns")
     request_id = models.CharField(max_length=200)
@@ -149,6 +162,17 @@ class Turn(models.Model):
     affinity = models.CharField(max_length=200, blank=True, default="")
     # Its messages are computed when it starts (by the function the ``affinity`` process holds).
     pending_messages = models.BooleanField(default=False)
+    # Queued turns are claimed by descending priority, then in order: a recovery attempt runs
+    # before the turns queued behind the one it recovers.
+    priority = models.PositiveSmallIntegerField(default=0)
+    # The recovery incident this turn was cut in (its ``turns``: the cut turns and the attempts).
+    incident = models.ForeignKey(
+        "RecoveryIncident", null=True, blank=True, on_delete=models.SET_NULL, related_name="turns"
+    )
+    # A recovery attempt: the cut turn whose partial reply it deals with.
+    recovers = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # What the turn handed to ``stash()``, for ``on_chat_recovery`` if it is cut.
+    recovery_data = models.JSONField(null=True, blank=True)
     # Refreshed while the turn runs; a running turn whose heartbeat is stale was orphaned.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
@@ -189,6 +213,54 @@ class Turn(models.Model):
         return self.generation < generation or (
             self.submit_sequence is not None and self.submit_sequence < overlap_sequence
         )
+
+
+class RecoveryIncident(models.Model):
+    """A request cut by a crash or a stalled stream, and its recovery (``agents_app.chat_recovery``).
+
+    Its identity (``incident_id``) is the root request id and the latest user message id, so the
+    retry and continue attempts of one request spend one budget. Attempts are ``Turn`` rows of
+    kind ``recovery``; a finished incident stays for the admin until ``sweep_expired``.
+    """
+
+    Status = models.TextChoices("Status", [(s.name, s.value) for s in chat_recovery.Status])
+
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="recovery_incidents")
+    incident_id = models.CharField(max_length=420)
+    root_request_id = models.CharField(max_length=200)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.DETECTED)
+    # The kind of the latest attempt ("retry" or "continue"; "" before the first one).
+    kind = models.CharField(max_length=10, blank=True, default="")
+    # The budget (``chat_recovery.Budget``): attempts since the last progress, content chunks
+    # produced by all attempts, when content was last produced.
+    attempt = models.PositiveIntegerField(default=0)
+    work = models.PositiveIntegerField(default=0)
+    last_progress_at = models.DateTimeField()
+    # Every attempt made, progress or not (the admin's count).
+    attempts_total = models.PositiveIntegerField(default=0)
+    # Why it was given up (``chat_recovery.Reason``) or skipped; the error when it failed.
+    reason = models.CharField(max_length=40, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["instance", "incident_id"], name="unique_recovery_incident"),
+        ]
+        indexes = [
+            models.Index(fields=["instance", "status"], name="incident_open"),
+            models.Index(fields=["status", "finished_at"], name="incident_sweep"),
+        ]
+
+    def __str__(self) -> str:
+        return f"recovery of {self.root_request_id} ({self.status})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in chat_recovery.OPEN_STATUSES
 
 
 class StreamRecord(models.Model):
@@ -283,7 +355,11 @@ class LedgerEntry(models.Model):
             # ``text_pattern_ops`` index, which the ledger never uses.
             models.UniqueConstraint(fields=["scope", "key"], name="unique_ledger_key"),
         ]
-        indexes = [models.Index(fields=["status", "updated_at"], name="ledger_sweep")]
+        indexes = [
+            models.Index(fields=["status", "updated_at"], name="ledger_sweep"),
+            # Recovery looks up the calls a crash cut (``ledger.recorded_call``).
+            models.Index(fields=["scope", "tool_call_id"], name="ledger_by_call"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.key} ({self.status})"

@@ -7,6 +7,7 @@ Managers built from these querysets are attached in ``models``; this module impo
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
+from django.utils import timezone
 
 if TYPE_CHECKING:
     from .models import AgentInstance
@@ -21,6 +22,13 @@ class AgentInstanceQuerySet(models.QuerySet[Any]):
         """(generation, overlap sequence) now: what ``Turn.is_stale`` compares a queued turn with."""
         generation, sequence = self.values_list("generation", "overlap_sequence").get(pk=instance_pk)
         return int(generation), int(sequence)
+    def touch(self, instance_pk: int) -> None:
+        """Mark the conversation changed now (``updated_at``).
+
+        One UPDATE, because the engine's other writes to the row are UPDATEs too, which skip
+        ``auto_now``.
+        """
+        self.filter(pk=instance_pk).update(updated_at=timezone.now())
 
 
 class TurnQuerySet(models.QuerySet[Any]):

@@ -1,9 +1,11 @@
-"""Which agent classes the site serves, by slug, and who may open which instance."""
+"""Which agent classes the site serves, by slug, and which conversation an address names for whom."""
 
 import functools
 import re
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ObjectDoesNotExist
 from django.utils.module_loading import import_string
 
 from . import conf
@@ -11,8 +13,9 @@ from .agent import ChatAgent
 from .errors import AgentConfigurationError, NotAuthenticated, PermissionDenied, UnknownAgent, UnknownInstance
 from .models import AgentInstance
 
-# Instance names are path segments; keep them printable and short.
-_NAME_RE = re.compile(r"^[^/\s]{1,200}$")
+# Instance names are path segments; keep them printable (no control characters, which PostgreSQL
+# may refuse to compare) and short.
+_NAME_RE = re.compile(r"[^/\s\x00-\x1f\x7f]{1,200}")
 
 
 @functools.cache
@@ -40,6 +43,11 @@ def agent_classes() -> dict[str, type[ChatAgent]]:
     return classes
 
 
+def valid_name(name: str) -> bool:
+    """An instance name: 1 to 200 characters, no slash, no white space or control character."""
+    return _NAME_RE.fullmatch(name) is not None
+
+
 def get_agent_class(slug: str) -> type[ChatAgent]:
     try:
         return agent_classes()[slug]
@@ -52,49 +60,86 @@ def agent_for(instance: AgentInstance) -> ChatAgent:
     return get_agent_class(instance.slug)(instance)
 
 
-def can_open(instance: AgentInstance, user: Any, agent_class: type[ChatAgent]) -> bool:
-    """The one access rule: the owner, staff, or anyone authenticated when the class is shared."""
-    if not getattr(user, "is_authenticated", False):
-        return False
-    return bool(
-        user.is_staff or agent_class.shared or instance.owner_id is None or instance.owner_id == user.pk
-    )
+# The query parameter that addresses another user's namespace: staff open ``/agents/<slug>/<name>``
+# (and the chat page, get-messages, the REST API) of user ``alice`` with ``?owner=alice``, and the
+# global namespace (instances code made with ``aget(name)``) with an empty ``?owner=``.
+OWNER_PARAMETER = "owner"
 
 
-def open_instance(slug: str, name: str, user: Any) -> AgentInstance:
-    """The instance ``slug/name`` for ``user``, created (owned by them) on first use.
+def resolve(slug: str, name: str, user: Any, owner: str | None = None) -> tuple[type[ChatAgent], Any]:
+    """The agent class of ``slug`` and the owner of the namespace ``name`` is read in, for ``user``.
 
-    Raises:
-        UnknownAgent, NotAuthenticated, PermissionDenied: see ``errors``.
-    """
-    agent_class = _checked(slug, name, user)
-    instance, _ = AgentInstance.objects.get_or_create(slug=slug, name=name, defaults={"owner": user})
-    return _allowed(instance, user, agent_class)
+    The one access rule of conversations (chat socket, pages, REST API). The namespace is:
 
-
-def find_instance(slug: str, name: str, user: Any) -> AgentInstance:
-    """The existing instance ``slug/name``: reading is not opening, so a name nobody opened is not taken.
+    * a shared class's: the global one (owner None), for every logged-in user (``owner`` has no
+      meaning there and is ignored);
+    * otherwise ``user``'s own, unless ``owner`` (the ``owner`` query parameter, None when absent)
+      names another: a username (that user's namespace) or ``""`` (the global namespace). Only
+      staff may name another namespace than their own.
 
     Raises:
         UnknownAgent, NotAuthenticated, PermissionDenied, UnknownInstance: see ``errors``.
     """
-    agent_class = _checked(slug, name, user)
-    instance = AgentInstance.objects.filter(slug=slug, name=name).first()
-    if instance is None:
-        raise UnknownInstance(f"There is no conversation {slug}/{name}")
-    return _allowed(instance, user, agent_class)
-
-
-def _checked(slug: str, name: str, user: Any) -> type[ChatAgent]:
     agent_class = get_agent_class(slug)
     if not getattr(user, "is_authenticated", False):
         raise NotAuthenticated("Log in to talk to an agent")
-    if not _NAME_RE.match(name):
+    if not valid_name(name):
         raise UnknownAgent(f"Invalid instance name {name!r}")
-    return agent_class
+    if agent_class.shared:
+        return agent_class, None
+    if owner is None or owner == user.get_username():
+        return agent_class, user
+    if not user.is_staff:
+        raise PermissionDenied("Only staff may open another user's conversation")
+    if owner == "":
+        return agent_class, None
+    if "\x00" in owner:  # no username has one, and PostgreSQL cannot compare it
+        raise UnknownInstance(f"There is no user {owner!r}")
+    try:
+        return agent_class, get_user_model()._default_manager.get_by_natural_key(owner)
+    except ObjectDoesNotExist:
+        raise UnknownInstance(f"There is no user {owner!r}") from None
 
 
-def _allowed(instance: AgentInstance, user: Any, agent_class: type[ChatAgent]) -> AgentInstance:
-    if not can_open(instance, user, agent_class):
-        raise PermissionDenied(f"Agent instance {instance.slug}/{instance.name} belongs to another user")
-    return instance
+def open_instance(slug: str, name: str, user: Any, owner: str | None = None) -> AgentInstance:
+    """The instance the address names (see ``resolve``), made on first use in the caller's namespace.
+
+    Staff reading another namespace find what is there; their visit makes nothing.
+
+    Raises:
+        UnknownAgent, NotAuthenticated, PermissionDenied, UnknownInstance: see ``errors``.
+    """
+    agent_class, namespace = resolve(slug, name, user, owner)
+    if namespace is user or agent_class.shared:
+        instance, _ = AgentInstance.objects.get_or_create(slug=slug, name=name, owner=namespace)
+        return instance
+    return _existing(slug, name, namespace)
+
+
+def find_instance(slug: str, name: str, user: Any, owner: str | None = None) -> AgentInstance:
+    """The existing instance the address names (see ``resolve``): reading is not opening (REST API).
+
+    Raises:
+        UnknownAgent, NotAuthenticated, PermissionDenied, UnknownInstance: see ``errors``.
+    """
+    _, namespace = resolve(slug, name, user, owner)
+    return _existing(slug, name, namespace)
+
+
+def _existing(slug: str, name: str, owner: Any) -> AgentInstance:
+    try:
+        return AgentInstance.objects.select_related("owner").get(slug=slug, name=name, owner=owner)
+    except AgentInstance.DoesNotExist:
+        raise UnknownInstance(f"There is no conversation {slug}/{name}" + _whose(owner)) from None
+
+
+def _whose(owner: Any) -> str:
+    return f" of {owner.get_username()}" if owner is not None else " without an owner"
+
+
+def owner_parameter(instance: AgentInstance) -> str | None:
+    """The ``owner`` query value by which staff address ``instance``; None when it needs none (shared)."""
+    agent_class = agent_classes().get(instance.slug)
+    if agent_class is not None and agent_class.shared:
+        return None
+    return instance.owner.get_username() if instance.owner is not None else ""

@@ -37,8 +37,10 @@ def load_state(instance: AgentInstance) -> ResumeState:
     pending = Turn.objects.of(instance).active().values("pk", "request_id").last()
     pending_id, pending_pk = (pending["request_id"], pending["pk"]) if pending else (None, 0)
     if stream is None:
+        incident = recovery.open_incident_of(instance) if pending is None else None
         return ResumeState(terminal_request_id=instance.terminal_request_id or None,
-                           pending_request_id=pending_id, pending_turn_pk=pending_pk)
+                           pending_request_id=pending_id, pending_turn_pk=pending_pk,
+                           recovering_request_id=incident.root_request_id if incident else None)
     turn = stream.turn
     return ResumeState(
         active_request_id=stream.request_id,
@@ -217,13 +219,13 @@ class ResumeDriver:
         await self.send_frame(terminal)
 
     async def _replay_orphan(self, request_id: str) -> None:
-        """Case 1, orphaned: replay what was stored, close it, persist the partial reply, run the queue."""
+        """Case 1, orphaned: replay what was stored, close it (aborted), recover its turn (golden R4)."""
         stream, chunks = await self._stored(request_id)
         continuation = bool(stream and stream.continuation)
         await self._send_closed(request_id, stream, chunks, frames.done(
             request_id=request_id, replay=True, outcome=Outcome.ABORTED, continuation=continuation))
         if stream is not None:
-            turns.start_drain(await recovery.finalize_orphan(stream.pk))
+            await turns.recover_stream(stream.pk)
 
     async def _replay_terminal(self, request_id: str) -> None:
         """Case 3: a turn that failed while this client was away: its chunks, then its error."""

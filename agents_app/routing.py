@@ -1,4 +1,4 @@
-"""WebSocket URL routes: ``/agents/<slug>/<name>`` (query strings such as ``_pk`` are ignored)."""
+"""WebSocket URL routes: ``/agents/<slug>/<name>`` (the consumer reads ``owner`` from the query; ``_pk`` is ignored)."""
 
 from django.urls import re_path
 

@@ -8,10 +8,12 @@ from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync
 from celery import shared_task
+from celery.signals import worker_ready
+from django.contrib.auth import get_user_model
 
 from . import approvals, dispatch, ledger, registry, turns
 from .streaming import buffer
-from .turns import control
+from .turns import control, recovery
 
 T = TypeVar("T")
 
@@ -29,22 +31,34 @@ def run_async(function: Callable[..., Awaitable[T]], *args: Any) -> T:
     return async_to_sync(main)()
 
 
-async def _save_messages(slug: str, name: str, texts: list[str]) -> dict[str, Any]:
-    agent = await registry.get_agent_class(slug).aget(name)
+async def _save_messages(slug: str, name: str, texts: list[str], owner_id: int | None) -> dict[str, Any]:
+    owner = None if owner_id is None else await get_user_model()._default_manager.aget(pk=owner_id)
+    agent = await registry.get_agent_class(slug).aget(name, owner=owner)
     result = await agent.save_messages(list(texts))
     return {"request_id": result.request_id, "status": result.status, "error": result.error}
 
 
 @shared_task(name="agents_app.save_messages")
-def save_messages(slug: str, name: str, texts: list[str]) -> dict[str, Any]:
-    """Run a programmatic turn on ``slug/name`` with user messages ``texts`` (scheduled prompts)."""
-    return run_async(_save_messages, slug, name, texts)
+def save_messages(slug: str, name: str, texts: list[str], owner_id: int | None = None) -> dict[str, Any]:
+    """Run a programmatic turn on ``slug/name`` with user messages ``texts`` (scheduled prompts).
+
+    The instance is user ``owner_id``'s, or with None one of the global namespace (``aget``).
+    """
+    return run_async(_save_messages, slug, name, texts, owner_id)
 
 
 @shared_task(name=dispatch.CONCLUDE_DECISION)
 def conclude_decision(execution_id: str) -> dict[str, Any]:
     """Write a staff decision's outcome into the conversation and run the model's reaction."""
     return {"execution_id": execution_id, "concluded": run_async(approvals.conclude, execution_id)}
+
+
+@shared_task(name=dispatch.DRAIN_INSTANCE)
+def drain_instance(instance_id: int) -> dict[str, int]:
+    """Run the queued turns of one instance here: a message sent over HTTP (``conversations.send_message``),
+    a recovery attempt (``turns.run_recovery``), and whatever waits behind them."""
+    run_async(turns.drain, instance_id)
+    return {"instance": instance_id}
 
 
 @shared_task(name="agents_app.drain_stalled_instances")
@@ -64,8 +78,20 @@ def sweep_stream_buffers() -> dict[str, int]:
 
 @shared_task(name="agents_app.recover_interrupted_turns")
 def recover_interrupted_turns() -> dict[str, int]:
-    """Finalise turns whose process died, and run what was queued behind them (``turns.recovery``)."""
+    """Cut turns whose process died and recover them on this worker (``turns.recovery``)."""
     return {"recovered": run_async(turns.recover_interrupted)}
+
+
+@worker_ready.connect
+def recover_on_start(sender: Any = None, **kwargs: Any) -> None:
+    """A worker that starts looks for turns a crash left running (the machine may have rebooted)."""
+    recover_interrupted_turns.delay()
+
+
+@shared_task(name="agents_app.sweep_recovery_incidents")
+def sweep_recovery_incidents() -> dict[str, int]:
+    """Remove recovery incidents that ended a week ago (``turns.recovery.sweep_expired``)."""
+    return {"deleted": recovery.sweep_expired()}
 
 
 @shared_task(name="agents_app.sweep_action_ledger")

@@ -1,10 +1,11 @@
 """The persisted transcript of an agent instance (``ChatMessage`` rows).
 
 Sync functions: callers in async code wrap them in ``database_sync_to_async``. Each write runs
-in one transaction so a reader never sees half a transcript. Every message is stored as
-``sanitize.prepare_for_storage`` makes it (provider leftovers removed, the agent's hook, the
-row-size guard), only when its JSON changed, and a ``Policy`` with ``max_messages`` then deletes
-the oldest rows beyond it (spec §4.2).
+in one transaction so a reader never sees half a transcript, and marks the instance changed
+(``updated_at``, the order of the instance list) first: the instance row, then its messages, the
+lock order of every writer. Every message is stored as ``sanitize.prepare_for_storage`` makes it
+(provider leftovers removed, the agent's hook, the row-size guard), only when its JSON changed,
+and a ``Policy`` with ``max_messages`` then deletes the oldest rows beyond it (spec §4.2).
 """
 
 from collections.abc import Callable, Iterable
@@ -78,6 +79,7 @@ def persist(
       a subset (regenerate trimmed the last reply), so stored rows it left out are deleted.
     """
     with transaction.atomic():
+        AgentInstance.objects.touch(instance.pk)
         rows = {row.message_id: row for row in ChatMessage.objects.filter(instance=instance)}
         known = set(rows)
         by_tool_call = {cid: mid for mid, row in rows.items() for cid in _tool_call_ids(row.data)}
@@ -146,6 +148,7 @@ def update_tool_part(instance: AgentInstance, matches: Callable[[dict[str, Any]]
     answer, a staff decision) are serialised. ``update`` may raise to refuse the change.
     """
     with transaction.atomic():
+        AgentInstance.objects.touch(instance.pk)
         rows = ChatMessage.objects.select_for_update().filter(instance=instance, role="assistant").order_by("-position")
         for row in rows:
             parts = row.data.get("parts", [])
@@ -166,6 +169,7 @@ def save_message(instance: AgentInstance, message: UIMessage, *, after: str | No
     """
     stored = policy.prepare(message)
     with transaction.atomic():
+        AgentInstance.objects.touch(instance.pk)
         updated = ChatMessage.objects.filter(instance=instance, message_id=message["id"]).update(
             data=stored, role=stored["role"], updated_at=timezone.now()
         )
@@ -223,6 +227,7 @@ def _batches(items: list[int], size: int) -> Iterable[list[int]]:
 def clear(instance: AgentInstance) -> None:
     """Delete the transcript and the stored request context."""
     with transaction.atomic():
+        AgentInstance.objects.touch(instance.pk)
         ChatMessage.objects.filter(instance=instance).delete()
         RequestContext.objects.filter(instance=instance).delete()
 

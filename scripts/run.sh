@@ -224,11 +224,10 @@ wait_until "$daphne_pid" daphne http_ready "$base_url/accounts/login/"
 wait_until "$worker_pid" celery-worker log_has celery-worker "ready."
 wait_until "$beat_pid" celery-beat log_has celery-beat "beat: Starting"
 
-# The REST API arrives later; show its URL once it answers anything but 404.
-api_line=""
-api_status=$("$PY" "$RUNLIB" http-status "$base_url/api/")
-if [[ $api_status != 404 && $api_status != down ]]; then
-    api_line="  API:     $base_url/api/"$'\n'
+# Mail goes to the console (Daphne's log) unless EMAIL_BACKEND sends it somewhere.
+email_line=""
+if [[ ${EMAIL_BACKEND:-console} == *console* ]]; then
+    email_line="  Email:   invitations and password resets are printed to $LOG_DIR/daphne.log"$'\n'
 fi
 login_line=$(grep -m1 "password:" <<<"$seed_output" || true)
 if [[ -n $login_line ]]; then
@@ -244,8 +243,9 @@ cat <<EOF
 
   Chat:    $base_url/
   Admin:   $base_url/admin/
-${api_line}  Log in:  $login_help
-  Model:   ${AGENT_MODEL:-demo}$([[ ${AGENT_MODEL:-demo} == demo ]] && echo " (offline demo model: try /slow 40, /fail, /tool get_weather {\"city\": \"Oslo\"})")
+  API:     $base_url/api/  (docs: $base_url/api/docs/, Redoc: $base_url/api/redoc/)
+  Log in:  $login_help
+${email_line}  Model:   ${AGENT_MODEL:-demo}$([[ ${AGENT_MODEL:-demo} == demo ]] && echo " (offline demo model: try /slow 40, /fail, /tool get_weather {\"city\": \"Oslo\"})")
   Actions: /tool refund_order {"order_id": "A1", "amount": 250}  (Approve in the chat; rows in Admin > Refunds)
            /tool deploy_release {"version": "1.4.2"}  (staff approve it in Admin > Pending approvals)
   Logs:    $LOG_DIR/{daphne,celery-worker,celery-beat$([[ ${NAMES[0]} == redis ]] && echo ",redis")}.log

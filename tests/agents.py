@@ -2,13 +2,24 @@
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, ClassVar
 
+from pydantic import BaseModel
 from pydantic_ai import RunContext
 
-from agents_app import ChatAgent, ChatResponseResult, Debounce, TurnState, callable
+from agents_app import (
+    ActionContext,
+    ChatAgent,
+    ChatRecoveryContext,
+    ChatResponseResult,
+    Debounce,
+    TurnState,
+    action,
+    callable,
+)
 
 # Results seen by on_chat_response, per instance name (tests read and clear it).
 RESPONSES: dict[str, list[ChatResponseResult]] = {}
@@ -244,3 +255,89 @@ class RpcAgent(ChatAgent):
 
     def internal(self) -> str:
         return "not for clients"
+
+
+# What RecoveryAgent's hooks saw, per instance name (tests read and clear it).
+RECOVERY_CALLS: dict[str, list[Any]] = {}
+
+
+class RecoveryAgent(ChatAgent):
+    """The demo model, with recovery hooks the tests set per case (class attributes they patch).
+
+    ``recovery_options``: what ``on_chat_recovery`` answers (or an exception it raises). The
+    contexts its hooks get are recorded in ``RECOVERY_CALLS[name]``.
+    """
+
+    recovery_options: ClassVar[dict[str, bool] | Exception] = {}
+
+    async def on_chat_message(self) -> Any:
+        if self.messages and self.messages[-1].get("role") == "user":
+            await self.stash({"asked": self.messages[-1]["id"]})
+        return await super().on_chat_message()
+
+    async def on_chat_recovery(self, ctx: ChatRecoveryContext) -> dict[str, bool] | None:
+        RECOVERY_CALLS.setdefault(self.name, []).append(ctx)
+        if isinstance(self.recovery_options, Exception):
+            raise self.recovery_options
+        return self.recovery_options
+
+
+# How many times StallAgent's model stream started, per instance name.
+STALL_RUNS: dict[str, int] = {}
+
+
+class StallAgent(ChatAgent):
+    """Streams three words, then goes silent forever on its first run; later runs finish."""
+
+    chat_stream_stall_timeout = 0.3
+
+    async def on_chat_message(self) -> AsyncIterator[dict[str, Any]]:
+        run = STALL_RUNS[self.name] = STALL_RUNS.get(self.name, 0) + 1
+
+        async def chunks() -> AsyncIterator[dict[str, Any]]:
+            if not self.continuation:
+                yield {"type": "start"}
+                yield {"type": "start-step"}
+                yield {"type": "text-start", "id": "t1"}
+                for word in ("one ", "two ", "three "):
+                    yield {"type": "text-delta", "id": "t1", "delta": word}
+            if run == 1:
+                await asyncio.Event().wait()
+            if self.continuation:
+                yield {"type": "start"}
+                yield {"type": "text-start", "id": "t2"}
+            yield {"type": "text-delta", "id": "t2" if self.continuation else "t1", "delta": "four."}
+            yield {"type": "text-end", "id": "t2" if self.continuation else "t1"}
+            yield {"type": "finish", "finishReason": "stop"}
+
+        return chunks()
+
+
+async def slow_tool(seconds: float = 20) -> str:
+    """Waits, then answers: a tool call long enough for a crash to cut."""
+    await asyncio.sleep(seconds)
+    return f"waited {seconds} s"
+
+
+class SlowRefundInput(BaseModel):
+    order_id: str
+    seconds: float = 20
+
+
+async def slow_refund(input: SlowRefundInput, ctx: ActionContext) -> dict[str, str]:
+    """The side effect (a line in the file ``CRASH_EFFECTS`` names), then a wait a crash can cut."""
+    with open(os.environ["CRASH_EFFECTS"], "a") as effects:
+        effects.write(f"{input.order_id} {os.getpid()}\n")
+    await asyncio.sleep(input.seconds)
+    return {"refunded": input.order_id}
+
+
+class CrashAgent(ChatAgent):
+    """The demo model with a slow tool and a slow keyed action, for the kill -9 tests."""
+
+    def get_tools(self) -> list[Any]:
+        return [slow_tool]
+
+    def get_actions(self) -> dict[str, Any]:
+        return {"slow_refund": action(description="Refund an order, slowly", input_schema=SlowRefundInput,
+                                      execute=slow_refund, idempotency_key=lambda input, ctx: input.order_id)}

@@ -5,6 +5,7 @@ that runs the whole system on one machine with no configuration (see README "Con
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -47,13 +48,16 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "agents_app",
     "agents_app.demo",
+    "accounts",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "thinkproject.middleware.RejectNulCharacters",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -123,6 +127,23 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "agents_app:instance-list"
 LOGOUT_REDIRECT_URL = "login"
 
+# Accounts (the accounts app). Anyone may make an account at /accounts/signup/ when SIGNUP_OPEN=1;
+# by default only staff bring people in, by invitation (/accounts/invite/).
+SIGNUP_OPEN = os.environ.get("SIGNUP_OPEN", "0") == "1"
+# How long an invitation link works (default 7 days).
+INVITATION_MAX_AGE = timedelta(days=7)
+
+# Email (invitations, password resets): printed to the console (make run: var/log/daphne.log)
+# unless EMAIL_BACKEND says otherwise, e.g. django.core.mail.backends.smtp.EmailBackend with
+# EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD and EMAIL_USE_TLS=1.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "0") == "1"
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Think for Django <webmaster@localhost>")
+
 # Redis: channel layer (cross-process fan-out) and Celery broker.
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -155,8 +176,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "0") == "1"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
-# Periodic maintenance (Celery beat): every minute, run turns no process picked up and finalise
-# turns whose process died; every five minutes, drop expired stream buffers.
+# Periodic maintenance (Celery beat): every minute, run turns no process picked up; every
+# AGENT_RECOVERY_SWEEP_SECONDS (10), cut and recover turns whose process died (a turn's lease is
+# 15 s, so a crash on another host is found within 25 s, one on the same host at the next sweep);
+# every five minutes, drop expired stream buffers.
 CELERY_BEAT_SCHEDULE = {
     "agents-drain-stalled-instances": {
         "task": "agents_app.drain_stalled_instances",
@@ -164,7 +187,12 @@ CELERY_BEAT_SCHEDULE = {
     },
     "agents-recover-interrupted-turns": {
         "task": "agents_app.recover_interrupted_turns",
-        "schedule": crontab(minute="*"),
+        "schedule": float(os.environ.get("AGENT_RECOVERY_SWEEP_SECONDS", "10")),
+    },
+    # Hourly, drop recovery incidents that ended a week ago (the admin shows them until then).
+    "agents-sweep-recovery-incidents": {
+        "task": "agents_app.sweep_recovery_incidents",
+        "schedule": crontab(minute=41),
     },
     "agents-sweep-stream-buffers": {
         "task": "agents_app.sweep_stream_buffers",
@@ -189,12 +217,26 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # The browsable API shows docstrings' literals (``name``) as code, not as doubled backticks.
+    "VIEW_DESCRIPTION_FUNCTION": "agents_app.api.descriptions.view_description",
 }
 
+# The OpenAPI schema (/api/schema/) and its docs: Swagger UI at /api/docs/ and Redoc at /api/redoc/,
+# both served from /static/ (drf-spectacular-sidecar), so they work with no network.
 SPECTACULAR_SETTINGS = {
     "TITLE": "Think for Django API",
-    "DESCRIPTION": "Durable AI chat agents: transcripts, turns and approvals.",
+    "DESCRIPTION": (BASE_DIR / "agents_app" / "api" / "overview.md").read_text(),
     "VERSION": "0.1.0",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # No schema validator badge: it would send the schema to a public service.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    # Descriptions in Markdown (docstrings are reStructuredText), after the default enum hook.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "agents_app.api.descriptions.markdown_descriptions",
+    ],
 }
 
 # --- agents_app settings (documented defaults in agents_app/conf.py) -----------------------------

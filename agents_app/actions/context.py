@@ -141,8 +141,9 @@ class TurnState(Generic[AgentT]):
     parked_descriptors: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The tools the model is offered in the current model run (``TurnContext.tools``).
     tool_names: list[str] = field(default_factory=list)
-    # Sends a chunk into the reply (set by the engine).
+    # Sends a chunk into the reply; stores the ``stash()`` data with the turn (set by the engine).
     emit: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+    keep: Callable[[Any], Awaitable[None]] | None = None
 
     async def write(self, chunk: dict[str, Any]) -> None:
         """Send a chunk of your own into this turn's reply, e.g. a data part::
@@ -155,6 +156,12 @@ class TurnState(Generic[AgentT]):
         if self.emit is None:
             raise RuntimeError("write() is only possible while the turn is running")
         await self.emit(chunk)
+
+    async def stash(self, data: Any) -> None:
+        """Keep ``data`` with the turn for its recovery (``ChatAgent.stash``); the last call wins."""
+        if self.keep is None:
+            raise RuntimeError("stash() is only possible while the turn is running")
+        await self.keep(data)
 
 
 @dataclass(frozen=True, kw_only=True)

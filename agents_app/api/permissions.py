@@ -1,17 +1,21 @@
 """Who may use the API: small policy classes delegating to the predicates the admin and chat use.
 
 Each class holds no rule of its own, so the admin, the chat socket and the API cannot disagree
-about who may approve an action or read a transcript.
+about who may approve an action. Who may read a conversation is decided where its address is
+resolved (``registry.resolve``), for the API as for the chat socket.
 """
 
-from typing import Any
-
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from agents_app import approvals, registry
-from agents_app.models import AgentInstance
+from agents_app import approvals
+
+# How callers prove who they are: a token (``Authorization: Token <key>``) or the browser's session.
+# Token first: DRF answers an anonymous request with the first class's ``WWW-Authenticate``
+# header, and session authentication has none, which would turn "log in" (401) into 403.
+AUTHENTICATION_CLASSES = [TokenAuthentication, SessionAuthentication]
 
 
 class CanApproveActions(BasePermission):
@@ -24,17 +28,3 @@ class CanApproveActions(BasePermission):
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         return approvals.can_approve(request.user)
-
-
-class IsInstanceOwnerOrStaff(BasePermission):
-    """The caller may read this agent instance: ``registry.can_open``, the chat socket's own rule.
-
-    That is the instance's owner or staff, or any authenticated user when the agent class is
-    shared (``ChatAgent.shared``) or the instance has no owner.
-    """
-
-    message = "This agent instance belongs to another user."
-
-    def has_object_permission(self, request: Request, view: APIView, obj: Any) -> bool:
-        assert isinstance(obj, AgentInstance)
-        return registry.can_open(obj, request.user, registry.get_agent_class(obj.slug))

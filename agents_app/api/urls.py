@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from . import views
+from . import conversations, views
 
 app_name = "api"
 
@@ -11,6 +11,11 @@ router = SimpleRouter()
 router.register("approvals", views.PendingApprovalViewSet, basename="approval")
 
 urlpatterns = [
+    path("", views.ApiRootView.as_view(), name="root"),
     *router.urls,
-    path("agents/<str:slug>/<str:name>/messages/", views.InstanceMessagesView.as_view(), name="instance-messages"),
+    path("instances/", conversations.InstanceListView.as_view(), name="instances"),
+    path("agents/<str:slug>/<str:name>/", conversations.InstanceView.as_view(), name="instance"),
+    path("agents/<str:slug>/<str:name>/messages/", conversations.InstanceMessagesView.as_view(),
+         name="instance-messages"),
+    path("agents/<str:slug>/<str:name>/turns/<str:request_id>/", conversations.TurnView.as_view(), name="turn"),
 ]

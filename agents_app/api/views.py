@@ -1,4 +1,6 @@
-"""API views: pending approvals (list, retrieve, approve, reject) and instance transcripts.
+"""API views: the API root, and pending approvals (list, retrieve, approve, reject).
+
+Conversations (instances, transcripts, messages, turns) are in ``api/conversations.py``.
 
 Approve and reject make exactly one call, ``approvals.approve_execution`` / ``reject_execution``,
 the same entry point as the admin and the chat page (style guide §0 rule 4). The service claims
@@ -10,23 +12,20 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.db.models import QuerySet
-from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import approvals, registry, transcript
-from agents_app.errors import UnknownAgent
-from agents_app.models import AgentInstance, PendingApproval
+from agents_app import approvals
+from agents_app.models import PendingApproval
 
-from .permissions import CanApproveActions, IsInstanceOwnerOrStaff
+from .permissions import AUTHENTICATION_CLASSES, CanApproveActions
 from .serializers import (
     ApprovalFilterSerializer,
     DecisionErrorSerializer,
@@ -34,10 +33,6 @@ from .serializers import (
     PendingApprovalSerializer,
     RejectSerializer,
 )
-
-# Token first: DRF answers an anonymous request with the first class's ``WWW-Authenticate``
-# header, and session authentication has none, which would turn "log in" (401) into 403.
-AUTHENTICATION_CLASSES = [TokenAuthentication, SessionAuthentication]
 
 CONFLICT_DESCRIPTION = (
     "Nothing was decided by this request: the execution was already approved or rejected "
@@ -58,9 +53,47 @@ class OldestFirstCursorPagination(CursorPagination):
     ordering = ("created_at", "execution_id")
 
 
+# The API root's links: name → URL name.
+ROOT_LINKS = {
+    "instances": "api:instances",
+    "approvals": "api:approval-list",
+    "schema": "schema",
+    "docs": "swagger-ui",
+    "redoc": "redoc",
+}
+
+
+class ApiRootView(APIView):
+    """``/api/``: where the API's collections and its documentation are."""
+
+    authentication_classes = AUTHENTICATION_CLASSES
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        summary="The API's links",
+        description="Where to start: your conversations, the approvals queue (staff), the OpenAPI schema and its "
+                    "documentation (Swagger UI and Redoc). Needs no login.",
+        operation_id="api_root",
+        responses={200: OpenApiResponse({"type": "object", "additionalProperties": {"type": "string",
+                                                                                    "format": "uri"}})},
+        examples=[OpenApiExample("The links", value={
+            "instances": "http://127.0.0.1:8000/api/instances/", "approvals": "http://127.0.0.1:8000/api/approvals/",
+            "schema": "http://127.0.0.1:8000/api/schema/", "docs": "http://127.0.0.1:8000/api/docs/",
+            "redoc": "http://127.0.0.1:8000/api/redoc/"})],
+    )
+    def get(self, request: Request) -> Response:
+        return Response({name: request.build_absolute_uri(reverse(url)) for name, url in ROOT_LINKS.items()})
+
+
 @extend_schema_view(
-    list=extend_schema(summary="Pending approvals, oldest first", parameters=[ApprovalFilterSerializer]),
-    retrieve=extend_schema(summary="One pending approval"),
+    list=extend_schema(
+        summary="Pending approvals, oldest first",
+        description="Durable-pause action calls waiting for a human, 50 a page (follow `next`); a call leaves the "
+                    "list once decided. Needs the `agents_app.approve_action` permission.",
+        parameters=[ApprovalFilterSerializer],
+    ),
+    retrieve=extend_schema(summary="One pending approval",
+                           description="One parked call; 404 once it has been decided (or never existed)."),
 )
 class PendingApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Durable-pause action calls waiting for a human; a row leaves the list once decided."""
@@ -83,6 +116,9 @@ class PendingApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, v
 
     @extend_schema(
         summary="Approve: run the paused action once",
+        description="Runs the paused action (once, whoever else approves at the same time) and continues the "
+                    "conversation: the action's output replaces the paused envelope in the transcript and a "
+                    "continuation turn lets the model react to it.",
         operation_id="approvals_approve",
         request=None,
         responses={200: DecisionSerializer, 409: OpenApiResponse(DecisionErrorSerializer, CONFLICT_DESCRIPTION)},
@@ -99,6 +135,7 @@ class PendingApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, v
 
     @extend_schema(
         summary="Reject: tell the model the action was not run",
+        description="Decides not to run the paused action; the model is told so, with the optional `reason`.",
         operation_id="approvals_reject",
         request=RejectSerializer,
         responses={200: DecisionSerializer, 409: OpenApiResponse(DecisionErrorSerializer, CONFLICT_DESCRIPTION)},
@@ -121,38 +158,3 @@ def _decision(execution_id: str, decided: str, result: Any) -> Response:
             status=status.HTTP_409_CONFLICT,
         )
     return Response({"execution_id": execution_id, "status": decided, "result": result})
-
-
-class InstanceMessagesView(APIView):
-    """The transcript of one agent instance, as ``get-messages`` serves it to the chat client.
-
-    Unlike ``get-messages`` it never creates the instance: reading is not opening.
-    """
-
-    authentication_classes = AUTHENTICATION_CLASSES
-    permission_classes = [IsAuthenticated, IsInstanceOwnerOrStaff]
-
-    def get_instance(self, slug: str, name: str) -> AgentInstance:
-        """The existing instance ``slug/name``, if the caller may read it; 404 before 403."""
-        try:
-            registry.get_agent_class(slug)
-        except UnknownAgent as exc:
-            raise NotFound(str(exc)) from exc
-        instance = get_object_or_404(AgentInstance, slug=slug, name=name)
-        self.check_object_permissions(self.request, instance)
-        return instance
-
-    @extend_schema(
-        summary="Transcript of an agent instance (UIMessages in order)",
-        operation_id="agents_messages_list",
-        responses={
-            200: OpenApiResponse(
-                {"type": "array", "items": {"type": "object", "additionalProperties": True}},
-                "The instance's UIMessages, ordered by position.",
-            ),
-            403: OpenApiResponse(description="The instance belongs to another user."),
-            404: OpenApiResponse(description="No such agent class or instance."),
-        },
-    )
-    def get(self, request: Request, slug: str, name: str) -> Response:
-        return Response(transcript.load(self.get_instance(slug, name)))

@@ -106,6 +106,17 @@ class DemoAgent(ChatAgent):
     """Echoes with the offline demo model, and has a tool and an action of each kind."""
 
     system_prompt = "You are the demo agent of Think for Django. Be brief."
+    # What the empty chat page offers: one demo of each kind (see the demo model's grammar).
+    starter_prompts = (
+        ("Weather: a tool on the server", "get_weather city Oslo"),
+        ("Send an email: you approve it first", 'send_email to you@example.com subject "Hello from the demo"'),
+        ("Refund 250 €: an action, you approve refunds above 100", "refund_order order_id A1 amount 250"),
+        ("Deploy a release: waits for staff in the admin", "deploy_release version 1.4.2"),
+        ("Crunch numbers: a tool that reports progress", "crunch_numbers count 10"),
+        ("Browser info: a tool that runs in your browser", "getBrowserInfo"),
+        ("A slow reply: try Stop", "/slow 40"),
+        ("A reply that fails", "/fail"),
+    )
 
     def get_tools(self) -> list[object]:
         return [

@@ -14,16 +14,20 @@ message) lets people and scripts drive it:
 ``/fail``
     Stream a few words, then fail in-band (the client sees an error after partial text).
 anything else
-    If it names a tool (its name or a word of 4+ letters of it), call that tool with arguments
-    made from its JSON schema; otherwise echo: ``(demo model, offline) You said: ...``.
+    If it names a tool (its name or a word of 4+ letters of it), call that tool with the
+    arguments the prompt gives as ``NAME VALUE``, ``NAME: VALUE`` or ``NAME=VALUE`` (a word or a
+    quoted string: ``send_email to bob@example.com subject "Lunch"``), the others made from its
+    JSON schema; otherwise echo: ``(demo model, offline) You said: ...``.
 
 A system note (``<system>…</system>``, e.g. the outcome of an approval whose tool call was
 compacted away) is acknowledged as ``(demo model, offline) Noted: …``, never acted on.
 
-After tool results come back it summarises them: ``get_weather returned Sunny in Oslo.``; asked
-to go on with nothing new from the user (a continuation after an approval decided later), it
-summarises the latest results again, as they read now, or, with none, says it goes on
-(``continue_last_turn``).
+After tool results come back it summarises them: ``get_weather returned Sunny in Oslo.``, and
+for a call parked until staff decide (a ``{"status": "paused"}`` result): ``Asked staff to approve
+deploy_release.``, never the envelope meant for the model. Asked to go on with nothing new from
+the user, it sends the rest of a text reply that was cut short (the recovery of a crashed turn),
+or summarises the latest results again, as they read now (a continuation after an approval
+decided later), or, with neither, says it goes on (``continue_last_turn``).
 """
 
 import asyncio
@@ -68,12 +72,51 @@ def numbered_word(i: int) -> str:
     return f"w{i} "
 
 
-def _synth_args(schema: dict[str, Any]) -> dict[str, Any]:
+def _synth_args(schema: dict[str, Any], prompt: str) -> dict[str, Any]:
+    """The arguments the prompt gives (``NAME VALUE``), and the required ones it does not, made up."""
     props = schema.get("properties", {})
-    return {
+    args = {
         key: props[key].get("default", _SCHEMA_DEFAULTS.get(props[key].get("type", "string"), "demo"))
         for key in schema.get("required", [])
     }
+    for key, prop in props.items():
+        raw = _given(prompt, key)
+        if raw is not None:
+            args[key] = _typed(raw, prop.get("type", "string"), args.get(key))
+    return args
+
+
+def _given(prompt: str, key: str) -> str | None:
+    """What the prompt gives parameter ``key``: ``key VALUE``, ``key: VALUE`` or ``key=VALUE``, where
+    VALUE is a quoted string or a word (without a trailing comma or semicolon)."""
+    found = re.search(rf"(?<![\w-]){re.escape(key)}(?:\s*[:=]\s*|\s+)(?:\"([^\"]*)\"|'([^']*)'|(\S+))", prompt)
+    if found is None:
+        return None
+    double, single, word = found.groups()
+    if word is not None:
+        return word.rstrip(",;")
+    return double if double is not None else single
+
+
+def _typed(raw: str, json_type: str, fallback: Any) -> Any:
+    """``raw`` as a value of the JSON schema type; ``fallback`` when it is not one (or not a scalar)."""
+    if json_type in ("array", "object"):
+        return fallback
+    try:
+        if json_type == "integer":
+            return int(raw)
+        if json_type == "number":
+            return float(raw)
+    except ValueError:
+        return fallback
+    if json_type == "boolean":
+        return raw.lower() in ("true", "yes", "1")
+    return raw
+
+
+def _is_paused(content: Any) -> bool:
+    """A call parked until someone decides: its result is the envelope for the model, not news."""
+    return isinstance(content, dict) and content.get("status") == "paused"
 
 
 def _summarise(parts: list[Any]) -> str:
@@ -86,6 +129,8 @@ def _summarise(parts: list[Any]) -> str:
                 lines.append(f"{part.tool_name} failed: {reason}")
             elif part.outcome == "denied":
                 lines.append(f"The call to {part.tool_name} was denied: {part.model_response_str()}")
+            elif _is_paused(part.content):
+                lines.append(f"Asked staff to approve {part.tool_name}")
             else:
                 lines.append(f"{part.tool_name} returned {part.model_response_str()}")
         elif isinstance(part, RetryPromptPart) and part.tool_name:
@@ -110,9 +155,12 @@ def plan(messages: list[ModelMessage], info: AgentInfo, default_delay: float) ->
     last = messages[-1]
     parts = list(last.parts) if isinstance(last, ModelRequest) else []
     if not parts:
-        # Nothing new from the user: a continuation after a tool result changed (an approval
-        # decided later). Summarise the latest results again, as they read now; with none,
-        # just go on (continue_last_turn after a plain reply).
+        # Nothing new from the user. A reply cut mid-text (crash recovery) goes on with the words
+        # it had not sent; a continuation after a tool result changed (an approval decided
+        # later) summarises the latest results again, as they read now; with none, it just
+        # goes on (continue_last_turn after a plain reply).
+        if (rest := _rest_of_cut_reply(messages, info, default_delay)) is not None:
+            return rest
         parts = next((list(m.parts) for m in reversed(messages) if isinstance(m, ModelRequest) and any(
             isinstance(p, ToolReturnPart | RetryPromptPart) for p in m.parts)), [])
         if not parts:
@@ -151,9 +199,24 @@ def plan(messages: list[ModelMessage], info: AgentInfo, default_delay: float) ->
         if lowered in prompt.lower() or any(
             len(token) >= 4 and token in words for token in re.split(r"[_\-]", lowered)
         ):
-            args = json.dumps(_synth_args(tool.parameters_json_schema))
+            args = json.dumps(_synth_args(tool.parameters_json_schema, prompt))
             return Plan(calls=[(name, args, f"demo_{turn}_0")])
     return Plan(words=re.findall(r"\S+\s*", ECHO_PREFIX + (prompt or "nothing")), delay=default_delay)
+
+
+def _rest_of_cut_reply(messages: list[ModelMessage], info: AgentInfo, default_delay: float) -> Plan | None:
+    """What a text reply cut short (its text a prefix of the whole) had left to say, or None."""
+    if len(messages) < 3 or not isinstance(messages[-2], ModelResponse):
+        return None
+    cut = messages[-2].parts
+    if not cut or not all(isinstance(p, TextPart) for p in cut):
+        return None
+    sent = "".join(p.content for p in cut if isinstance(p, TextPart))
+    whole = plan(messages[:-2], info, default_delay)
+    full = "".join(whole.words)
+    if whole.calls or whole.fail or not full.startswith(sent) or len(full) == len(sent):
+        return None
+    return Plan(words=re.findall(r"\S+\s*|\s+", full[len(sent):]), delay=whole.delay)
 
 
 def build_demo_model(delay: float = 0.0) -> FunctionModel:

@@ -120,6 +120,14 @@ def chat_messages(messages: list[dict[str, Any]]) -> Frame:
     return {"messages": messages, "type": MessageType.CHAT_MESSAGES.value}
 
 
+def chat_recovering(*, recovering: bool, request_id: str | None = None) -> Frame:
+    """Sets or clears the client's ``isRecovering`` (an incident opened, or ended)."""
+    frame: Frame = {"type": MessageType.CHAT_RECOVERING.value, "recovering": recovering}
+    if request_id:
+        frame["id"] = request_id
+    return frame
+
+
 def chat_clear() -> Frame:
     return {"type": MessageType.CHAT_CLEAR.value}
 

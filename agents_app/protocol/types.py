@@ -47,6 +47,8 @@ class Outcome(StrEnum):
     ERROR = "error"
     ABORTED = "aborted"
     SKIPPED = "skipped"
+    # The turn was cut (a crash, a stalled stream); a recovery attempt carries on with it.
+    RECOVERING = "recovering"
 
 
 class CloseCode(IntEnum):

@@ -57,14 +57,19 @@ class ResumeState:
     # The newest queued or running turn: a connection is told to wait for it.
     pending_request_id: str | None = None
     pending_turn_pk: int = 0
+    # The root request of a recovery incident being worked on (clients show "recovering…").
+    recovering_request_id: str | None = None
 
 
 def on_connect(state: ResumeState) -> frames.Frame | None:
-    """The chat frame sent before identity: resume an active stream, or keep waiting for one."""
+    """The chat frame sent before identity: resume an active stream, keep waiting for one, or
+    (between recovery attempts) say the conversation is recovering."""
     if state.active_request_id:
         return frames.stream_resuming(request_id=state.active_request_id)
     if state.pending_request_id:
         return frames.stream_pending(request_id=state.pending_request_id)
+    if state.recovering_request_id:
+        return frames.chat_recovering(recovering=True, request_id=state.recovering_request_id)
     return None
 
 

@@ -13,8 +13,9 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
-from .. import events, registry, transcript
+from .. import conf, dispatch, events, registry, transcript
 from ..messages import UIMessage, awaits_interaction, request_message_ids
 from ..models import AgentInstance, Turn
 from ..protocol import frames
@@ -28,9 +29,10 @@ from .interactions import apply_tool_approval, apply_tool_result, enqueue_contin
 from .programmatic import continue_last_turn, persist_messages, save_messages
 
 __all__ = [
-    "apply_tool_approval", "apply_tool_result", "cancel", "cancel_all", "clear", "continue_last_turn", "drain",
-    "enqueue_continuation", "has_pending_interaction", "persist_messages", "queued_instances", "recover_interrupted",
-    "replace_messages", "reset_turn_state", "save_messages", "start_drain", "submit_chat", "wait_until_stable",
+    "admit", "apply_tool_approval", "apply_tool_result", "cancel", "cancel_all", "clear", "continue_last_turn",
+    "drain", "enqueue_continuation", "has_pending_interaction", "persist_messages", "queued_instances",
+    "recover_interrupted", "recover_stream", "recover_turn", "replace_messages", "reset_turn_state", "run_recovery",
+    "save_messages", "start_drain", "submit_chat", "sweep_on_startup", "wait_until_stable",
 ]
 
 
@@ -45,10 +47,8 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     Raises:
         ProtocolError: the request id already names a turn of this conversation (nothing stored).
     """
-    agent = registry.agent_for(instance)
     try:
-        admitted = await database_sync_to_async(admission.accept_chat)(
-            instance, request, origin_channel, user, agent.message_concurrency, transcript.Policy.of(agent))
+        admitted = await database_sync_to_async(admit)(instance, request, origin_channel, user)
     except ProtocolError as exc:
         events.emit_chat(instance, events.REQUEST_FAILED, requestId=request.request_id, stage="persist",
                          messagesPersisted=False, error=str(exc))
@@ -62,6 +62,20 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     await fanout.publish(instance.pk, frames.chat_messages(request.messages), exclude=[origin_channel])
     await fanout.publish(instance.pk, frames.chat_messages(admitted.transcript), exclude=[origin_channel])
     start_drain(instance.pk)
+
+
+def admit(instance: AgentInstance, request: ChatRequest, origin_channel: str = "", user: Any = None
+          ) -> admission.Admission:
+    """Store a chat request's messages and queue its turn, as the agent's ``message_concurrency``
+    says (``turns.admission``); runs nothing.
+
+    A request that came over HTTP (``conversations.send_message``, no origin channel) has no
+    event loop that outlives it to run the turn on: its caller hands the queue to a worker
+    (``dispatch.DRAIN_INSTANCE``). Raises ``ProtocolError`` as ``submit_chat``.
+    """
+    agent = registry.agent_for(instance)
+    return admission.accept_chat(instance, request, origin_channel, user, agent.message_concurrency,
+                                 transcript.Policy.of(agent))
 
 
 async def clear(instance: AgentInstance, origin_channel: str) -> None:
@@ -140,11 +154,52 @@ def queued_instances() -> list[int]:
     return list(Turn.objects.queued().values_list("instance_id", flat=True).distinct())
 
 
-async def recover_interrupted(*, now: datetime | None = None) -> int:
-    """Finalise every running turn whose process is gone and run what was queued behind it."""
-    turns = await recovery.recover_interrupted(now=now)
-    for turn in turns:
-        await drain(turn.instance_id)
-    return len(turns)
+async def recover_interrupted(*, now: datetime | None = None, here: bool = True) -> int:
+    """Cut every running turn whose process is gone and run its recovery and what is queued behind it
+    (and recovery attempts left unclaimed, their process having died before it could run them).
+
+    ``here``: in this process (the beat sweep, on a worker); otherwise where ``AGENT_RECOVERY``
+    says. Returns how many turns this process cut.
+    """
+    now = now or timezone.now()
+    cuts = await recovery.recover_interrupted(now=now)
+    instances = dict.fromkeys(cut.turn.instance_id for cut in cuts)
+    instances.update(dict.fromkeys(await database_sync_to_async(recovery.unclaimed_attempts)(now)))
+    # Side by side: one slow recovery must not hold up the others.
+    await asyncio.gather(*(drain(pk) if here else run_recovery(pk) for pk in instances))
+    return len(cuts)
+
+
+async def recover_turn(turn: Turn) -> None:
+    """Cut ``turn``, whose process is gone, and run its recovery attempt (``AGENT_RECOVERY``)."""
+    won = await recovery.recover(turn)
+    if won is not None:
+        await run_recovery(turn.instance_id)
+
+
+async def recover_stream(stream_pk: int) -> None:
+    """A stream whose writer is gone (a reconnecting client found it): cut its turn, recover it."""
+    won = await recovery.recover_stream(stream_pk)
+    if won is not None:
+        await run_recovery(won.turn.instance_id)
+
+
+async def run_recovery(instance_pk: int) -> None:
+    """Run the instance's queue, whose next turn is a recovery attempt: on a Celery worker
+    (``AGENT_RECOVERY = "celery"``, the default) or in this process (``"inline"``)."""
+    if conf.get("AGENT_RECOVERY") == "celery":
+        await dispatch.enqueue(dispatch.DRAIN_INSTANCE, instance_pk)
+    else:
+        start_drain(instance_pk)
+
+
+_startup_sweep: asyncio.Task[int] | None = None
+
+
+def sweep_on_startup() -> None:
+    """Once per process, look for turns a crash left running (Daphne calls it on its first connection)."""
+    global _startup_sweep
+    if _startup_sweep is None:
+        _startup_sweep = asyncio.ensure_future(recover_interrupted(here=False))
 
 

@@ -6,6 +6,7 @@ connection of the instance, on any process, through ``streaming.fanout``.
 """
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -16,6 +17,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from django.db import transaction
 
 from .. import conf, events, registry, transcript
 from ..abort import AbortSignal
@@ -75,8 +77,8 @@ async def drain(instance_pk: int) -> None:
             # that process died on this host: then free the instance now rather than at the sweep.
             if liveness.process_exists(claim.turn.worker):
                 break
-            await database_sync_to_async(recovery.interrupt)(claim.turn)
-            continue
+            await recovery.recover(claim.turn)
+            continue  # its recovery attempt is next in the queue
         if claim.deferred:
             break  # the process the next turn belongs to claims it (``Turn.affinity``)
         if claim.failed:
@@ -170,11 +172,18 @@ class TurnRun:
         self.instance: AgentInstance | None = None
         self.stream_pk = 0
         self.final_transcript: list[dict[str, Any]] | None = None
+        # The recovery a stalled stream was cut into (set by _persist_and_finish).
+        self.recovering: recovery.Cut | None = None
         # What the turn's actions attach to the reply (``ctx.attach_reply``).
         self.attachments = ReplyAttachments()
         self.agent: ChatAgent | None = None
         # How the agent's messages are stored (set with the agent).
         self.policy = transcript.DEFAULT_POLICY
+        # A recovery attempt's plan (``turns.recovery``); set when the turn is one.
+        self.attempt: recovery.Attempt | None = None
+        # The model went silent for longer than the agent's ``chat_stream_stall_timeout``.
+        self.stalled = False
+        self._last_chunk_at = 0.0
 
     async def run(self) -> ChatResponseResult:
         async with control.listening(self.turn.pk, self.signal) as registration:
@@ -197,6 +206,12 @@ class TurnRun:
         if turn.pending_messages and not await self._materialize():
             return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
                                       status=Turn.Status.ERROR, error=turn.error)
+        if turn.kind == Turn.Kind.RECOVERY:
+            self.attempt = await recovery.begin_attempt(turn)
+            if not self.attempt.run:
+                await database_sync_to_async(lock.finish)(turn, self.attempt.status, self.attempt.error)
+                return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
+                                          status=self.attempt.status, error=self.attempt.error or None)
         prepared = await database_sync_to_async(self._prepare)()
         if prepared is None:
             return ChatResponseResult(message=None, request_id=turn.request_id, continuation=True,
@@ -207,7 +222,7 @@ class TurnRun:
         agent = self.agent = registry.get_agent_class(instance.slug).for_turn(
             instance, request_id=turn.request_id, messages=messages, body=turn.body, client_tools=turn.client_tools,
             continuation=turn.continuation, user=user, abort_signal=self.signal,
-            attachments=self.attachments, emit=self._write,
+            attachments=self.attachments, emit=self._write, keep=self._stash,
         )
         self.policy = transcript.Policy.of(agent)
         if not turn.message_ids:
@@ -221,16 +236,22 @@ class TurnRun:
         self._emit_event(events.MESSAGE_REQUEST)
         try:
             if not self.signal.aborted:
-                await self._stream(agent)
+                await self._stream(agent, stall_timeout=float(agent.chat_stream_stall_timeout or 0))
         except Exception as exc:
             logger.exception("Turn %s of %s failed", turn.request_id, instance)
             self.status, self.error = Turn.Status.ERROR, str(exc) or type(exc).__name__
             self._emit_failure("turn")
             await self._finish(instance, thrown=True)
         else:
-            if self.signal.aborted:
+            if self.signal.aborted or self.stalled:
                 self.status = Turn.Status.ABORTED
             await self._finish(instance, thrown=False)
+        if self.stalled:
+            # Cut into bounded recovery: the attempt, queued first, owns the result (no response hook).
+            return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
+                                      status=Turn.Status.ABORTED, error=recovery.STALLED)
+        if self.attempt is not None:
+            await recovery.end_attempt(turn, self.status, self.error or "")
         if self.status == Turn.Status.COMPLETED:
             self._emit_event(events.MESSAGE_RESPONSE)
         self._emit_event(events.TURN_FINISH, trigger=turn.kind, continuation=turn.continuation,
@@ -291,6 +312,11 @@ class TurnRun:
         instance = AgentInstance.objects.get(pk=self.turn.instance_id)
         cancel_requested = Turn.objects.values_list("cancel_requested", flat=True).get(pk=self.turn.pk)
         messages = transcript.load(instance)
+        if self.attempt is not None and self.attempt.history_end is not None:
+            # Messages after the one a recovery attempt answers belong to turns queued behind it.
+            ids = [m.get("id") for m in messages]
+            if self.attempt.history_end in ids:
+                messages = messages[: ids.index(self.attempt.history_end) + 1]
         if self.turn.continuation and not ready_to_continue(messages):
             lock.finish(self.turn, Turn.Status.SKIPPED)
             return None
@@ -304,17 +330,36 @@ class TurnRun:
         self.writer = buffer.StreamWriter(stream.pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
         return instance, messages, cancel_requested, self.turn.user
 
-    async def _stream(self, agent: ChatAgent) -> None:
+    async def _stream(self, agent: ChatAgent, *, stall_timeout: float = 0) -> None:
         response = await agent.on_chat_message()
         if response is None:
             return
+        self._last_chunk_at = time.monotonic()
         task = asyncio.ensure_future(self._consume(response))
         self.signal.add_callback(task.cancel)
+        watchdog = asyncio.ensure_future(self._watch_stall(task, stall_timeout)) if stall_timeout > 0 else None
         try:
             await task
         except asyncio.CancelledError:
-            if not self.signal.aborted:
+            if not (self.signal.aborted or self.stalled):
                 raise
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+
+    async def _watch_stall(self, task: "asyncio.Task[None]", limit: float) -> None:
+        """Cut a stream silent for ``limit`` s into bounded recovery (spec §4.5 stall watchdog).
+
+        The consuming task is cancelled, so the model's stream is closed in the task that opened it.
+        """
+        while not task.done():
+            idle = time.monotonic() - self._last_chunk_at
+            if idle >= limit:
+                logger.warning("Turn %s stalled for %.1f s; recovering it", self.turn.request_id, idle)
+                self.stalled = True
+                task.cancel()
+                return
+            await asyncio.sleep(limit - idle)
 
     async def _consume(self, response: ChatResponse) -> None:
         if isinstance(response, str):
@@ -324,6 +369,7 @@ class TurnRun:
         iterator = _aiter(response)
         try:
             async for item in iterator:
+                self._last_chunk_at = time.monotonic()
                 if isinstance(item, str):
                     await self._plain_text(item)
                 elif await self._chunk(item):
@@ -346,6 +392,10 @@ class TurnRun:
             await self._emit({"type": "text-end", "id": self.text_id})
             self.text_id = None
 
+    async def _stash(self, data: Any) -> None:
+        """``stash()``: what ``on_chat_recovery`` will get if this turn is cut."""
+        await Turn.objects.filter(pk=self.turn.pk).aupdate(recovery_data=to_json_safe(data))
+
     async def _write(self, chunk: dict[str, Any]) -> None:
         """A chunk written by agent code (``ChatAgent.write``): data parts, tool progress."""
         await self._chunk(chunk)
@@ -366,6 +416,10 @@ class TurnRun:
             return True
         if kind == "abort":
             return True
+        if kind == "text-start" and self.attempt is not None and self.attempt.merge_text:
+            # A recovery continuation goes on in the cut reply's still-streaming text part.
+            self.attempt = dataclasses.replace(self.attempt, merge_text=False)
+            return False
         if kind == "start":
             chunk = dict(chunk)
             if self.turn.continuation:
@@ -390,6 +444,10 @@ class TurnRun:
             chunk = rewrite_finish(chunk, "tool-calls" if waiting else "stop")
             await self._emit_attachments()
         await self._emit(chunk)
+        if kind == "tool-input-available":
+            # A tool or action runs next: its call is stored first, so a crash while it runs
+            # leaves the call for recovery to answer (``turns.recovery``), not a lost reply.
+            await self.writer.flush()
         if kind == "tool-approval-request" or (kind == "tool-output-available" and "approvalDescriptor" in chunk):
             # Stored at once, so a page reloaded before the turn ends shows Approve / Reject, and
             # a parked call decided in the admin at once finds its part.
@@ -444,20 +502,31 @@ class TurnRun:
                                    outcome=Outcome.COMPLETED, message_ids=turn.message_ids,
                                    continuation=turn.continuation)
         else:
-            outcome = {
+            outcome = Outcome.RECOVERING if self.stalled else {
                 Turn.Status.ERROR: Outcome.ERROR, Turn.Status.ABORTED: Outcome.ABORTED,
             }.get(self.status)
             terminal = frames.done(request_id=turn.request_id, outcome=outcome,
                                    message_ids=turn.message_ids, continuation=turn.continuation)
         await self.publisher.send(terminal, request_id=turn.request_id, last_seq=self.seq - 1)
+        if self.recovering is not None and self.recovering.attempt is not None:
+            await self.publisher.send(frames.chat_recovering(recovering=True,
+                                                             request_id=self.recovering.root_request_id))
         await self.publisher.close()
 
     def _persist_and_finish(self, instance: AgentInstance) -> None:
         assert self.builder is not None
+        if self.stalled:
+            # The partial reply stays in the stream buffer: the recovery attempt stores it.
+            with transaction.atomic():
+                lock.finish(self.turn, Turn.Status.ABORTED, recovery.STALLED)
+                self.recovering = recovery.schedule(self.turn)
+            return
         cleared = AgentInstance.objects.generation_of(instance.pk) > self.turn.generation
         # A clear during the turn wins: its partial reply is not written back.
         if self.builder.has_content() and not cleared:
-            transcript.save_message(instance, self.builder.message, policy=self.policy)
+            # A recovery retry's reply goes right after the request it answers.
+            after = self.attempt.history_end if self.attempt is not None and not self.turn.continuation else None
+            transcript.save_message(instance, self.builder.message, after=after, policy=self.policy)
             self.final_transcript = transcript.load(instance)
         failed = self.status == Turn.Status.ERROR
         buffer.finish(self.stream_pk, error=failed)

@@ -35,7 +35,7 @@ class Claim:
 
 
 def claim_next(instance_id: int, control_channel: str) -> Claim | None:
-    """Take the oldest queued turn of the instance; None when the queue is empty.
+    """Take the next queued turn of the instance (by priority, then oldest); None when there is none.
 
     A stale turn (accepted before a clear, or superseded by a newer overlapping submit) is marked
     skipped (``Claim.skipped``); when another turn of the instance runs, returns that one as
@@ -44,7 +44,7 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
     while True:
         with transaction.atomic():
             # The user comes along: the engine hands it to authorize_turn without another query.
-            turn = Turn.objects.of(instance_id).queued().select_related("user").first()
+            turn = Turn.objects.of(instance_id).queued().select_related("user").order_by("-priority", "id").first()
             if turn is None:
                 return None
             if turn.affinity and turn.affinity != liveness.worker_label(control_channel):

@@ -6,18 +6,20 @@ module lets the asyncio tests of other modules run in the same pytest process.
 
 Every test gets a fresh browser context (its own cookies) and a conversation name of its own, so
 tests share the server but never a transcript. The worker runs the turns queued outside a socket
-(the continuation after a staff approval); ``approver_context`` is a staff approver's browser.
+(the continuation after a staff approval, messages sent over the REST API); ``approver_context``
+is a staff approver's browser, ``other_user_context`` a second user's, ``superuser_context`` a
+superuser's.
 """
 
 import itertools
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, WebSocket, sync_playwright
 
-from tests.browser.pages import APPROVER, PASSWORD, USERNAME, Live, create_approver, login
+from tests.browser.pages import APPROVER, OTHER_USER, PASSWORD, SUPERUSER, USERNAME, Live, create_approver, login
 from tests.support.live import LiveStack, RedisServer
 
 CHROMIUM = "/usr/bin/chromium"
@@ -41,6 +43,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     try:
         stack = LiveStack(workdir, redis.url)
         stack.create_user(USERNAME, PASSWORD)
+        stack.create_user(OTHER_USER, PASSWORD)
+        stack.create_user(SUPERUSER, PASSWORD, staff=True)
         create_approver(stack)
         stack.start_celery_worker()
         yield Live(stack, stack.start_daphne())
@@ -88,43 +92,55 @@ def _record_frames(page: Page, log: list[str], tab: str) -> None:
     page.on("websocket", on_socket)
 
 
-def _logged_in_state(browser: Browser, live: Live, username: str) -> Any:
-    """Cookies of ``username`` logged in once through the real login form."""
-    ctx = browser.new_context()
-    login(ctx.new_page(), live, username)
-    state = ctx.storage_state()
-    ctx.close()
+@pytest.fixture(scope="module")
+def cookies_of(browser: Browser, live: Live) -> Callable[[str], Any]:
+    """The cookies of a user, logged in once per module through the real login form."""
+    states: dict[str, Any] = {}
+
+    def state(username: str) -> Any:
+        if username not in states:
+            ctx = browser.new_context()
+            login(ctx.new_page(), live, username)
+            states[username] = ctx.storage_state()
+            ctx.close()
+        return states[username]
+
     return state
 
 
-@pytest.fixture(scope="module")
-def session_state(browser: Browser, live: Live) -> Any:
-    """The chat user's cookies, reused by every context."""
-    return _logged_in_state(browser, live, USERNAME)
-
-
-@pytest.fixture(scope="module")
-def approver_state(browser: Browser, live: Live) -> Any:
-    return _logged_in_state(browser, live, APPROVER)
-
-
 @pytest.fixture
-def context(browser: Browser, session_state: Any, request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+def context(browser: Browser, cookies_of: Callable[[str], Any],
+            request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
     """A browser context of the logged-in user (``clear_cookies()`` makes it anonymous)."""
-    yield from _context(browser, session_state, request)
+    yield from _context(browser, cookies_of(USERNAME), request)
 
 
 @pytest.fixture
-def approver_context(browser: Browser, approver_state: Any,
+def approver_context(browser: Browser, cookies_of: Callable[[str], Any],
                      request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
     """A browser context of the staff approver (another browser, as far as the chat user knows)."""
-    yield from _context(browser, approver_state, request)
+    yield from _context(browser, cookies_of(APPROVER), request)
 
 
-def _context(browser: Browser, state: Any, request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+@pytest.fixture
+def other_user_context(browser: Browser, cookies_of: Callable[[str], Any],
+                       request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+    """A browser context of the second user (``bob``): their own namespace."""
+    yield from _context(browser, cookies_of(OTHER_USER), request)
+
+
+@pytest.fixture
+def superuser_context(browser: Browser, cookies_of: Callable[[str], Any],
+                      request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+    """A browser context of a superuser (``root``), at a 1280 px wide window: the admin's pages."""
+    yield from _context(browser, cookies_of(SUPERUSER), request, width=1280)
+
+
+def _context(browser: Browser, state: Any, request: pytest.FixtureRequest,
+             width: int = 1100) -> Iterator[BrowserContext]:
     """A context with these cookies that fails the test on an uncaught page error and, when the test
     failed, prints its WebSocket frames."""
-    ctx = browser.new_context(viewport={"width": 1100, "height": 800}, storage_state=state)
+    ctx = browser.new_context(viewport={"width": width, "height": 800}, storage_state=state)
     ctx.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
     frame_log: list[str] = []

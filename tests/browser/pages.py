@@ -17,8 +17,12 @@ from tests.support.live import Daphne, LiveStack
 
 USERNAME = "alice"
 PASSWORD = "pw"
+# A second user with a namespace of their own.
+OTHER_USER = "bob"
 # A staff user (not a superuser) with ``agents_app.approve_action``: decides parked actions in the admin.
 APPROVER = "approver"
+# A superuser: sees every admin page.
+SUPERUSER = "root"
 AGENT = "demo-agent"
 WS_PATTERN = re.compile(r"^wss?://[^/]+/agents/")
 RESP = "cf_agent_use_chat_response"
@@ -34,8 +38,8 @@ class Live:
         self.daphne = daphne
         self.http = daphne.http
 
-    def chat_url(self, name: str, agent: str = AGENT) -> str:
-        return f"{self.http}/chat/{agent}/{name}/"
+    def chat_url(self, name: str, agent: str = AGENT, query: str = "") -> str:
+        return f"{self.http}/chat/{agent}/{name}/{query}"
 
 
 def create_approver(stack: LiveStack, username: str = APPROVER, password: str = PASSWORD) -> None:
@@ -58,9 +62,9 @@ def login(page: Page, live: Live, username: str = USERNAME, password: str = PASS
     page.wait_for_url(f"{live.http}/")
 
 
-def open_chat(page: Page, live: Live, name: str, *, connected: bool = True) -> None:
+def open_chat(page: Page, live: Live, name: str, *, connected: bool = True, query: str = "") -> None:
     """Open the chat page; wait until history is loaded (and the socket is connected)."""
-    page.goto(live.chat_url(name))
+    page.goto(live.chat_url(name, query=query))
     page.wait_for_selector("#chat[data-ready=true]")
     if connected:
         page.wait_for_selector("#status[data-state=connected]")

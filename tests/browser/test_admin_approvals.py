@@ -38,13 +38,13 @@ def open_pending(admin: Page, live: Live, room: str, execution_id: str) -> None:
     admin.get_by_role("link", name="Pending approvals").click()
     row = admin.locator("#result_list tbody tr").filter(has_text=room)
     expect(row).to_have_count(1)
-    expect(row.locator(".field-agent")).to_have_text("demo-agent")
+    expect(row.locator(".field-conversation")).to_have_text(f"demo-agent/{room}")
     expect(row.locator(".field-owner")).to_have_text("alice")
     expect(row.locator(".field-risk_badge")).to_have_text("high")
     row.locator(".field-action_name a").click()
     expect(admin.locator(".field-execution_id .readonly")).to_have_text(execution_id)
-    expect(admin.locator(".approval-conversation")).to_contain_text(DEPLOY)
-    expect(admin.locator(".approval-conversation .part.tool.current")).to_have_attribute("data-state",
+    expect(admin.locator(".agent-conversation")).to_contain_text(DEPLOY)
+    expect(admin.locator(".agent-conversation .part.tool.current")).to_have_attribute("data-state",
                                                                                           "output-available")
 
 

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import BrowserContext, Dialog, Page, expect
 
 from tests.browser.pages import (
     AGENT,
@@ -15,6 +15,7 @@ from tests.browser.pages import (
     open_chat,
     send_message,
     user_texts,
+    wait_until,
 )
 
 pytestmark = pytest.mark.browser
@@ -116,11 +117,27 @@ def test_stop_keeps_partial_text_and_reenables_send(page: Page, live: Live, room
     assert texts[1] == ECHO + "after stop"
 
 
-def test_clear_empties_the_page_and_stays_empty(page: Page, live: Live, room: str) -> None:
+def test_clear_asks_first_then_empties_the_page_and_stays_empty(page: Page, live: Live, room: str) -> None:
     tap = FrameTap(page)
     open_chat(page, live, room)
     send_message(page, "remember me")
     expect(page.locator(".msg.assistant .part.text")).to_have_text(ECHO + "remember me")
+    questions: list[str] = []
+
+    def answer(dialog: Dialog, accept: bool) -> None:
+        questions.append(dialog.message)
+        if accept:
+            dialog.accept()
+        else:
+            dialog.dismiss()
+
+    page.once("dialog", lambda dialog: answer(dialog, accept=False))
+    page.click("#clear")
+    wait_until(page, lambda: len(questions) == 1, what="the confirmation")
+    assert questions == ["Clear this conversation? Its messages are deleted for good, in every open tab."]
+    expect(page.locator(".msg")).to_have_count(2)
+    assert tap.sent("cf_agent_chat_clear") == []
+    page.once("dialog", lambda dialog: answer(dialog, accept=True))
     page.click("#clear")
     expect(page.locator(".msg")).to_have_count(0)
     expect(page.locator("#messages .empty")).to_be_visible()
@@ -158,6 +175,7 @@ def test_second_tab_sees_messages_and_reply_live(context: BrowserContext, page: 
     send_message(other, "from the other tab")
     expect(page.locator(".msg.assistant").last).to_have_text(re.compile(re.escape(ECHO + "from the other tab")))
     expect(page.locator(".msg")).to_have_count(4)
+    other.once("dialog", lambda dialog: dialog.accept())
     other.click("#clear")
     expect(page.locator(".msg")).to_have_count(0)
 

@@ -1202,7 +1202,8 @@ const scenarios = {
       kind: "durable-pause",
     };
     expectSame(outputChunk, { type: "tool-output-available", toolCallId, output: paused, approvalDescriptor: descriptor }, "A: tool-output-available chunk (paused output, descriptor beside it)");
-    const text = `deploy_release returned ${JSON.stringify(paused)}.`;
+    // The demo model tells the user in words; the envelope is the model's, never shown as text.
+    const text = "Asked staff to approve deploy_release.";
     expectEqual(stream.text, text, "A: text after the paused action");
     expectEqual(
       a.outbound().map((f) => f.type),

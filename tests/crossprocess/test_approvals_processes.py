@@ -20,16 +20,14 @@ import os
 import signal
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from tests.support.frames import chat_request, is_done, user_message
-from tests.support.live import Daphne, LiveStack, PostgresServer, ScriptProcess
+from tests.support.live import Daphne, LiveStack, ScriptProcess, database_url
 from tests.support.wsclient import open_socket, recv_json, recv_until
 
 pytestmark = pytest.mark.crossprocess
@@ -174,14 +172,7 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = CONTINUATION_
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
 def race_stack(request: pytest.FixtureRequest, tmp_path: Path) -> LiveStack:
     """A migrated database with no Redis: continuations run inline in the winning process."""
-    if request.param == "sqlite":
-        database = f"sqlite:///{tmp_path / 'approvals.sqlite3'}"
-    else:
-        server: PostgresServer = request.getfixturevalue("postgres")
-        name = f"approvals_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(server.url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        database = server.url.rsplit("/", 1)[0] + f"/{name}"
+    database = database_url(request, request.param, tmp_path, "approvals")
     # A Redis URL is required by LiveStack's environment, but nothing here connects to it.
     return LiveStack(tmp_path, "redis://127.0.0.1:9/0", database,
                      extra_env={"CHANNEL_LAYER": "memory", "APPROVAL_CONTINUATION": "inline",

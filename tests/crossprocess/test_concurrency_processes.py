@@ -6,7 +6,6 @@ the database, ``turns.admission``). On SQLite and on PostgreSQL.
 import asyncio
 import json
 import sqlite3
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import psycopg
 import pytest
 
 from tests.support.frames import RESP, chat_request, user_message
-from tests.support.live import Daphne, LiveStack, PostgresServer, RedisServer
+from tests.support.live import Daphne, LiveStack, RedisServer, database_url
 from tests.support.wsclient import open_socket, recv_json, recv_until
 
 pytestmark = pytest.mark.crossprocess
@@ -25,14 +24,7 @@ PATIENCE = 30
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
 def two_daphnes(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServer) -> Any:
-    if request.param == "sqlite":
-        database = f"sqlite:///{tmp_path / 'concurrency.sqlite3'}"
-    else:
-        server: PostgresServer = request.getfixturevalue("postgres")
-        name = f"concurrency_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(server.url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        database = server.url.rsplit("/", 1)[0] + f"/{name}"
+    database = database_url(request, request.param, tmp_path, "concurrency")
     stack = LiveStack(tmp_path, redis.url, database,
                       extra_env={"DJANGO_SETTINGS_MODULE": "tests.support.settings_live", "AGENT_LOG_LEVEL": "WARNING"})
     try:

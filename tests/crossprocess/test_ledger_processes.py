@@ -12,16 +12,14 @@ Across processes a caller that loses the race finds the winner's ``pending`` row
 
 import json
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
-from tests.support.live import LiveStack, PostgresServer, ScriptProcess
+from tests.support.live import LiveStack, ScriptProcess, database_url
 
 pytestmark = pytest.mark.crossprocess
 
@@ -152,13 +150,7 @@ class Cluster:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
-    server: PostgresServer = request.getfixturevalue("postgres")
-    name = f"ledger_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server.url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return server.url.rsplit("/", 1)[0] + f"/{name}"
+    return database_url(request, request.param, tmp_path, "ledger")
 
 
 @pytest.fixture

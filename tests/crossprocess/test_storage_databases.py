@@ -6,14 +6,12 @@ A script process (the production settings on a migrated database of each kind) s
 user messages; it reads the rows back and prints what it found.
 """
 
-import uuid
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
-from tests.support.live import LiveStack, PostgresServer, ScriptProcess
+from tests.support.live import LiveStack, ScriptProcess, database_url
 
 pytestmark = pytest.mark.crossprocess
 
@@ -52,14 +50,7 @@ print(json.dumps(report), flush=True)
 
 @pytest.mark.parametrize("database", ["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
 def test_storage_guards_on_each_database(database: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    if database == "sqlite":
-        url = f"sqlite:///{tmp_path / 'storage.sqlite3'}"
-    else:
-        server: PostgresServer = request.getfixturevalue("postgres")
-        name = f"storage_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(server.url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        url = server.url.rsplit("/", 1)[0] + f"/{name}"
+    url = database_url(request, database, tmp_path, "storage")
     stack = LiveStack(tmp_path, "redis://127.0.0.1:9/0", url, extra_env={"CHANNEL_LAYER": "memory"})
     script = ScriptProcess(SCRIPT, stack.env, tmp_path / "script.log")
     report: dict[str, Any] = script.receive(timeout=120)

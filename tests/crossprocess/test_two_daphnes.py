@@ -21,7 +21,7 @@ async def _connect(daphne, cookie):
 
 
 def test_turns_from_each_process_reach_both_clients(stack):
-    stack.create_user("alice")
+    alice = stack.create_user("alice")
     first, second = stack.start_daphne(), stack.start_daphne()
     stack.start_celery_worker()
     cookie = first.login("alice")
@@ -44,7 +44,7 @@ def test_turns_from_each_process_reach_both_clients(stack):
         from celery import Celery
 
         app = Celery(broker=stack.env["REDIS_URL"])
-        app.send_task("agents_app.save_messages", args=["demo-agent", "shared-room", ["from celery"]])
+        app.send_task("agents_app.save_messages", args=["demo-agent", "shared-room", ["from celery"], alice])
         rid = None
         for sock in (a, b):
             frames = await recv_until(sock, lambda f: f.get("done") is True and f.get("id") != "r2", timeout=20)

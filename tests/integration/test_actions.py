@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from agents_app import events, transcript
 from agents_app.actions.pipeline import execute_action
 from agents_app.hooks import ToolCallDecision
-from agents_app.models import LedgerEntry
+from agents_app.models import AgentInstance, LedgerEntry
 from tests.action_agents import PROBES, SETUP, ActionTestAgent, Setup, probe
 from tests.support.frames import (
     chat_request,
@@ -298,8 +298,9 @@ async def answer(a, approved: bool) -> list[dict[str, Any]]:
 
 
 async def stored(name: str) -> list[dict[str, Any]]:
-    agent = await ActionTestAgent.aget(name)
-    return await database_sync_to_async(transcript.load)(agent.instance)
+    """The transcript of the test's one instance ``name`` (whoever owns it)."""
+    instance = await AgentInstance.objects.aget(slug=ActionTestAgent.slug(), name=name)
+    return await database_sync_to_async(transcript.load)(instance)
 
 
 APPROVAL = {"approval": True, "approval_summary": "Approve echo action", "approval_risk": "low"}
@@ -585,13 +586,13 @@ async def test_an_approval_predicate_that_raises_fails_the_call_and_never_runs_i
     assert probe("h2").count == 0
 
 
-async def test_a_clients_stale_copy_never_overwrites_a_decided_pause(ws):
+async def test_a_clients_stale_copy_never_overwrites_a_decided_pause(ws, user):
     """The next request carries the client's copy of the reply (paused, no descriptor: the AI SDK
     does not keep it on an output); the server's decided part stays."""
     configure("s1")
     a = await opened(ws, "s1")
     frames = await ask(a, '/tool pauseAction {"message": "hi"}')
-    agent = await ActionTestAgent.aget("s1")
+    agent = await ActionTestAgent.aget("s1", owner=user)
     [pending] = await agent.pending_approvals()
     assert await agent.approve_execution(pending["executionId"]) == "paused-exec: hi"
     reply = (await stored("s1"))[1]

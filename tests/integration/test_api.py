@@ -185,24 +185,30 @@ def transcript_owner(make_user: Callable[..., Any]) -> Any:
     return owner
 
 
-@pytest.mark.parametrize(("who", "status"), [("owner", 200), ("staff", 200), ("other", 403)])
+@pytest.mark.parametrize(("who", "query", "status"), [
+    ("owner", "", 200), ("owner", "?owner=olivia", 200), ("staff", "?owner=olivia", 200),
+    ("staff", "", 404), ("other", "", 404), ("other", "?owner=olivia", 403),
+])
 def test_messages_owner_staff_other(
-    transcript_owner: Any, make_user: Callable[..., Any], who: str, status: int
+    transcript_owner: Any, make_user: Callable[..., Any], who: str, query: str, status: int
 ) -> None:
+    """A name is read in the caller's namespace; only staff read another's, with ``?owner=``."""
     user = {"owner": transcript_owner, "staff": make_user("sam", is_staff=True), "other": make_user("oscar")}[who]
     client = APIClient()
     client.force_authenticate(user)
-    response = client.get("/api/agents/demo-agent/notes/messages/")
+    response = client.get(f"/api/agents/demo-agent/notes/messages/{query}")
     assert response.status_code == status
     if status == 200:
         assert [m["parts"][0]["text"] for m in response.json()] == ["first", "second"]
+    elif status == 403:
+        assert response.json() == {"detail": "Only staff may open another user's conversation"}
     else:
-        assert response.json() == {"detail": "This agent instance belongs to another user."}
+        assert response.json() == {"detail": f"There is no conversation demo-agent/notes of {user.username}"}
 
 
 def test_messages_of_a_shared_agent_are_open_to_every_user(make_user: Callable[..., Any]) -> None:
-    """The chat socket's own rule (``registry.can_open``): a shared class has no private instances."""
-    instance_of(make_user("olivia"), name="lobby", slug="shared-room-agent")
+    """A shared class has one global namespace: every user reads the same instance."""
+    AgentInstance.objects.create(slug="shared-room-agent", name="lobby", owner=None)
     client = APIClient()
     client.force_authenticate(make_user("oscar"))
     assert client.get("/api/agents/shared-room-agent/lobby/messages/").json() == []
@@ -210,12 +216,13 @@ def test_messages_of_a_shared_agent_are_open_to_every_user(make_user: Callable[.
 
 @pytest.mark.parametrize("path", [
     "/api/agents/demo-agent/nobody/messages/", "/api/agents/no-such-agent/notes/messages/",
+    "/api/agents/demo-agent/notes/messages/?owner=nobody",
 ])
-def test_messages_of_an_unknown_agent_or_instance_is_404_and_creates_nothing(
-    transcript_owner: Any, path: str
+def test_messages_of_an_unknown_agent_instance_or_owner_is_404_and_creates_nothing(
+    transcript_owner: Any, make_user: Callable[..., Any], path: str
 ) -> None:
     client = APIClient()
-    client.force_authenticate(transcript_owner)
+    client.force_authenticate(make_user("sam", is_staff=True) if "owner=" in path else transcript_owner)
     assert client.get(path).status_code == 404
     assert AgentInstance.objects.count() == 1
 

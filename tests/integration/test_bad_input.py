@@ -120,18 +120,20 @@ async def test_anonymous_is_closed_with_4401(db):
     assert (await communicator.receive_output())["code"] == 4401
 
 
-async def test_another_users_instance_is_closed_with_4403(ws, make_user):
+async def test_another_users_namespace_is_closed_with_4403(ws, make_user):
     await ws("/agents/demo-agent/alices")  # alice creates and owns it
     bob = await make_user_async(make_user, "bob")
-    communicator, _connected, _ = await connect("/agents/demo-agent/alices", bob)
-    assert (await communicator.receive_json_from())["code"] == "PermissionDenied"
+    communicator, _connected, _ = await connect("/agents/demo-agent/alices?owner=alice", bob)
+    frame = await communicator.receive_json_from()
+    assert frame["code"] == "PermissionDenied"
+    assert frame["error"] == "Only staff may open another user's conversation"
     assert (await communicator.receive_output())["code"] == 4403
 
 
-async def test_staff_may_open_any_instance(ws, make_user):
+async def test_staff_may_open_another_users_instance(ws, make_user):
     await ws("/agents/demo-agent/alices")
     staff = await make_user_async(make_user, "boss", is_staff=True)
-    communicator, _connected, _ = await connect("/agents/demo-agent/alices", staff)
+    communicator, _connected, _ = await connect("/agents/demo-agent/alices?owner=alice", staff)
     assert (await communicator.receive_json_from())["type"] == "cf_agent_identity"
     await communicator.disconnect()
 
@@ -155,7 +157,7 @@ async def test_get_messages_access(make_user, ws):
     assert (await client.get("/agents/demo-agent/alices/get-messages")).status_code == 401
     bob = await make_user_async(make_user, "bob")
     await client.aforce_login(bob)
-    assert (await client.get("/agents/demo-agent/alices/get-messages")).status_code == 403
+    assert (await client.get("/agents/demo-agent/alices/get-messages?owner=alice")).status_code == 403
     assert (await client.get("/agents/nope/x/get-messages")).status_code == 400
 
 

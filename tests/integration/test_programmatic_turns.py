@@ -155,7 +155,7 @@ async def test_cancel_chat_keeps_the_partial_reply_and_ignores_unknown_or_finish
     a = await open_agent(ws, "/agents/demo-agent/cancel-chat")
     await a.send_json_to(chat_request("r1", [user_message("u1", "/slow 100 20")]))
     await receive_until(a, lambda f: '"w2 "' in f.get("body", ""), timeout=PATIENCE)
-    handle = await DemoAgent.aget("cancel-chat")
+    handle = await DemoAgent.aget("cancel-chat", owner=user)
     assert await handle.cancel_chat("r1", "enough") is True
     frames = await receive_until(a, is_done("r1"), timeout=PATIENCE)
     assert frames[-1]["outcome"] == "aborted"
@@ -168,7 +168,7 @@ async def test_cancel_chat_keeps_the_partial_reply_and_ignores_unknown_or_finish
 # ------------------------------------------------------------------------ persist / continue
 async def test_persist_messages_stores_and_shows_them_without_a_turn(ws, user):
     a = await open_agent(ws, "/agents/demo-agent/persist")
-    handle = await DemoAgent.aget("persist")
+    handle = await DemoAgent.aget("persist", owner=user)
     stored = await handle.persist_messages(["a note", user_message("u9", "another")])
     assert [m["parts"][0]["text"] for m in stored] == ["a note", "another"]
     frame = await a.receive_json_from(timeout=PATIENCE)
@@ -200,7 +200,7 @@ async def test_continue_last_turn_over_the_websocket_reaches_connected_clients(w
     a = await open_agent(ws, "/agents/demo-agent/continue-live")
     await a.send_json_to(chat_request("r1", [user_message("u1", "hello")]))
     await receive_until(a, is_done("r1"))
-    result = await (await DemoAgent.aget("continue-live")).continue_last_turn({"custom": 1})
+    result = await (await DemoAgent.aget("continue-live", owner=user)).continue_last_turn({"custom": 1})
     frames = await receive_until(a, is_done(result.request_id), timeout=PATIENCE)
     assert text_of(frames) == GOING_ON
     assert (await Turn.objects.aget(request_id=result.request_id)).body == {"custom": 1}
@@ -213,7 +213,7 @@ async def test_save_messages_in_on_chat_response_runs_one_follow_up_turn_without
     await receive_until(a, is_done("r1"))
     follow_up = await receive_until(a, lambda f: f.get("done") is True and f.get("id") != "r1", timeout=PATIENCE)
     await until(lambda: _hooks_done("chain", 2), "both hooks to return")
-    handle = await ChainAgent.aget("chain")
+    handle = await ChainAgent.aget("chain", owner=user)
     assert [role for role, _ in await texts(handle)] == ["user", "assistant", "user", "assistant"]
     assert (await texts(handle))[2] == ("user", SUMMARY_REQUEST)
     second = follow_up[-1]["id"]

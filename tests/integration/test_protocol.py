@@ -263,10 +263,10 @@ async def test_submits_are_queued_in_order(ws, user):
     assert [m["role"] for m in history] == ["user", "user", "assistant", "assistant"]
 
 
-async def test_save_messages_from_python_streams_to_connections(ws):
+async def test_save_messages_from_python_streams_to_connections(ws, user):
     a = await ws("/agents/demo-agent/programmatic")
     await skip_connect_frames(a)
-    agent = await DemoAgent.aget("programmatic")
+    agent = await DemoAgent.aget("programmatic", owner=user)
     result = await agent.save_messages(["from code"])
     assert result.status == "completed"
     transcript = await a.receive_json_from()

@@ -202,24 +202,38 @@ async def _orphan(instance, text="partial reply"):
     return await database_sync_to_async(make)()
 
 
-async def test_orphaned_stream_is_replayed_closed_and_persisted_once(ws):
+async def test_orphaned_stream_is_replayed_closed_and_recovered_once(ws):
+    """cf-golden-frames R4: the cut request's replay ends aborted, then a recovery continuation
+    (new id, continuation:true, no second text-start) finishes the same assistant message."""
     b, _first = await opened(ws)
     instance = await AgentInstance.objects.aget(slug="demo-agent", name="resume")
-    await _orphan(instance)
+    # The demo model answers "hi" with ECHO_PREFIX + "hi"; the crash cut it after two words.
+    await _orphan(instance, "(demo model,")
     await b.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
     assert (await b.receive_json_from())["id"] == "r-dead"
     await b.send_json_to({"type": "cf_agent_stream_resume_ack", "id": "r-dead"})
     frames = await receive_until(b, lambda f: f.get("done") is True)
     assert frames[-1] == {"body": "", "done": True, "id": "r-dead", "type": RESP, "replay": True,
                           "outcome": "aborted"}
-    assert deltas(frames) == "partial reply "
-    transcript = await b.receive_json_from()
-    assert transcript["type"] == "cf_agent_chat_messages"
-    assert transcript["messages"][-1] == {"id": "m-dead", "role": "assistant", "parts": [
-        {"type": "step-start"}, {"type": "text", "text": "partial reply ", "state": "streaming"}]}
+    assert deltas(frames) == "(demo model, "
+    after = await receive_until(b, lambda f: f.get("type") == "cf_agent_chat_recovering" and not f["recovering"])
+    assert after[0] == {"type": "cf_agent_chat_recovering", "recovering": True, "id": "r-dead"}
+    assert after[-1] == {"type": "cf_agent_chat_recovering", "recovering": False, "id": "r-dead"}
+    continued = [f for f in after if f.get("type") == RESP]
+    attempt = await Turn.objects.aget(kind=Turn.Kind.RECOVERY)
+    assert {f["id"] for f in continued} == {attempt.request_id}
+    assert all(f.get("continuation") is True for f in continued)
+    bodies = [json.loads(f["body"]) for f in continued if f["body"]]
+    assert bodies[0] == {"type": "start"}
+    assert "text-start" not in [c["type"] for c in bodies]
+    assert "".join(c.get("delta", "") for c in bodies) == "offline) You said: hi"
     assert (await Turn.objects.aget(request_id="r-dead")).status == Turn.Status.ABORTED
+    assert (attempt.status, attempt.continuation) == (Turn.Status.COMPLETED, True)
     assert (await StreamRecord.objects.aget(request_id="r-dead")).status == StreamRecord.Status.COMPLETED
-    # A second ACK after finalisation changes nothing: still one assistant message.
+    [reply] = [m.data async for m in ChatMessage.objects.filter(role="assistant")]
+    assert reply["id"] == "m-dead"
+    assert [p["text"] for p in reply["parts"] if p["type"] == "text"] == ["(demo model, offline) You said: hi"]
+    # A second ACK after the recovery changes nothing: still one assistant message.
     await b.send_json_to({"type": "cf_agent_stream_resume_ack", "id": "r-dead"})
     await receive_until(b, lambda f: f.get("done") is True)
     assert await ChatMessage.objects.filter(role="assistant").acount() == 1

@@ -132,7 +132,7 @@ async def test_client_tool_result_continues_in_one_message(ws, user):
     first = await receive_until(a, is_done("r1"))
     assert [c["type"] for c in chunks(first)][-3:] == ["tool-input-available", "finish-step", "finish"]
     assert tool_part((await history(user, "client"))[-1], "demo_0_0")["state"] == "input-available"
-    assert await (await DemoAgent.aget("client")).has_pending_interaction()
+    assert await (await DemoAgent.aget("client", owner=user)).has_pending_interaction()
     await a.send_json_to({"type": "cf_agent_tool_result", "toolCallId": "demo_0_0", "toolName": "getBrowserInfo",
                           "output": {"language": "fr"}, "autoContinue": True})
     frames = await follow_continuation(a)
@@ -141,7 +141,7 @@ async def test_client_tool_result_continues_in_one_message(ws, user):
     assert [m["role"] for m in messages] == ["user", "assistant"]
     part = tool_part(messages[-1], "demo_0_0")
     assert (part["state"], part["output"], part["preliminary"]) == ("output-available", {"language": "fr"}, False)
-    assert not await (await DemoAgent.aget("client")).has_pending_interaction()
+    assert not await (await DemoAgent.aget("client", owner=user)).has_pending_interaction()
 
 
 async def test_client_tools_sent_by_the_browser_are_offered_to_the_model(ws, user):

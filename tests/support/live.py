@@ -20,6 +20,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -103,8 +104,25 @@ class PostgresServer:
         wait_for_port(self.port, self.proc)
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
 
+    def new_database(self, prefix: str) -> str:
+        """A fresh, empty database on this server; its URL."""
+        import psycopg  # only the PostgreSQL tests need the driver loaded
+
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
     def stop(self) -> None:
         stop_process(self.proc, signal.SIGINT)
+
+
+def database_url(request: Any, kind: str, tmp_path: Path, prefix: str) -> str:
+    """A fresh database of ``kind`` ("sqlite", or "postgres" on the ``postgres`` fixture's server)."""
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / f'{prefix}.sqlite3'}"
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.new_database(prefix)
 
 
 def _postgres_bindir() -> Path:
@@ -150,13 +168,14 @@ class LiveStack:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
         return result.stdout
 
-    def create_user(self, username: str, password: str = "pw", *, staff: bool = False) -> None:
+    def create_user(self, username: str, password: str = "pw", *, staff: bool = False) -> int:
+        """Create a user in the stack's database; returns its pk."""
         code = (
             "from django.contrib.auth import get_user_model as g;"
             f"u=g().objects.create_user({username!r}, password={password!r});"
-            f"u.is_staff=u.is_superuser={staff!r}; u.save()"
+            f"u.is_staff=u.is_superuser={staff!r}; u.save(); print(u.pk)"
         )
-        self.manage("shell", "-c", code)
+        return int(self.manage("shell", "-c", code).split()[-1])  # after the shell's own notes
 
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[Any]:
         log = open(self.workdir / log_name, "ab")  # noqa: SIM115 - closed with the process
@@ -179,15 +198,26 @@ class LiveStack:
         proc = self._spawn([PYTHON, "-m", "celery", "-A", "thinkproject", "worker", "--pool", "solo",
                             "-n", f"{name}@%h", "--without-heartbeat", "--without-gossip",
                             "--without-mingle", "-l", "info"], f"celery-{name}.log")
+        return self._wait_for_log(proc, f"celery-{name}.log", "ready.")
+
+    def start_celery_beat(self) -> subprocess.Popen[Any]:
+        """Celery beat with the project's schedule (the database scheduler, as ``make run``)."""
+        proc = self._spawn([PYTHON, "-m", "celery", "-A", "thinkproject", "beat", "-l", "info",
+                            "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler",
+                            "--schedule", str(self.workdir / "beat-schedule")], "celery-beat.log")
+        return self._wait_for_log(proc, "celery-beat.log", "beat: Starting")
+
+    def _wait_for_log(self, proc: subprocess.Popen[Any], log_name: str, marker: str) -> subprocess.Popen[Any]:
+        """``proc`` once its log shows ``marker`` (it started)."""
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        log = self.workdir / f"celery-{name}.log"
+        log = self.workdir / log_name
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"celery worker exited:\n{log.read_text()}")
-            if log.exists() and "ready." in log.read_text():
+                raise RuntimeError(f"{log_name}: the process exited:\n{log.read_text()}")
+            if log.exists() and marker in log.read_text(errors="replace"):
                 return proc
             time.sleep(0.1)
-        raise TimeoutError(f"celery worker not ready:\n{log.read_text()}")
+        raise TimeoutError(f"{log_name}: not started:\n{log.read_text()}")
 
     def stop(self) -> None:
         for proc in reversed(self.procs):

@@ -247,6 +247,38 @@ async def test_schema_arguments_cover_every_json_type() -> None:
     assert result.output == f"plan_trip returned {expected}."
 
 
+async def test_the_prompt_gives_arguments_by_name() -> None:
+    """``NAME VALUE``, ``NAME: VALUE``, ``NAME=VALUE``; quoted strings; typed by the schema; others made up."""
+    result = await demo_agent(plan_trip).run(
+        "plan_trip city Oslo, days: 3 budget=99.5 flexible no note 'window seat' stops x"
+    )
+    [call] = tool_calls_of(result.all_messages())
+    assert call.args_as_dict() == {
+        "city": "Oslo", "days": 3, "budget": 99.5, "flexible": False, "stops": [], "prefs": {}, "note": "window seat",
+    }
+
+
+async def test_the_send_email_demo_takes_what_the_user_typed() -> None:
+    agent = demo_agent(Tool(send_email, requires_approval=True), output_type=[str, DeferredToolRequests])
+    result = await agent.run('send an email to bob@example.com subject "Lunch on Friday"')
+    [call] = result.output.approvals
+    assert call.args_as_dict() == {"to": "bob@example.com", "subject": "Lunch on Friday"}
+
+
+async def test_a_value_that_is_not_of_the_type_falls_back_to_the_made_up_one() -> None:
+    result = await demo_agent(plan_trip).run("plan_trip days many")
+    assert tool_calls_of(result.all_messages())[0].args_as_dict()["days"] == 1
+
+
+async def test_a_parked_call_is_reported_in_words_not_as_its_envelope() -> None:
+    def deploy(version: str) -> dict[str, str]:
+        """Deploy a release."""
+        return {"status": "paused", "executionId": "actpause_1", "message": "Stop and wait for the approval result."}
+
+    result = await demo_agent(deploy).run("deploy version 1.4.2")
+    assert result.output == "Asked staff to approve deploy."
+
+
 async def test_name_match_streams_tool_deltas() -> None:
     events = await stream(demo_agent(get_weather), "weather please")
     [call_event] = [e for e in events if isinstance(e, FunctionToolCallEvent)]

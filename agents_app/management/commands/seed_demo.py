@@ -6,12 +6,12 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from agents_app.models import AgentInstance
-from agents_app.registry import agent_classes
+from agents_app.protocol.naming import DEFAULT_INSTANCE_NAME
+from agents_app.registry import agent_classes, open_instance
 
 
 class Command(BaseCommand):
-    help = "Create the demo staff user (with a new password, printed once) and a demo agent instance."
+    help = "Create the demo staff user (with a new password, printed once) and its default conversation of each agent."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--username", default="admin")
@@ -27,5 +27,5 @@ class Command(BaseCommand):
         else:
             self.stdout.write(f"Staff user {username!r} exists (reset with: manage.py changepassword {username})")
         for slug in agent_classes():
-            AgentInstance.objects.get_or_create(slug=slug, name="default", defaults={"owner": user})
-            self.stdout.write(f"Agent instance {slug}/default ready")
+            open_instance(slug, DEFAULT_INSTANCE_NAME, user)  # as the user's first visit makes it
+            self.stdout.write(f"Agent instance {slug}/{DEFAULT_INSTANCE_NAME} of {username!r} ready")

@@ -4,9 +4,11 @@
  *
  * Native ES modules, no build step, no dependencies. The page provides:
  *   <section id="chat" data-agent="<slug>" data-name="<instance>"> with #messages, #composer,
- *   #input, #send, #stop, #clear, #status and (optionally) #error.
+ *   #input, #send, #stop, #clear, #status, #connection (a banner with a button) and optionally
+ *   #error and #starters (buttons whose data-prompt fills the message box).
  *
- * Flow: GET /agents/<slug>/<name>/get-messages, then open ws(s)://<host>/agents/<slug>/<name>.
+ * Flow: GET /agents/<slug>/<name>/get-messages, then open ws(s)://<host>/agents/<slug>/<name>
+ * (both with the page's data-query, e.g. owner=<username> when staff read another user's).
  * Every (re)open sends cf_agent_stream_resume_request; replies stream as
  * cf_agent_use_chat_response frames whose body is one UIMessageChunk.
  *
@@ -22,6 +24,9 @@ import { ChatSocket } from "./socket.js";
 import { Conversation } from "./streams.js";
 import { CLIENT_TOOLS, ToolCalls } from "./tools.js";
 
+// Clear deletes the transcript on the server, for every tab: asked first.
+const CLEAR_QUESTION = "Clear this conversation? Its messages are deleted for good, in every open tab.";
+
 const root = document.getElementById("chat");
 if (root) start(root);
 
@@ -29,9 +34,12 @@ function start(root) {
   const dom = findElements(root);
   const slug = root.dataset.agent || "";
   const name = root.dataset.name || "default";
+  // Extra query parameters of the address (staff: owner=<username>), as useAgent's `query` option.
+  const query = root.dataset.query || "";
   const basePath = `/agents/${encodeURIComponent(slug)}/${encodeURIComponent(name)}`;
+  const historyUrl = `${basePath}/get-messages${query ? `?${query}` : ""}`;
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const url = `${scheme}://${location.host}${basePath}?_pk=${connectionId()}`;
+  const url = `${scheme}://${location.host}${basePath}?_pk=${connectionId()}${query ? `&${query}` : ""}`;
 
   // The pieces call each other through these hooks; every one is in place before the first
   // event can fire (the socket opens after the history has loaded).
@@ -51,7 +59,7 @@ function start(root) {
     awaitContinuation: () => conversation.awaitContinuation(),
   });
   const conversation = new Conversation({
-    basePath,
+    historyUrl,
     socket,
     clientTools: CLIENT_TOOLS,
     runTools: (message) => tools.run(message),
@@ -127,8 +135,17 @@ function start(root) {
     if (conversation.stop()) dom.input.focus();
   });
   dom.clearBtn.addEventListener("click", () => {
+    if (!window.confirm(CLEAR_QUESTION)) return;
     conversation.reset();
     socket.send(frames.clear());
+  });
+  dom.connectionEl.querySelector("button").addEventListener("click", () => socket.retryNow());
+  dom.starters?.addEventListener("click", (ev) => {
+    const starter = ev.target.closest("button[data-prompt]");
+    if (!starter) return;
+    dom.input.value = starter.dataset.prompt;
+    dom.input.focus();
+    view.updateControls();
   });
 
   // Debug/test hook: a read-only view of the client's state.
@@ -142,7 +159,7 @@ function start(root) {
   (async () => {
     // As useAgentChat: history first, then the socket.
     try {
-      conversation.messages = await fetchHistory(basePath);
+      conversation.messages = await fetchHistory(historyUrl);
     } catch (err) {
       view.showError(`Could not load the conversation: ${err.message || err}`);
     }
@@ -175,5 +192,7 @@ function findElements(root) {
     clearBtn: $("clear"),
     statusEl: $("status"),
     errorEl,
+    connectionEl: $("connection"),
+    starters: $("starters"),
   };
 }

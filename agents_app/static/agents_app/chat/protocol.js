@@ -73,9 +73,9 @@ export function parseChunk(body) {
 }
 
 // ---------------------------------------------------------------- HTTP
-/** The stored transcript: GET <basePath>/get-messages. */
-export async function fetchHistory(basePath) {
-  const response = await fetch(`${basePath}/get-messages`, {
+/** The stored transcript: GET <historyUrl> (/agents/<slug>/<name>/get-messages[?query]). */
+export async function fetchHistory(historyUrl) {
+  const response = await fetch(historyUrl, {
     credentials: "same-origin",
     headers: { Accept: "application/json" },
   });

@@ -17,7 +17,8 @@ const STATUS_TEXT = {
 
 export class ChatView {
   /**
-   * @param {object} dom           root, list, input, sendBtn, stopBtn, clearBtn, statusEl, errorEl
+   * @param {object} dom           root, list, input, sendBtn, stopBtn, clearBtn, statusEl, errorEl,
+   *                               connectionEl, starters (optional)
    * @param {Conversation} conversation  what is shown (messages, streams, errors, busy)
    * @param {ChatSocket} socket    the connection's state, for the status line
    * @param {ToolCalls} tools      renders tool cards
@@ -36,6 +37,8 @@ export class ChatView {
     this.openDetails = new Set();
     /** What the status line shows: connecting, connected, reconnecting, streaming, disconnected. */
     this.status = "connecting";
+    /** The connection banner's countdown timer, while the banner is shown. */
+    this.countdown = null;
   }
 
   // ---------------------------------------------------------------- status & controls
@@ -56,6 +59,29 @@ export class ChatView {
     else if (socket.note && socket.connected) text = socket.note;
     statusEl.dataset.state = this.status;
     if (statusEl.textContent !== text) statusEl.textContent = text;
+    this.refreshConnectionBanner();
+  }
+
+  /**
+   * The connection banner: shown while the socket is down and will be retried, with when the next
+   * attempt comes; a terminal close is the error banner's (no retry follows).
+   */
+  refreshConnectionBanner() {
+    const { socket } = this;
+    const banner = this.dom.connectionEl;
+    const down = !socket.connected && !socket.terminal && socket.attempts > 0;
+    banner.hidden = !down;
+    if (!down) {
+      clearInterval(this.countdown);
+      this.countdown = null;
+      return;
+    }
+    const seconds = Math.max(0, Math.ceil((socket.retryAt - Date.now()) / 1000));
+    const lost = socket.everOpened ? "Connection to the server lost." : "Cannot reach the server.";
+    const next = socket.reconnectTimer ? `Reconnecting in ${seconds} s (attempt ${socket.attempts + 1})…` : "Reconnecting…";
+    banner.querySelector(".connection-text").textContent = `${lost} ${next}`;
+    // The countdown moves on by itself while the banner is up.
+    this.countdown ??= setInterval(() => this.refreshConnectionBanner(), 500);
   }
 
   updateControls() {
@@ -118,9 +144,9 @@ export class ChatView {
       nodes.push(li);
     }
     this.dirty = new WeakSet();
-    if (nodes.length === 0 && this.conversation.historyLoaded) {
-      nodes.push(el("li", "empty", "No messages yet. Say hello!"));
-    }
+    const empty = nodes.length === 0 && this.conversation.historyLoaded;
+    if (empty) nodes.push(el("li", "empty", "No messages yet. Say hello!"));
+    if (this.dom.starters) this.dom.starters.hidden = !empty;
     // Reconcile the list with as few moves as possible (keeps text selections).
     nodes.forEach((node, i) => {
       if (listEl.children[i] !== node) listEl.insertBefore(node, listEl.children[i] || null);
@@ -152,6 +178,10 @@ export class ChatView {
       if (!hasContent(message)) body.append(el("span", "typing", "…"));
     }
     li.append(body);
+    if (this.conversation.stopped.has(message.id) && !s) {
+      li.dataset.stopped = "true";
+      li.append(el("div", "msg-stopped", "Stopped before the end of the reply"));
+    }
     const error = this.conversation.messageErrors.get(message.id);
     if (error) li.append(el("div", "msg-error", error));
     return li;

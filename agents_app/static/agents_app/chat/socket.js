@@ -37,6 +37,8 @@ export class ChatSocket {
     this.everOpened = false;
     this.attempts = 0;
     this.reconnectTimer = null;
+    /** When the scheduled reconnect fires (ms since the epoch), for the connection banner. */
+    this.retryAt = 0;
     this.connectTimer = null;
     /** The last cf_agent_error text: the reason shown if the server then refuses us. */
     this.lastServerError = null;
@@ -51,12 +53,7 @@ export class ChatSocket {
 
   /** Follow the page's lifecycle: back online, hidden (unloading), shown again from the bfcache. */
   listen() {
-    window.addEventListener("online", () => {
-      if (this.reconnectTimer) {
-        clearTimeout(this.reconnectTimer);
-        this.connect();
-      }
-    });
+    window.addEventListener("online", () => this.retryNow());
     window.addEventListener("pagehide", () => {
       this.unloading = true;
     });
@@ -136,8 +133,16 @@ export class ChatSocket {
     if (this.terminal || this.reconnectTimer) return;
     this.attempts += 1;
     const delay = Math.min(RECONNECT_MIN_MS * RECONNECT_FACTOR ** (this.attempts - 1), RECONNECT_MAX_MS);
+    this.retryAt = Date.now() + delay;
     this.reconnectTimer = setTimeout(() => this.connect(), delay);
     this.hooks.onStatus();
+  }
+
+  /** Reconnect now instead of at the end of the backoff (back online, or the banner's "Retry now"). */
+  retryNow() {
+    if (!this.reconnectTimer) return;
+    clearTimeout(this.reconnectTimer);
+    this.connect();
   }
 
   /** The server accepted us (cf_agent_identity): the next drop starts the backoff afresh. */

@@ -18,14 +18,14 @@ const HISTORY_TRIES = 3;
 export class Conversation {
   /**
    * @param {object} deps
-   *   basePath     /agents/<slug>/<name>
+   *   historyUrl   /agents/<slug>/<name>/get-messages[?query]
    *   socket       the ChatSocket (send, probe, answer, ack, connected)
    *   clientTools  the client tool declarations sent with each request
    *   runTools(message)  run the client tools a finished reply of ours asks for
    *   ui           touch(message), render(), controls(), showError(text), showNotice(text), hideError()
    */
-  constructor({ basePath, socket, clientTools, runTools, ui }) {
-    this.basePath = basePath;
+  constructor({ historyUrl, socket, clientTools, runTools, ui }) {
+    this.historyUrl = historyUrl;
     this.socket = socket;
     this.clientTools = clientTools;
     this.runTools = runTools;
@@ -43,6 +43,8 @@ export class Conversation {
     this.ignored = new Set();
     /** Error text shown under a message, by message id (survives transcript replacement). */
     this.messageErrors = new Map();
+    /** Ids of replies stopped before they finished (here or in another tab): marked "stopped". */
+    this.stopped = new Set();
     /** Raw streamed tool input text (tool-input-delta), by part object. */
     this.toolInputText = new WeakMap();
     /** The request this page sent, until its terminal frame. */
@@ -127,6 +129,7 @@ export class Conversation {
     this.messages = [];
     this.transcriptVersion += 1;
     this.messageErrors.clear();
+    this.stopped.clear();
     this.ui.hideError();
     this.ui.render();
     this.ui.controls();
@@ -365,6 +368,9 @@ export class Conversation {
     if (message && !hasContent(message) && !s.continuation && outcome !== "completed") {
       // Nothing was said (skipped, aborted before the first word): drop the empty bubble.
       this.messages = this.messages.filter((m) => m !== message);
+    } else if (message && outcome === "aborted") {
+      // What was said stays, marked, so a stopped reply does not read as a finished one.
+      this.stopped.add(message.id);
     }
     if (message) this.ui.touch(message);
     if (s.id === this.ownRequestId) this.ownRequestId = null;
@@ -422,7 +428,7 @@ export class Conversation {
         try {
           for (let attempt = 0; attempt < HISTORY_TRIES; attempt++) {
             const version = this.transcriptVersion;
-            const list = await fetchHistory(this.basePath);
+            const list = await fetchHistory(this.historyUrl);
             if (version === this.transcriptVersion || attempt === HISTORY_TRIES - 1) {
               this.replaceTranscript(list);
               return;

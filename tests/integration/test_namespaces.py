@@ -1,0 +1,189 @@
+"""Per-user namespaces of instance names, the staff address (``?owner=``), and the migration to them."""
+
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, connection, transaction
+from django.db.migrations.executor import MigrationExecutor
+from django.test import AsyncClient
+
+from agents_app import tasks
+from agents_app.demo.agents import DemoAgent
+from agents_app.models import AgentInstance
+from tests.agents import SharedRoomAgent
+from tests.conftest import connect
+from tests.support.frames import chat_request, is_done, open_agent, receive_until, text_of, user_message
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def make(make_user: Any, name: str, **extra: Any) -> Any:
+    return await database_sync_to_async(make_user)(name, **extra)
+
+
+async def say(a: Any, request_id: str, text: str) -> str:
+    await a.send_json_to(chat_request(request_id, [user_message(f"u-{request_id}", text)]))
+    return text_of(await receive_until(a, is_done(request_id)))
+
+
+async def history(user: Any, path: str) -> Any:
+    client = AsyncClient()
+    await client.aforce_login(user)
+    response = await client.get(path)
+    return response.status_code, response.json()
+
+
+async def first_frame(path: str, user: Any) -> tuple[dict[str, Any], int | None]:
+    """The first frame and the close code (None while open) of a connection to ``path``."""
+    communicator, _, _ = await connect(path, user)
+    frame = await communicator.receive_json_from()
+    if frame["type"] == "cf_agent_error":
+        return frame, (await communicator.receive_output())["code"]
+    await communicator.disconnect()
+    return frame, None
+
+
+async def test_two_users_each_have_their_own_default(ws, user, make_user):
+    bob = await make(make_user, "bob")
+    alices = await open_agent(ws, "/agents/demo-agent/default")
+    bobs = await ws("/agents/demo-agent/default", as_user=bob)
+    assert [(await bobs.receive_json_from())["type"] for _ in range(2)] == ["cf_agent_identity", "cf_agent_mcp_servers"]
+    assert await say(alices, "r1", "from alice") == "(demo model, offline) You said: from alice"
+    assert await say(bobs, "r1", "from bob") == "(demo model, offline) You said: from bob"
+    owners = [owner async for owner in AgentInstance.objects.filter(name="default").values_list(
+        "owner__username", flat=True).order_by("owner__username")]
+    assert owners == ["alice", "bob"]
+    for who, text in ((user, "from alice"), (bob, "from bob")):
+        status, messages = await history(who, "/agents/demo-agent/default/get-messages")
+        assert status == 200
+        assert [m["parts"][0]["text"] for m in messages if m["role"] == "user"] == [text]
+
+
+async def test_staff_open_another_users_conversation_with_the_owner_parameter(ws, make_user):
+    alices = await open_agent(ws, "/agents/demo-agent/notes")
+    await say(alices, "r1", "a note")
+    staff = await make(make_user, "boss", is_staff=True)
+    frame, code = await first_frame("/agents/demo-agent/notes?owner=alice", staff)
+    assert (frame["type"], frame["name"], code) == ("cf_agent_identity", "notes", None)
+    status, messages = await history(staff, "/agents/demo-agent/notes/get-messages?owner=alice")
+    assert (status, messages[0]["parts"][0]["text"]) == (200, "a note")
+    # Their own "notes" is another conversation, still empty.
+    assert await history(staff, "/agents/demo-agent/notes/get-messages") == (200, [])
+
+
+async def test_a_staff_visit_makes_nothing_in_another_namespace(user, make_user):
+    staff = await make(make_user, "boss", is_staff=True)
+    frame, code = await first_frame("/agents/demo-agent/never?owner=alice", staff)
+    assert (frame["code"], frame["error"], code) == (
+        "UnknownInstance", "There is no conversation demo-agent/never of alice", 4404)
+    frame, code = await first_frame("/agents/demo-agent/never?owner=nobody", staff)
+    assert (frame["error"], code) == ("There is no user 'nobody'", 4404)
+    assert await AgentInstance.objects.acount() == 0
+
+
+async def test_naming_ones_own_namespace_is_the_same_as_naming_none(ws, user):
+    await say(await open_agent(ws, "/agents/demo-agent/mine"), "r1", "hello")
+    _, messages = await history(user, "/agents/demo-agent/mine/get-messages?owner=alice")
+    assert messages[0]["parts"][0]["text"] == "hello"
+
+
+async def test_the_global_namespace_is_staff_only(user, make_user):
+    """``aget(name)`` without an owner makes a conversation of nobody's: staff reach it with ``owner=``."""
+    agent = await DemoAgent.aget("nightly")
+    assert agent.instance.owner_id is None
+    await agent.save_messages(["scheduled"])
+    staff = await make(make_user, "boss", is_staff=True)
+    status, messages = await history(staff, "/agents/demo-agent/nightly/get-messages?owner=")
+    assert (status, [m["role"] for m in messages]) == (200, ["user", "assistant"])
+    frame, code = await first_frame("/agents/demo-agent/nightly?owner=", user)
+    assert (frame["code"], code) == ("PermissionDenied", 4403)
+    # Alice's own "nightly" is hers, not the global one.
+    assert await history(user, "/agents/demo-agent/nightly/get-messages") == (200, [])
+
+
+async def test_a_shared_class_has_one_namespace_and_ignores_the_owner_parameter(ws, user, make_user):
+    bob = await make(make_user, "bob")
+    await say(await open_agent(ws, "/agents/shared-room-agent/lobby"), "r1", "hi all")
+    for query in ("", "?owner=x"):
+        status, messages = await history(bob, f"/agents/shared-room-agent/lobby/get-messages{query}")
+        assert (status, len(messages)) == (200, 2)
+    instance = await AgentInstance.objects.aget(slug="shared-room-agent")
+    assert instance.owner_id is None
+    assert (await SharedRoomAgent.aget("lobby")).instance.pk == instance.pk
+
+
+async def test_aget_reads_the_owners_namespace(user, make_user):
+    bob = await make(make_user, "bob")
+    alices, bobs, nobodys = [(await DemoAgent.aget("inbox", owner=o)).instance for o in (user, bob, None)]
+    assert len({alices.pk, bobs.pk, nobodys.pk}) == 3
+    assert (await DemoAgent.aget("inbox", owner=user)).instance.pk == alices.pk
+    with pytest.raises(ValueError, match="SharedRoomAgent is shared"):
+        await SharedRoomAgent.aget("lobby", owner=user)
+
+
+def test_a_name_is_unique_within_each_namespace(make_user: Any) -> None:
+    alice = make_user("alice")
+    for owner in (alice, None):
+        AgentInstance.objects.create(slug="demo-agent", name="x", owner=owner)
+        with pytest.raises(IntegrityError), transaction.atomic():
+            AgentInstance.objects.create(slug="demo-agent", name="x", owner=owner)
+
+
+def test_the_scheduled_prompt_task_addresses_the_owners_conversation(make_user: Any) -> None:
+    alice = make_user("alice")
+    result = tasks.save_messages("demo-agent", "daily", ["from beat"], alice.pk)
+    assert result["status"] == "completed"
+    assert AgentInstance.objects.get(name="daily").owner == alice
+    tasks.save_messages("demo-agent", "daily", ["to nobody"])
+    assert AgentInstance.objects.filter(name="daily", owner=None).exists()
+
+
+def test_every_transcript_write_marks_the_conversation_updated(make_user: Any) -> None:
+    agent = async_to_sync(DemoAgent.aget)("fresh", owner=make_user("alice"))
+    created = agent.instance.updated_at
+    async_to_sync(agent.save_messages)(["hello"])
+    agent.instance.refresh_from_db()
+    assert agent.instance.updated_at > created
+
+
+# --------------------------------------------------------------------------------------- migration
+BEFORE = [("agents_app", "0006_chat_recovery")]
+AFTER = [("agents_app", "0007_per_user_namespaces")]
+
+
+def test_the_migration_keeps_owners_and_moves_shared_instances_to_the_global_namespace() -> None:
+    executor = MigrationExecutor(connection)
+    try:
+        executor.migrate(BEFORE)
+        old = executor.loader.project_state(BEFORE).apps
+        user_model = old.get_model(*get_user_model()._meta.label.split("."))
+        old_instance = old.get_model("agents_app", "AgentInstance")
+        alice = user_model.objects.create(username="alice")
+        kept = old_instance.objects.create(slug="demo-agent", name="default", owner=alice)
+        lobby = old_instance.objects.create(slug="shared-room-agent", name="lobby", owner=alice)
+        ownerless = old_instance.objects.create(slug="demo-agent", name="nightly", owner=None)
+
+        executor = MigrationExecutor(connection)
+        executor.migrate(AFTER)
+        rows = dict(AgentInstance.objects.values_list("pk", "owner_id"))
+        assert rows == {kept.pk: alice.pk, lobby.pk: None, ownerless.pk: None}
+        # Another user now has a "default" of their own.
+        bob = get_user_model().objects.create(username="bob")
+        AgentInstance.objects.create(slug="demo-agent", name="default", owner=bob)
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.parametrize(("path", "error"), [
+    ("/agents/demo-agent/x%01y", "Invalid instance name 'x\\x01y'"),
+    ("/agents/demo-agent/x?owner=a%00b", "There is no user 'a\\x00b'"),
+])
+async def test_control_characters_in_an_address_are_refused_before_any_lookup(make_user, path, error):
+    staff = await make(make_user, "boss", is_staff=True)
+    frame, code = await first_frame(path, staff)
+    assert (frame["error"], code) == (error, 4404)

@@ -1,0 +1,104 @@
+"""The pure part of chat recovery (spec §4.5 and §6.12 ``recovery-incident.test.ts``): settings
+normalisation, the incident identity, the budget and the progress classification. No Django."""
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agents_app.chat_recovery import (
+    TERMINAL_MESSAGE,
+    Budget,
+    ChatRecovery,
+    Reason,
+    charge,
+    exhausted_by,
+    incident_id,
+    is_content,
+)
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("value", [True, False, None, {}])
+def test_recovery_is_always_on_with_the_defaults(value):
+    config = ChatRecovery.resolve(value)
+    assert (config.max_attempts, config.stable_timeout, config.no_progress_timeout, config.max_recovery_work) == (
+        10, 10.0, 300.0, 1000)
+    assert config.terminal_message == TERMINAL_MESSAGE == (
+        "The assistant was interrupted and could not recover. Please try again.")
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ({"max_attempts": 0}, {"max_attempts": 1}),
+    ({"max_attempts": 3.7}, {"max_attempts": 3}),
+    ({"stable_timeout": -5}, {"stable_timeout": 0.0}),
+    ({"no_progress_timeout": -1}, {"no_progress_timeout": 0.0}),
+    ({"max_recovery_work": 0}, {"max_recovery_work": 0}),
+    ({"max_recovery_work": math.inf}, {"max_recovery_work": math.inf}),
+    ({"max_recovery_work": -3}, {"max_recovery_work": 1000}),
+])
+def test_settings_are_normalised_as_the_spec_table_says(given, expected):
+    config = ChatRecovery.resolve(given)
+    assert {key: getattr(config, key) for key in expected} == expected
+
+
+def test_a_wrong_setting_is_refused():
+    with pytest.raises(TypeError):
+        ChatRecovery.resolve({"max_atempts": 3})
+    with pytest.raises(TypeError):
+        ChatRecovery.resolve(3)  # type: ignore[arg-type]
+
+
+def test_the_incident_identity_is_the_root_request_and_latest_user_message():
+    assert incident_id("r1", "u7") == "r1:u7"
+
+
+def test_a_new_incident_starts_at_attempt_one_and_counts_its_content():
+    started = NOW - timedelta(seconds=30)
+    assert charge(None, 0, now=NOW, started_at=started) == Budget(attempt=1, work=0, last_progress_at=started)
+    assert charge(None, 5, now=NOW, started_at=started) == Budget(attempt=1, work=5, last_progress_at=NOW)
+
+
+def test_an_attempt_without_content_spends_one_and_progress_resets_the_count():
+    earlier = NOW - timedelta(minutes=1)
+    spent = Budget(attempt=3, work=40, last_progress_at=earlier)
+    assert charge(spent, 0, now=NOW, started_at=NOW) == Budget(attempt=4, work=40, last_progress_at=earlier)
+    assert charge(spent, 2, now=NOW, started_at=NOW) == Budget(attempt=1, work=42, last_progress_at=NOW)
+
+
+def test_the_budgets_in_their_order():
+    config = ChatRecovery(max_attempts=2, no_progress_timeout=60, max_recovery_work=100)
+    fresh = NOW - timedelta(seconds=1)
+    assert exhausted_by(config, Budget(2, 0, fresh), now=NOW) is None
+    assert exhausted_by(config, Budget(3, 0, fresh), now=NOW) == Reason.MAX_ATTEMPTS
+    assert exhausted_by(config, Budget(1, 0, NOW - timedelta(seconds=61)), now=NOW) == Reason.NO_PROGRESS
+    assert exhausted_by(config, Budget(1, 101, fresh), now=NOW) == Reason.WORK_BUDGET
+    # The attempt cap wins over the others when several are spent.
+    assert exhausted_by(config, Budget(3, 101, NOW - timedelta(hours=1)), now=NOW) == Reason.MAX_ATTEMPTS
+
+
+def test_an_infinite_work_budget_never_runs_out():
+    config = ChatRecovery(max_recovery_work=math.inf)
+    assert exhausted_by(config, Budget(1, 10**9, NOW), now=NOW) is None
+
+
+def test_a_zero_work_budget_seals_any_content():
+    config = ChatRecovery.resolve({"max_recovery_work": 0})
+    assert exhausted_by(config, Budget(1, 0, NOW), now=NOW) is None
+    assert exhausted_by(config, Budget(1, 1, NOW), now=NOW) == Reason.WORK_BUDGET
+
+
+@pytest.mark.parametrize(("chunk", "content"), [
+    ({"type": "text-delta", "delta": "x"}, True),
+    ({"type": "reasoning-delta", "delta": "x"}, True),
+    ({"type": "tool-input-available", "toolCallId": "c"}, True),
+    ({"type": "tool-output-available", "toolCallId": "c"}, True),
+    ({"type": "data-progress", "data": {}}, True),
+    ({"type": "start"}, False),
+    ({"type": "start-step"}, False),
+    ({"type": "text-start", "id": "t"}, False),
+    ({"type": "finish"}, False),
+])
+def test_progress_is_content_not_framing(chunk, content):
+    assert is_content(chunk) is content
