@@ -168,7 +168,8 @@ async def test_get_messages_of_a_name_nobody_opened_is_a_404_and_takes_nothing(u
     client = AsyncClient()
     await client.aforce_login(user)
     response = await client.get("/agents/demo-agent/not-yet/get-messages")
-    assert (response.status_code, response.json()) == (404, {"error": "There is no conversation demo-agent/not-yet"})
+    assert (response.status_code, response.json()) == (
+        404, {"error": "There is no conversation demo-agent/not-yet of alice"})
     assert not await AgentInstance.objects.filter(name="not-yet").aexists()
     bob = await make_user_async(make_user, "bob")
     communicator, _, _ = await connect("/agents/demo-agent/not-yet", bob)
