@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from .handles import AgentHandle
     from .hooks import ToolCall, ToolCallDecision
     from .rpc import callable
+    from .schedule_dsl import ScheduledTaskContext, scheduled_occurrence
+    from .schedules import ScheduleEntry
 
 # Public name → the module that defines it.
 _EXPORTS = {
@@ -47,6 +49,8 @@ _EXPORTS = {
     "ChatResponseResult": ".agent",
     "Debounce": ".concurrency",
     "SaveMessagesResult": ".agent",
+    "ScheduleEntry": ".schedules",
+    "ScheduledTaskContext": ".schedule_dsl",
     "StreamCallback": ".followers",
     "ToolCall": ".hooks",
     "ToolCallDecision": ".hooks",
@@ -54,6 +58,7 @@ _EXPORTS = {
     "TurnState": ".actions.context",
     "action": ".actions",
     "callable": ".rpc",
+    "scheduled_occurrence": ".schedule_dsl",
 }
 
 __all__ = [
@@ -71,6 +76,8 @@ __all__ = [
     "ChatResponseResult",
     "Debounce",
     "SaveMessagesResult",
+    "ScheduleEntry",
+    "ScheduledTaskContext",
     "StreamCallback",
     "ToolCall",
     "ToolCallDecision",
@@ -78,6 +85,7 @@ __all__ = [
     "TurnState",
     "action",
     "callable",
+    "scheduled_occurrence",
 ]
 
 

@@ -22,7 +22,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
-from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.timesince import timesince
@@ -32,7 +31,15 @@ from django.views.decorators.http import require_POST
 from . import approvals, registry
 from .errors import AgentConfigurationError
 from .messages import is_tool_part, tool_name
-from .models import AgentInstance, ApprovalDecision, ChatMessage, LedgerEntry, PendingApproval, Turn
+from .models import (
+    AgentInstance,
+    ApprovalDecision,
+    ChatMessage,
+    LedgerEntry,
+    PendingApproval,
+    RecoveryIncident,
+    Turn,
+)
 from .registry import agent_classes
 
 # Messages of the instance's transcript shown on a pending approval's page: enough to see what
@@ -165,10 +172,7 @@ class AgentInstanceAdmin(ReadOnlyAdmin):
     @admin.display(description="chat")
     def chat_link(self, obj: AgentInstance) -> str:
         """The chat page of the conversation, at the address staff open it by (README "Conversations")."""
-        url = reverse("agents_app:chat", args=[obj.slug, obj.name])
-        owner = registry.owner_parameter(obj)
-        if owner is not None:
-            url += "?" + urlencode({registry.OWNER_PARAMETER: owner})
+        url = reverse("agents_app:chat", args=[obj.slug, obj.name]) + registry.staff_query(obj)
         return format_html("<a href='{}' id='open-in-chat'>Open in chat</a>", url)
 
     @admin.display(description="approvals")
@@ -193,11 +197,48 @@ class AgentInstanceAdmin(ReadOnlyAdmin):
 
 @admin.register(Turn)
 class TurnAdmin(ReadOnlyAdmin):
-    list_display = ["request_id", "instance", "kind", "status", "created_at", "finished_at"]
+    list_display = ["request_id", "instance", "kind", "status", "created_at", "finished_at", "recovery"]
     list_filter = ["status", "kind"]
     search_fields = ["request_id"]
-    list_select_related = ["instance"]
+    list_select_related = ["instance", "incident"]
     show_full_result_count = False
+
+    @admin.display(description="recovery")
+    def recovery(self, obj: Turn) -> str:
+        """The recovery incident the turn was cut in, or is an attempt of."""
+        if obj.incident is None:
+            return ""
+        url = reverse("admin:agents_app_recoveryincident_change", args=[obj.incident_id])
+        return format_html("<a href='{}'>{}</a>", url, obj.incident.status)
+
+
+class IncidentTurnInline(admin.TabularInline):
+    """The turns of an incident: the cut ones and the recovery attempts."""
+
+    model = Turn
+    fk_name = "incident"
+    fields = ["request_id", "kind", "status", "continuation", "worker", "started_at", "finished_at", "error"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ["id"]
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(RecoveryIncident)
+class RecoveryIncidentAdmin(ReadOnlyAdmin):
+    """Turns cut by a crash or a stalled stream, and how their recovery went (``turns.recovery``)."""
+
+    list_display = ["root_request_id", "instance", "status", "kind", "attempts_total", "reason", "created_at",
+                    "finished_at"]
+    list_filter = ["status", "kind", "reason"]
+    search_fields = ["root_request_id", "incident_id", "instance__name"]
+    list_select_related = ["instance"]
+    fields = ["incident_id", "instance", "root_request_id", "status", "kind", "attempt", "attempts_total", "work",
+              "last_progress_at", "reason", "error", "created_at", "updated_at", "finished_at"]
+    inlines = [IncidentTurnInline]
 
 
 class RejectForm(forms.Form):
@@ -467,3 +508,7 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
     def result_pretty(self, obj: LedgerEntry) -> str:
         """The stored ``{"valuePresent", "value"}`` result, decoded (empty while pending)."""
         return pretty_json(json.loads(obj.result_json)) if obj.result_json else "-"
+
+
+# Scheduled prompts have an admin module of their own; importing it registers it.
+from . import schedule_admin  # noqa: E402, F401 - registers the scheduled prompts' admin (its own module)

@@ -38,6 +38,7 @@ from .tools import ApprovalGate, ToolPolicy, client_tools_from_schemas, compile_
 if TYPE_CHECKING:
     from .handles import AgentHandle
     from .models import AgentInstance
+    from .schedules import ScheduledTask
 
 # What on_chat_message may return: UI message chunks (dicts), plain-text pieces (str), a whole
 # plain-text reply, or None for "no response".
@@ -306,6 +307,22 @@ class ChatAgent:
 
     async def on_chat_response(self, result: ChatResponseResult) -> None:
         """Called after each turn's reply is persisted (errors are logged, never raised)."""
+
+    def get_scheduled_tasks(self) -> "dict[str, ScheduledTask]":
+        """Tasks this instance runs on a schedule (spec §4.7): ``{task_id: {"schedule", "prompt" | "handler", ...}}``.
+
+        ``schedule`` is the schedule language (``"every day at 09:00"``, ``"every weekday at 08:30
+        in Europe/Oslo"``, ``"every 15 minutes"``) or a cron expression; ``prompt`` a text (or a
+        function returning one, called at each run) posted as a user message, running a turn;
+        ``handler`` a function called with the run's ``ScheduledTaskContext`` instead; optional
+        ``timezone`` and ``metadata``. Rows follow the declaration (``agents_app.schedules``):
+        when an instance is created, on ``manage.py sync_schedules``, and every ten minutes.
+        """
+        return {}
+
+    def get_default_timezone(self) -> str | None:
+        """The zone of wall-clock schedules that name none (an IANA name), or None to require one."""
+        return None
 
     async def on_chat_recovery(self, ctx: ChatRecoveryContext) -> dict[str, bool] | None:
         """Decide what a recovery attempt of an interrupted turn does (spec §4.5).

@@ -1,5 +1,6 @@
 from django.apps import AppConfig
 from django.core.signals import setting_changed
+from django.db.models.signals import post_save
 
 
 def _reset_registry(*, setting: str, **kwargs: object) -> None:
@@ -18,7 +19,11 @@ class AgentsAppConfig(AppConfig):
         from . import checks  # noqa: F401 - registers the system checks
         from .agent import register_handle_factory
         from .handles import AgentHandle
+        from .models import AgentInstance
+        from .schedules import on_instance_saved
 
         # ``MyAgent.aget()`` returns handles, which live a layer above the agent class.
         register_handle_factory(AgentHandle)
         setting_changed.connect(_reset_registry)
+        # A new instance gets the schedules its class declares (``get_scheduled_tasks()``) at once.
+        post_save.connect(on_instance_saved, sender=AgentInstance, dispatch_uid="agents_app.schedules")

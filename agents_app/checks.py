@@ -9,6 +9,7 @@ E001 = "agents_app.E001"
 E003 = "agents_app.E003"
 E004 = "agents_app.E004"
 E005 = "agents_app.E005"
+E006 = "agents_app.E006"
 W001 = "agents_app.W001"
 W002 = "agents_app.W002"
 
@@ -27,6 +28,17 @@ def check_agent_classes(app_configs: Any, **kwargs: Any) -> list[Error]:
     return []
 
 
+def _registered_classes() -> dict[str, Any]:
+    """The agent classes by slug; empty when AGENT_CLASSES is broken (E001 reports that)."""
+    from .errors import AgentConfigurationError
+    from .registry import agent_classes
+
+    try:
+        return agent_classes()
+    except AgentConfigurationError:
+        return {}
+
+
 @register(Tags.compatibility)
 def check_agent_actions(app_configs: Any, **kwargs: Any) -> list[Error]:
     """E003: every agent's ``get_actions()`` is a dict of valid ``action()`` declarations.
@@ -36,14 +48,9 @@ def check_agent_actions(app_configs: Any, **kwargs: Any) -> list[Error]:
     from types import SimpleNamespace
 
     from .errors import AgentConfigurationError
-    from .registry import agent_classes
 
     errors = []
-    try:
-        classes = agent_classes()
-    except AgentConfigurationError:
-        return []  # E001 reports it
-    for slug, agent_class in sorted(classes.items()):
+    for slug, agent_class in sorted(_registered_classes().items()):
         try:
             agent_class(SimpleNamespace(name="(system check)", pk=None)).compiled_actions()
         except AgentConfigurationError as exc:
@@ -55,15 +62,9 @@ def check_agent_actions(app_configs: Any, **kwargs: Any) -> list[Error]:
 def check_agent_options(app_configs: Any, **kwargs: Any) -> list[Error]:
     """E005: ``message_concurrency``, ``max_persisted_messages`` and ``max_steps`` hold values they take."""
     from .concurrency import STRATEGIES, is_valid
-    from .errors import AgentConfigurationError
-    from .registry import agent_classes
 
-    try:
-        classes = agent_classes()
-    except AgentConfigurationError:
-        return []  # E001 reports it
     errors = []
-    for slug, agent_class in sorted(classes.items()):
+    for slug, agent_class in sorted(_registered_classes().items()):
         problems = []
         if not is_valid(agent_class.message_concurrency):
             problems.append(f"message_concurrency must be one of {', '.join(STRATEGIES)} or Debounce(ms=...), "
@@ -74,6 +75,27 @@ def check_agent_options(app_configs: Any, **kwargs: Any) -> list[Error]:
                 problems.append(f"{option} must be None or an integer ≥ {minimum}, not {value!r}")
         errors += [Error(f"{agent_class.__qualname__} ({slug}): {problem}", hint="Fix the class attribute.", id=E005)
                    for problem in problems]
+    return errors
+
+
+@register(Tags.compatibility)
+def check_scheduled_tasks(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """E006: every agent's ``get_scheduled_tasks()`` declares valid ids, schedules and time zones.
+
+    Asked of an instance that is not saved (named "(system check)"), as E003 asks ``get_actions()``:
+    a typo in a schedule then fails ``manage.py check``, not every run of the task.
+    """
+    from .errors import AgentConfigurationError
+    from .models import AgentInstance
+    from .schedules import declared_tasks
+
+    errors = []
+    for slug, agent_class in sorted(_registered_classes().items()):
+        try:
+            declared_tasks(agent_class(AgentInstance(slug=slug, name="(system check)")))
+        except AgentConfigurationError as exc:
+            errors.append(Error(f"{agent_class.__qualname__} ({slug}): {exc}", hint="Fix its get_scheduled_tasks().",
+                                id=E006))
     return errors
 
 

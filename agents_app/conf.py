@@ -59,6 +59,15 @@ DEFAULTS: dict[str, Any] = {
     # reacts with nobody connected, whichever process decided) or "inline" (in the deciding
     # call, before it returns: single-process setups and the in-process test suite).
     "AGENT_APPROVAL_CONTINUATION": "celery",
+    # Where a claimed scheduled run runs: "celery" (the ``agents_app.run_schedule`` task, on a
+    # worker) or "inline" (in the call that claimed it: the ticker, an admin "run now"; for the
+    # in-process test suite).
+    "AGENT_SCHEDULE_RUNS": "celery",
+    # A scheduled run that was claimed but not started, or started but not finished, for this
+    # long (a timedelta; default 15 minutes) was lost with a broker, a ticker or a worker: the
+    # ticker sends it again, or records what became of its turn (``schedules.recover_lost``).
+    # Keep it above the time runs may wait in the Celery queue when many are due at once.
+    "AGENT_SCHEDULE_RUN_LEASE": timedelta(minutes=15),
     # Where the recovery of a turn cut by a crash runs: "celery" (a worker: the process that
     # noticed the crash may be a Daphne serving other users) or "inline" (the process that
     # noticed it: single-process setups and the in-process test suite). The beat sweep, which

@@ -12,6 +12,8 @@ from celery import current_app
 
 # The turn that follows a staff decision: ``approvals.conclude`` on a worker.
 CONCLUDE_DECISION = "agents_app.conclude_decision"
+# One claimed occurrence of a schedule: ``schedules.execute`` on a worker.
+RUN_SCHEDULE = "agents_app.run_schedule"
 # The queued turns of an instance on a worker (``turns.drain``): a message sent over HTTP, a
 # recovery attempt (``turns.run_recovery``).
 DRAIN_INSTANCE = "agents_app.drain_instance"
@@ -32,4 +34,14 @@ def send(task_name: str, *args: Any) -> None:
 
 async def enqueue(task_name: str, *args: Any) -> None:
     """``send`` from async code."""
-    await sync_to_async(send)(task_name, *args)
+    await enqueue_each(task_name, [args])
+
+
+async def enqueue_each(task_name: str, args_list: list[tuple[Any, ...]]) -> None:
+    """``send`` once per argument tuple, from async code (one hop to a thread for all of them)."""
+
+    def send_all() -> None:
+        for args in args_list:
+            send(task_name, *args)
+
+    await sync_to_async(send_all)()

@@ -43,6 +43,10 @@ __all__ = [
     "RECOVERY_SKIPPED",
     "REPLY_ATTACHED",
     "REQUEST_FAILED",
+    "SCHEDULE_CANCEL",
+    "SCHEDULE_CREATE",
+    "SCHEDULE_ERROR",
+    "SCHEDULE_EXECUTE",
     "TOOL_APPROVAL",
     "TOOL_RESULT",
     "TURN_FINISH",
@@ -99,6 +103,17 @@ TURN_START = "chat:turn:start"
 TURN_FINISH = "chat:turn:finish"
 # A chat request did not get its reply. {requestId, stage: parse|persist|turn|stream, messagesPersisted, error}
 REQUEST_FAILED = "chat:request:failed"
+
+# Schedules (the reference Agent's ``schedule:*`` events). Payloads name the conversation too
+# ({agent, name}). A schedule was added / removed: {id, callback} (callback: "prompt", "handler"
+# or the agent method's name).
+SCHEDULE_CREATE = "schedule:create"
+SCHEDULE_CANCEL = "schedule:cancel"
+# A run started: {id, callback, occurrenceKey, requestId}.
+SCHEDULE_EXECUTE = "schedule:execute"
+# A run failed (its turn erred, its handler raised, its agent is gone): {id, callback,
+# occurrenceKey, requestId, status, error}.
+SCHEDULE_ERROR = "schedule:error"
 
 # Durable chat recovery (spec §4.5): a cut turn was found, an attempt queued, an attempt began,
 # the incident ended well, was skipped (parked on the user, or ``continue: False``), failed

@@ -9,16 +9,18 @@ works the same on any process: nothing it needs lives in memory.
 
 import warnings
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from channels.db import database_sync_to_async
 
-from . import approvals, turns
+from . import approvals, schedules, turns
 from .abort import AbortSignal
 from .agent import ChatAgent, SaveMessagesResult
 from .followers import TurnFollower, notify
 from .messages import UIMessage, new_request_id
 from .models import AgentInstance, Turn
+from .schedules import ScheduleEntry
 from .turns.programmatic import MessagesOrFunction
 
 
@@ -141,3 +143,33 @@ class AgentHandle:
         """Refuse a parked call and continue the conversation (``approvals.reject_execution``)."""
         return await approvals.reject_execution(execution_id, reason, actor=actor, instance=self.instance)
 
+    # --- schedules (spec §4.7; the reference Agent's schedule API) ---------------------------------
+    async def schedule(self, when: float | datetime | str, callback: str, payload: Any = None, *,
+                       idempotent: bool | None = None, timezone: str | None = None) -> ScheduleEntry:
+        """Call the agent's method ``callback(payload, ctx)`` at ``when``, on a worker.
+
+        ``when``: a delay in seconds, an aware datetime, or a cron or schedule-language string
+        (``"0 9 * * 1-5"``, ``"every day at 09:00 in Europe/Oslo"``: recurring). ``ctx`` is the
+        run's ``ScheduledTaskContext`` (occurrence and idempotency keys). String schedules are
+        idempotent by default: the same callback, payload and string return the existing schedule.
+        """
+        return await database_sync_to_async(schedules.add_agent_schedule)(
+            self.instance, self.agent_class, when, callback, payload, idempotent=idempotent, time_zone=timezone)
+
+    async def schedule_every(self, seconds: int, callback: str, payload: Any = None) -> ScheduleEntry:
+        """Call ``callback(payload, ctx)`` every ``seconds`` (idempotent: one schedule per callback and payload)."""
+        return await database_sync_to_async(schedules.add_agent_interval)(
+            self.instance, self.agent_class, seconds, callback, payload)
+
+    async def get_schedules(self, *, id: str | None = None, type: str | None = None) -> list[ScheduleEntry]:
+        """This instance's ``schedule()`` schedules, by ``id``, or ``type``: delayed, scheduled, cron, interval."""
+        return await database_sync_to_async(schedules.agent_schedules)(
+            self.instance, schedule_id=id, schedule_type=type)
+
+    async def cancel_schedule(self, id: str) -> bool:
+        """Remove a ``schedule()`` schedule; False if there is none by that id."""
+        return await database_sync_to_async(schedules.cancel_agent_schedule)(self.instance, id)
+
+    async def sync_scheduled_tasks(self) -> dict[str, int]:
+        """Bring this instance's ``get_scheduled_tasks()`` rows in line now (after app data they read changed)."""
+        return await database_sync_to_async(schedules.sync_declared)(instance=self.instance)

@@ -452,3 +452,133 @@ class ApprovalDecision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.decision} {self.action_name} ({self.execution_id})"
+
+
+class Schedule(models.Model):
+    """A prompt (or, from code, a method) run on one agent instance on a schedule (spec §4.7).
+
+    Three sources write rows: operators (the admin and the REST API), ``get_scheduled_tasks()``
+    declarations (kept in line with the code by ``schedules.sync_declared``), and the agent
+    scheduling API (``await agent.schedule(...)``). The ticker reads only ``spec`` (the parsed
+    schedule) and ``next_run_at``: a due schedule is one indexed range, however many exist.
+    """
+
+    class Source(models.TextChoices):
+        OPERATOR = "operator"
+        CODE = "code", "get_scheduled_tasks()"
+        AGENT = "agent", "agent.schedule()"
+
+    class Action(models.TextChoices):
+        # Post ``prompt`` as a user message and run a turn.
+        PROMPT = "prompt"
+        # Call the declared task's ``handler(ctx)`` (``get_scheduled_tasks()``).
+        HANDLER = "handler"
+        # Call the agent's method ``callback(payload, ctx)`` (``agent.schedule()``).
+        METHOD = "method"
+
+    # The task id: unique within the instance, part of every occurrence key.
+    name = models.CharField(max_length=100)
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="schedules")
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.OPERATOR)
+    action = models.CharField(max_length=10, choices=Action.choices, default=Action.PROMPT)
+    prompt = models.TextField(blank=True, default="")
+    callback = models.CharField(max_length=200, blank=True, default="")
+    payload = models.JSONField(null=True, blank=True)
+    # The declared task's ``metadata``, copied into the context and the posted message.
+    metadata = models.JSONField(null=True, blank=True)
+    # What was written: a DSL schedule or a cron expression ("" for one-off and seconds-interval
+    # schedules of the agent API), and the chosen time zone ("" for "in …" or the agent's default).
+    schedule = models.CharField(max_length=200, blank=True, default="")
+    timezone = models.CharField(max_length=64, blank=True, default="")
+    # The parsed schedule (``schedule_dsl.to_spec``); ``{"kind": "once"}`` for a one-off run.
+    spec = models.JSONField()
+    enabled = models.BooleanField(default=True)
+    # The next occurrence to claim; None once a one-off schedule has run.
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_run = models.ForeignKey("ScheduleRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Failed runs since the last successful one (a paused or deleted turn is no failure).
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    # sha256 of the declaration (code) or of callback + payload + when (idempotent agent schedules).
+    definition_hash = models.CharField(max_length=64, blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "scheduled prompt"
+        ordering = ["instance_id", "name"]
+        permissions = [("manage_schedules", "Can manage scheduled prompts")]
+        constraints = [models.UniqueConstraint(fields=["instance", "name"], name="unique_schedule_name")]
+        # The ticker's question, "what is due", is a range on this partial index.
+        indexes = [models.Index(fields=["next_run_at"], condition=Q(enabled=True), name="schedule_due")]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.instance}"
+
+
+class ScheduleRun(models.Model):
+    """One occurrence of a schedule, claimed by exactly one ticker.
+
+    The claim is an INSERT under ``unique_schedule_occurrence`` (instance, ``<name>:<epoch ms>``):
+    of two beat processes, or a retried tick, exactly one INSERT wins, on SQLite and PostgreSQL
+    alike, and only the winner hands the run to a worker. A worker starts it with a conditional
+    UPDATE (``claimed`` → ``running``), so a redelivered task does nothing. A prompt run is a turn
+    whose request id is fixed at the claim, which also makes a second turn for it impossible.
+    """
+
+    class Status(models.TextChoices):
+        CLAIMED = "claimed"
+        RUNNING = "running"
+        # The turn's own outcomes (``Turn.Status``), or the handler's.
+        COMPLETED = "completed"
+        ERROR = "error"
+        ABORTED = "aborted"
+        SKIPPED = "skipped"
+        # It never got to a turn or handler, or the handler raised.
+        FAILED = "failed"
+
+    UNFINISHED_STATUSES = (Status.CLAIMED, Status.RUNNING)
+    FAILED_STATUSES = (Status.ERROR, Status.FAILED)
+
+    class Trigger(models.TextChoices):
+        SCHEDULE = "schedule"
+        MANUAL = "manual", "run now"
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="+")
+    occurrence_key = models.CharField(max_length=200)
+    scheduled_for = models.DateTimeField()
+    trigger = models.CharField(max_length=10, choices=Trigger.choices, default=Trigger.SCHEDULE)
+    # Chosen by the ticker that claims it (it reads its claims back by it); a prompt run's turn
+    # has this request id, so the turn cannot be accepted twice.
+    request_id = models.CharField(max_length=200, blank=True, default="")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.CLAIMED)
+    error = models.TextField(blank=True, default="")
+    triggered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claimed_at = models.DateTimeField()
+    # When a worker was last asked to run it (the claim, a re-dispatch, its start): an unfinished
+    # run not attempted for ``AGENT_SCHEDULE_RUN_LEASE`` was lost on the way and is looked at again.
+    attempted_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "scheduled run"
+        ordering = ["-scheduled_for", "-id"]
+        constraints = [
+            # The occurrence key first: the ticker reads back its own claims by key.
+            models.UniqueConstraint(fields=["occurrence_key", "instance"], name="unique_schedule_occurrence"),
+        ]
+        indexes = [
+            models.Index(fields=["schedule", "-scheduled_for"], name="schedule_run_history"),
+            # Runs whose task or worker may have been lost: unfinished ones, by last attempt.
+            models.Index(fields=["attempted_at"], condition=Q(status__in=["claimed", "running"]),
+                         name="schedule_run_unfinished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.occurrence_key} ({self.status})"

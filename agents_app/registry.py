@@ -3,6 +3,7 @@
 import functools
 import re
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
@@ -143,3 +144,9 @@ def owner_parameter(instance: AgentInstance) -> str | None:
     if agent_class is not None and agent_class.shared:
         return None
     return instance.owner.get_username() if instance.owner is not None else ""
+
+
+def staff_query(instance: AgentInstance) -> str:
+    """The query string by which staff address ``instance`` (``?owner=alice``, ``?owner=``, or "")."""
+    owner = owner_parameter(instance)
+    return "" if owner is None else "?" + urlencode({OWNER_PARAMETER: owner})

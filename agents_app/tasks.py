@@ -11,7 +11,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.contrib.auth import get_user_model
 
-from . import approvals, dispatch, ledger, registry, turns
+from . import approvals, dispatch, ledger, registry, schedules, turns
 from .streaming import buffer
 from .turns import control, recovery
 
@@ -31,16 +31,16 @@ def run_async(function: Callable[..., Awaitable[T]], *args: Any) -> T:
     return async_to_sync(main)()
 
 
-async def _save_messages(slug: str, name: str, texts: list[str], owner_id: int | None) -> dict[str, Any]:
+async def _save_messages(slug: str, name: str, texts: list[str] | str, owner_id: int | None) -> dict[str, Any]:
     owner = None if owner_id is None else await get_user_model()._default_manager.aget(pk=owner_id)
     agent = await registry.get_agent_class(slug).aget(name, owner=owner)
-    result = await agent.save_messages(list(texts))
+    result = await agent.save_messages([texts] if isinstance(texts, str) else list(texts))
     return {"request_id": result.request_id, "status": result.status, "error": result.error}
 
 
 @shared_task(name="agents_app.save_messages")
-def save_messages(slug: str, name: str, texts: list[str], owner_id: int | None = None) -> dict[str, Any]:
-    """Run a programmatic turn on ``slug/name`` with user messages ``texts`` (scheduled prompts).
+def save_messages(slug: str, name: str, texts: list[str] | str, owner_id: int | None = None) -> dict[str, Any]:
+    """Run a programmatic turn on ``slug/name`` with user messages ``texts`` (one text: one message).
 
     The instance is user ``owner_id``'s, or with None one of the global namespace (``aget``).
     """
@@ -51,6 +51,24 @@ def save_messages(slug: str, name: str, texts: list[str], owner_id: int | None =
 def conclude_decision(execution_id: str) -> dict[str, Any]:
     """Write a staff decision's outcome into the conversation and run the model's reaction."""
     return {"execution_id": execution_id, "concluded": run_async(approvals.conclude, execution_id)}
+
+
+@shared_task(name="agents_app.run_due_schedules")
+def run_due_schedules() -> dict[str, int]:
+    """Claim the scheduled runs that are due (once, whatever other beat runs it) and queue them."""
+    return run_async(schedules.tick)
+
+
+@shared_task(name=dispatch.RUN_SCHEDULE)
+def run_schedule(run_id: int) -> dict[str, Any]:
+    """Run one claimed occurrence of a schedule: its turn, or its handler (``schedules.execute``)."""
+    return {"run_id": run_id, "status": run_async(schedules.execute, run_id)}
+
+
+@shared_task(name="agents_app.sync_declared_schedules")
+def sync_declared_schedules() -> dict[str, int]:
+    """Bring the schedules agents declare in ``get_scheduled_tasks()`` in line with the code."""
+    return schedules.sync_declared()
 
 
 @shared_task(name=dispatch.DRAIN_INSTANCE)

@@ -190,6 +190,8 @@ fi
 # --- 5. Demo data: the staff user (password printed once) and an instance per agent class --------
 seed_output=$("$PY" manage.py seed_demo)
 printf '%s\n' "$seed_output"
+# The schedules agents declare in code, as the code now declares them.
+"$PY" manage.py sync_schedules >/dev/null
 
 # --- 6. Daphne, Celery worker, Celery beat ---------------------------------------------------------
 # Daphne through Django's `runserver`, which the daphne app replaces with Daphne itself: the same
@@ -207,8 +209,7 @@ start_server celery-worker "$ROOT/.venv/bin/celery" -A thinkproject worker -l in
 worker_pid=${PIDS[-1]}
 
 say "starting Celery beat"
-start_server celery-beat "$ROOT/.venv/bin/celery" -A thinkproject beat -l info \
-    --scheduler django_celery_beat.schedulers:DatabaseScheduler
+start_server celery-beat "$ROOT/.venv/bin/celery" -A thinkproject beat -l info
 beat_pid=${PIDS[-1]}
 
 # The URL a browser on this machine uses (a wildcard bind address is not one).

@@ -19,6 +19,7 @@ from agents_app import (
     TurnState,
     action,
     callable,
+    scheduled_occurrence,
 )
 
 # Results seen by on_chat_response, per instance name (tests read and clear it).
@@ -255,6 +256,61 @@ class RpcAgent(ChatAgent):
 
     def internal(self) -> str:
         return "not for clients"
+
+
+# What ScheduledAgent's handlers and methods were called with, per instance name (tests clear it).
+SCHEDULE_CALLS: dict[str, list[tuple[str, Any, Any]]] = {}
+# Side effects of ScheduledAgent's ``charge`` action: one line per execution.
+CHARGES: list[str] = []
+
+
+class ChargeInput(BaseModel):
+    customer: str
+
+
+def charge(input: ChargeInput, ctx: ActionContext) -> str:
+    CHARGES.append(input.customer)
+    return f"charged {input.customer}"
+
+
+def charge_key(input: ChargeInput, ctx: ActionContext) -> str:
+    """Once per scheduled occurrence (the occurrence's idempotency key), else once per customer."""
+    occurrence = scheduled_occurrence(ctx.agent.messages)
+    return occurrence["idempotencyKey"] if occurrence else f"charge:{input.customer}"
+
+
+class ScheduledAgent(ChatAgent):
+    """Declares scheduled tasks (``TASKS``, which tests change) and has methods the agent API calls."""
+
+    TASKS: ClassVar[dict[str, Any]] = {}
+    DEFAULT_TIMEZONE: ClassVar[str | None] = None
+
+    def get_scheduled_tasks(self) -> dict[str, Any]:
+        return {task_id: {**task, "handler": getattr(self, task["handler"])} if "handler" in task else task
+                for task_id, task in self.TASKS.items()}
+
+    def get_default_timezone(self) -> str | None:
+        return self.DEFAULT_TIMEZONE
+
+    def get_actions(self) -> dict[str, Any]:
+        return {"charge": action(description="Charge a customer", input_schema=ChargeInput, execute=charge,
+                                 idempotency_key=charge_key)}
+
+    async def report(self, ctx: Any) -> None:
+        SCHEDULE_CALLS.setdefault(self.name, []).append(("report", None, ctx))
+
+    async def remember(self, payload: Any, ctx: Any) -> None:
+        SCHEDULE_CALLS.setdefault(self.name, []).append(("remember", payload, ctx))
+
+    def explode(self, payload: Any, ctx: Any) -> None:
+        raise RuntimeError(f"exploded on {payload}")
+
+
+class BadScheduleAgent(ChatAgent):
+    """Declares a schedule with a typo: system check E006 reports it."""
+
+    def get_scheduled_tasks(self) -> dict[str, Any]:
+        return {"daily": {"schedule": "every day at 9:00", "timezone": "UTC", "prompt": "hi"}}
 
 
 # What RecoveryAgent's hooks saw, per instance name (tests read and clear it).

@@ -49,7 +49,6 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "django_celery_beat",
     "agents_app",
     "agents_app.demo",
     "accounts",
@@ -175,19 +174,36 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "0") == "1"
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Celery beat's own schedule is this code (below), kept by beat in a file under VAR_DIR: system
+# tasks are not rows an operator could edit. Operators' scheduled prompts are agents_app rows,
+# which the "agents-run-due-schedules" task runs (README "Scheduled prompts").
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Seconds between two claims of due scheduled prompts (default 5): how late a run may start.
+AGENT_SCHEDULE_TICK_SECONDS = float(os.environ.get("AGENT_SCHEDULE_TICK_SECONDS", "5"))
 # Periodic maintenance (Celery beat): every minute, run turns no process picked up; every
 # AGENT_RECOVERY_SWEEP_SECONDS (10), cut and recover turns whose process died (a turn's lease is
 # 15 s, so a crash on another host is found within 25 s, one on the same host at the next sweep);
 # every five minutes, drop expired stream buffers.
 CELERY_BEAT_SCHEDULE = {
+    # Claim the scheduled prompts that are due and queue their runs. A tick that waited longer
+    # than the next one is dropped (the next claims everything due by then).
+    "agents-run-due-schedules": {
+        "task": "agents_app.run_due_schedules",
+        "schedule": timedelta(seconds=AGENT_SCHEDULE_TICK_SECONDS),
+        "options": {"expires": AGENT_SCHEDULE_TICK_SECONDS},
+    },
+    # Bring the schedules agents declare in code (get_scheduled_tasks) in line with the code.
+    "agents-sync-declared-schedules": {
+        "task": "agents_app.sync_declared_schedules",
+        "schedule": crontab(minute="*/10"),
+    },
     "agents-drain-stalled-instances": {
         "task": "agents_app.drain_stalled_instances",
         "schedule": crontab(minute="*"),
     },
     "agents-recover-interrupted-turns": {
         "task": "agents_app.recover_interrupted_turns",
-        "schedule": float(os.environ.get("AGENT_RECOVERY_SWEEP_SECONDS", "10")),
+        "schedule": timedelta(seconds=float(os.environ.get("AGENT_RECOVERY_SWEEP_SECONDS", "10"))),
     },
     # Hourly, drop recovery incidents that ended a week ago (the admin shows them until then).
     "agents-sweep-recovery-incidents": {

@@ -17,6 +17,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 # No Celery worker in-process: the turn after an approval decision runs in the deciding call.
 AGENT_APPROVAL_CONTINUATION = "inline"
+# No Celery worker in-process either: a claimed scheduled run runs in the call that claimed it.
+AGENT_SCHEDULE_RUNS = "inline"
 # Nor for the recovery of a cut turn: it runs in the process that found the cut.
 AGENT_RECOVERY = "inline"
 AGENT_CLASSES = [
@@ -41,6 +43,7 @@ AGENT_CLASSES = [
     "tests.agents.OneStepAgent",
     "tests.agents.ChainAgent",
     "tests.agents.RpcAgent",
+    "tests.agents.ScheduledAgent",
     "tests.agents.RecoveryAgent",
     "tests.agents.StallAgent",
     "tests.action_agents.ActionTestAgent",

@@ -3,12 +3,13 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from . import conversations, views
+from . import conversations, schedules, views
 
 app_name = "api"
 
 router = SimpleRouter()
 router.register("approvals", views.PendingApprovalViewSet, basename="approval")
+router.register("schedules", schedules.ScheduleViewSet, basename="schedule")
 
 urlpatterns = [
     path("", views.ApiRootView.as_view(), name="root"),

@@ -109,12 +109,12 @@ globalThis.fetch = async (input, init) => {
   return response;
 };
 
-function getMessagesUrl(name) {
-  return `${ORIGIN}/agents/${AGENT_SLUG}/${encodeURIComponent(name)}/get-messages`;
+function getMessagesUrl(name, slug = AGENT_SLUG) {
+  return `${ORIGIN}/agents/${slug}/${encodeURIComponent(name)}/get-messages`;
 }
 
-async function serverTranscript(name) {
-  const response = await rawFetch(getMessagesUrl(name), { headers: { Cookie: COOKIE } });
+async function serverTranscript(name, slug = AGENT_SLUG) {
+  const response = await rawFetch(getMessagesUrl(name, slug), { headers: { Cookie: COOKIE } });
   expect(response.ok, `GET get-messages answered ${response.status}`);
   const body = await response.json();
   expect(Array.isArray(body), `get-messages must return a JSON array, got ${JSON.stringify(body)}`);
@@ -183,11 +183,12 @@ function trailingUserIds(messages) {
 // A tab: one mounted useAgent + useAgentChat pair, with its own tapped sockets and frame log.
 
 class Tab {
-  constructor(label, name, cookie, { onToolCall } = {}) {
+  constructor(label, name, cookie, { onToolCall, agentClass = AGENT_CLASS } = {}) {
     this.label = label;
     this.name = name;
     this.cookie = cookie;
     this.onToolCall = onToolCall;
+    this.agentClass = agentClass;
     this.dataParts = []; // {t, part} per onData call
     this.log = []; // {t, sock, dir: ">" (client to server) | "<", frame}
     this.sockets = [];
@@ -213,7 +214,8 @@ class Tab {
   commit() {
     const { status, messages, error } = this.chat;
     const last = this.snapshots.at(-1);
-    const snapshot = { t: now(), status, error: error?.message, messages: summary(messages), tools: toolStates(messages) };
+    const snapshot = { t: now(), status, error: error?.message, recovering: this.chat.isRecovering,
+                       messages: summary(messages), tools: toolStates(messages) };
     if (!last || JSON.stringify({ ...last, t: 0 }) !== JSON.stringify({ ...snapshot, t: 0 })) {
       this.snapshots.push(snapshot);
     }
@@ -276,7 +278,7 @@ function tappedSocketClass(tab) {
 
 function TabView({ tab }) {
   const agent = useAgent({
-    agent: AGENT_CLASS,
+    agent: tab.agentClass,
     name: tab.name,
     host: HOST,
     WebSocket: tab.WebSocketClass,
@@ -799,6 +801,34 @@ const PAUSE_MESSAGE = "This action is awaiting human approval. Stop and wait for
 // Scenarios. Each gets a fresh instance name and returns a small summary for RESULT.
 
 const scenarios = {
+  // Durable recovery as useAgentChat sees it: a turn whose model stream stalls (StallAgent, 0.3 s
+  // watchdog) is cut into recovery. The request ends with outcome "recovering", isRecovering turns
+  // on, a continuation of the same assistant message streams, and isRecovering turns off.
+  async recovering(name) {
+    const a = await openTab("A", name, { agentClass: "StallAgent" });
+    a.chat.sendMessage({ text: "go" });
+    await waitFor("A: the cut request's end and the recovery's end", () =>
+      a.inbound((f) => f.type === "cf_agent_chat_recovering" && f.recovering === false).length === 1);
+    await waitFor("A: ready with the continued reply", () => a.chat.status === "ready" &&
+      textOf(a.chat.messages.at(-1) ?? {}) === "one two three four.");
+    await sleep(SETTLE_MS);
+    const [req] = a.outbound((f) => f.type === "cf_agent_use_chat_request");
+    const cut = a.terminal(req.id);
+    expectEqual(cut?.outcome, "recovering", "A: outcome of the cut request's terminal frame");
+    const recovering = a.inbound((f) => f.type === "cf_agent_chat_recovering");
+    expectEqual(recovering.map((f) => f.recovering), [true, false], "A: cf_agent_chat_recovering frames");
+    expect(recovering.every((f) => f.id === req.id), "A: the recovering frames name the cut request");
+    const continuation = a.inbound((f) => f.type === RESP && f.id !== req.id && f.continuation === true);
+    expect(continuation.length > 0, "A: no continuation frames");
+    expect(a.snapshots.some((s) => s.recovering), "A: isRecovering was never true");
+    expectEqual(a.snapshots.at(-1).recovering, false, "A: isRecovering at the end");
+    expect(!a.chat.error, `A: unexpected error ${a.chat.error?.message}`);
+    expectOneAssistantPerTurn(a.chat.messages, 1, "A");
+    const stored = await serverTranscript(name, "stall-agent");
+    expectEqual(summary(stored), summary(a.chat.messages), "get-messages after the recovery");
+    return { text: textOf(a.chat.messages.at(-1)), continuationFrames: continuation.length };
+  },
+
   // Send and stream: exact text, finishReason metadata, stream framing, persisted transcript.
   async basic(name) {
     const a = await openTab("A", name);

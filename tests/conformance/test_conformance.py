@@ -42,6 +42,7 @@ SCENARIOS = [
     "progress",
     "action-approval",
     "durable-pause",
+    "recovering",
 ]
 USERNAME = "conformance"
 NPM_TIMEOUT = 280
@@ -78,7 +79,8 @@ def node_modules() -> Path:
 def live_daphne(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveStack, Daphne]]:
     workdir = tmp_path_factory.mktemp("conformance")
     redis = RedisServer(workdir)
-    stack = LiveStack(workdir, redis.url)
+    # The test agents (StallAgent for "recovering") beside the demo agent.
+    stack = LiveStack(workdir, redis.url, extra_env={"DJANGO_SETTINGS_MODULE": "tests.support.settings_live"})
     try:
         stack.create_user(USERNAME)
         yield stack, stack.start_daphne()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.live import LiveStack, PostgresServer, RedisServer
+from tests.support.live import LiveStack, PostgresServer, RedisServer, database_url
 
 
 @pytest.fixture(scope="module")
@@ -36,3 +36,9 @@ def postgres() -> Iterator[PostgresServer]:
     yield server
     server.stop()
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database URL of the test's own: an SQLite file, or a new database on the module's PostgreSQL."""
+    return database_url(request, request.param, tmp_path, "test")

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.live import LiveStack, ScriptProcess, database_url
+from tests.support.live import LiveStack, ScriptProcess
 
 pytestmark = pytest.mark.crossprocess
 
@@ -146,11 +146,6 @@ class Cluster:
     def stop(self) -> None:
         for worker in self.workers:
             worker.stop()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return database_url(request, request.param, tmp_path, "ledger")
 
 
 @pytest.fixture

@@ -120,14 +120,20 @@ def test_drops_at_a_hundred_random_points_lose_and_duplicate_nothing(stack):
     assert history[-1]["parts"][-1]["text"] == expected(500)
 
 
-def test_kill_minus_nine_then_reconnect_gets_the_finalised_partial(stack):
+def test_kill_minus_nine_then_reconnect_replays_the_partial_and_a_worker_continues_it(stack):
+    """cf-golden-frames R4 across processes: the reconnecting client gets the stored part of the
+    cut reply (ending ``aborted``), then the recovery, run by the Celery worker, continues it live."""
     stack.create_user("alice")
     doomed, survivor = stack.start_daphne(), stack.start_daphne()
+    stack.start_celery_worker()
     cookie = survivor.login("alice")
     path = "/agents/demo-agent/killed"
 
     async def scenario():
         reader = Reader()
+        # The survivor's first connection sweeps for dead turns: make it happen before the kill,
+        # so that the reconnect below finds the cut stream itself (the R4 path).
+        bystander = await open_socket(survivor.ws, "/agents/demo-agent/bystander", cookie)
         sock = await open_socket(doomed.ws, path, cookie)
         await sock.send(json.dumps(chat_request("r1", [user_message("u1", "/slow 400 10")])))
         while reader.deltas_seen < 60:
@@ -135,23 +141,27 @@ def test_kill_minus_nine_then_reconnect_gets_the_finalised_partial(stack):
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait(10)
         sock = await reconnect(survivor, path, cookie, Reader())
+        await bystander.close()
         replay = Reader()
-        frames = []
         while replay.done is None:
-            frame = await recv_json(sock)
-            frames.append(frame)
-            replay.feed(frame)
-        transcript = await recv_json(sock)
+            replay.feed(await recv_json(sock))
+        after = []
+        while not (after and after[-1].get("type") == "cf_agent_chat_recovering" and not after[-1]["recovering"]):
+            after.append(await recv_json(sock, timeout=60))
         await sock.close()
-        return reader, replay, transcript
+        return reader, replay, after
 
-    reader, replay, transcript = asyncio.run(scenario())
+    reader, replay, after = asyncio.run(scenario())
     assert replay.done == {"body": "", "done": True, "id": "r1", "type": "cf_agent_use_chat_response",
                            "replay": True, "outcome": "aborted"}
     # What was stored before the kill: chunks flushed in rows of ten, never more than were sent.
     assert reader.text.startswith(replay.text) or replay.text.startswith(reader.text)
     assert replay.text and expected(400).startswith(replay.text)
-    assert transcript["type"] == "cf_agent_chat_messages"
-    assert transcript["messages"][-1]["parts"][-1]["text"] == replay.text
+    assert after[0] == {"type": "cf_agent_chat_recovering", "recovering": True, "id": "r1"}
+    continued = "".join(json.loads(f["body"]).get("delta", "") for f in after
+                        if f.get("type") == "cf_agent_use_chat_response" and f.get("body") and f.get("continuation"))
+    assert replay.text + continued == expected(400)  # nothing lost, nothing twice
     history = survivor.get_json(f"{path}/get-messages", cookie)
-    assert history == transcript["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    # One text part: the continuation went on in the cut one (its step adds a step-start, as R3's does).
+    assert [p["text"] for p in history[-1]["parts"] if p["type"] == "text"] == [expected(400)]

@@ -11,7 +11,15 @@ from django.utils import timezone
 
 from agents_app import admin as agents_admin
 from agents_app.demo.models import Refund
-from agents_app.models import AgentInstance, ApprovalDecision, ChatMessage, LedgerEntry, PendingApproval, Turn
+from agents_app.models import (
+    AgentInstance,
+    ApprovalDecision,
+    ChatMessage,
+    LedgerEntry,
+    PendingApproval,
+    RecoveryIncident,
+    Turn,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -39,7 +47,9 @@ def rows_of_every_read_only_model(instance: AgentInstance) -> list[Any]:
     ledger = LedgerEntry.objects.create(scope=str(instance.pk), key="tool:t1", action_name="echo", input_hash="0",
                                         created_at=now, updated_at=now)
     refund = Refund.objects.create(order_id="A1", amount=1)
-    return [instance, turn, pending, decision, ledger, refund]
+    incident = RecoveryIncident.objects.create(instance=instance, incident_id="r1:u1", root_request_id="r1",
+                                               last_progress_at=now)
+    return [instance, turn, pending, decision, ledger, refund, incident]
 
 
 def admin_url(obj: Any, view: str, *args: Any) -> str:
@@ -116,3 +126,19 @@ def test_the_decisions_come_before_the_details_of_a_pending_call(make_user: Any,
     client.force_login(make_user("root", is_staff=True, is_superuser=True))
     html = client.get(admin_url(row, "change", quote(row.pk))).content.decode()
     assert html.index('id="approve-form"') < html.index('id="reject-form"') < html.index("<fieldset")
+
+
+def test_a_turns_recovery_incident_shows_its_attempts(root: Client, instance: AgentInstance) -> None:
+    """What staff see of a turn cut by a crash: the incident, its budget and reason, and its turns."""
+    now = timezone.now()
+    incident = RecoveryIncident.objects.create(
+        instance=instance, incident_id="r1:u1", root_request_id="r1", status="exhausted", kind="continue",
+        attempt=3, attempts_total=3, work=12, reason="max_attempts_exceeded", last_progress_at=now, finished_at=now)
+    Turn.objects.create(instance=instance, request_id="r1", status="aborted", incident=incident,
+                        error="Interrupted: the process running this turn stopped")
+    Turn.objects.create(instance=instance, request_id="a1", kind="recovery", status="error", incident=incident)
+    listing = root.get(admin_url(Turn(), "changelist")).content.decode()
+    assert f"href='{admin_url(incident, 'change', incident.pk)}'>exhausted</a>" in listing
+    page = root.get(admin_url(incident, "change", incident.pk)).content.decode()
+    assert "max_attempts_exceeded" in page
+    assert "a1" in page and "Interrupted: the process running this turn stopped" in page

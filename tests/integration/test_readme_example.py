@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.test import override_settings
 
@@ -95,3 +96,26 @@ async def test_shop_agent_refunds_once_for_a_staff_user_over_the_websocket(readm
         assert text_of(frames) == "refund_order returned Refunded 20.0 on B7."
     assert readme_actions.REFUNDS == {"action:refund_order:refund:B7": "B7"}
     await a.disconnect()
+
+
+@pytest.fixture
+def readme_schedules() -> Iterator[types.ModuleType]:
+    with readme_module("### Scheduled prompts", "readme_schedules", "OpsAgent") as module:
+        yield module
+
+
+async def test_ops_agent_from_the_readme_declares_its_tasks_and_they_run(readme_schedules):
+    from agents_app import schedules, transcript
+    from agents_app.models import Schedule
+
+    handle = await readme_schedules.OpsAgent.aget("shop-1")
+    rows = {row.name: row async for row in Schedule.objects.filter(instance=handle.instance)}
+    assert {name: (row.action, row.spec["normalized"], row.spec.get("timezone")) for name, row in rows.items()} == {
+        "daily_report": ("prompt", "every day at 09:00", "UTC"), "cleanup": ("handler", "every 2 hours", None)}
+    report = await schedules.run_now(rows["daily_report"].pk)
+    cleanup = await schedules.run_now(rows["cleanup"].pk)
+    messages = ["".join(p.get("text", "") for p in m["parts"]) for m in await database_sync_to_async(
+        transcript.load)(handle.instance)]
+    assert messages == ["Generate the daily report.", "(demo model, offline) You said: Generate the daily report.",
+                        f"Cleanup {cleanup.occurrence_key} done."]
+    assert report.occurrence_key.startswith("daily_report:")

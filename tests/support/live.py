@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 STARTUP_TIMEOUT = 30.0
@@ -103,6 +105,19 @@ class PostgresServer:
         )
         wait_for_port(self.port, self.proc)
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+        self._wait_until_accepting()
+
+    def _wait_until_accepting(self) -> None:
+        """The port opens before recovery ends ("the database system is starting up"): wait for a session."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while True:
+            try:
+                psycopg.connect(self.url, connect_timeout=5).close()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def new_database(self, prefix: str) -> str:
         """A fresh, empty database on this server; its URL."""
@@ -198,26 +213,25 @@ class LiveStack:
         proc = self._spawn([PYTHON, "-m", "celery", "-A", "thinkproject", "worker", "--pool", "solo",
                             "-n", f"{name}@%h", "--without-heartbeat", "--without-gossip",
                             "--without-mingle", "-l", "info"], f"celery-{name}.log")
-        return self._wait_for_log(proc, f"celery-{name}.log", "ready.")
+        return self._started(proc, f"celery-{name}.log", "ready.")
 
-    def start_celery_beat(self) -> subprocess.Popen[Any]:
-        """Celery beat with the project's schedule (the database scheduler, as ``make run``)."""
+    def start_celery_beat(self, name: str = "beat") -> subprocess.Popen[Any]:
+        """Celery beat with a schedule file of its own, so that several beats can run at once."""
         proc = self._spawn([PYTHON, "-m", "celery", "-A", "thinkproject", "beat", "-l", "info",
-                            "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler",
-                            "--schedule", str(self.workdir / "beat-schedule")], "celery-beat.log")
-        return self._wait_for_log(proc, "celery-beat.log", "beat: Starting")
+                            "--schedule", str(self.workdir / f"celerybeat-{name}")], f"celery-{name}.log")
+        return self._started(proc, f"celery-{name}.log", "beat: Starting...")
 
-    def _wait_for_log(self, proc: subprocess.Popen[Any], log_name: str, marker: str) -> subprocess.Popen[Any]:
-        """``proc`` once its log shows ``marker`` (it started)."""
+    def _started(self, proc: subprocess.Popen[Any], log_name: str, ready: str) -> subprocess.Popen[Any]:
+        """``proc`` once its log says ``ready``; its log if it exits or is silent for STARTUP_TIMEOUT."""
         deadline = time.monotonic() + STARTUP_TIMEOUT
         log = self.workdir / log_name
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"{log_name}: the process exited:\n{log.read_text()}")
-            if log.exists() and marker in log.read_text(errors="replace"):
+                raise RuntimeError(f"{log_name} process exited:\n{log.read_text()}")
+            if log.exists() and ready in log.read_text():
                 return proc
             time.sleep(0.1)
-        raise TimeoutError(f"{log_name}: not started:\n{log.read_text()}")
+        raise TimeoutError(f"{log_name} process not ready:\n{log.read_text()}")
 
     def stop(self) -> None:
         for proc in reversed(self.procs):

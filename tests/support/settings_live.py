@@ -7,4 +7,4 @@ from thinkproject.settings import *  # noqa: F403
 from thinkproject.settings import AGENT_CLASSES
 
 AGENT_CLASSES = [*AGENT_CLASSES, "tests.agents.DropAgent", "tests.agents.LatestAgent", "tests.agents.CrashAgent",
-                 "tests.agents.SharedRoomAgent"]
+                 "tests.agents.StallAgent", "tests.agents.SharedRoomAgent"]

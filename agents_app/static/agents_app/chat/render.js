@@ -5,6 +5,7 @@
 
 import { renderAttachments } from "./attachments.js";
 import { el, json, safeUrl } from "./dom.js";
+import { roleLabel } from "./labels.js";
 import { hasContent, isToolPart } from "./message-builder.js";
 
 const STATUS_TEXT = {
@@ -161,7 +162,7 @@ export class ChatView {
     const li = el("li", `msg ${role}${s ? " streaming" : ""}`);
     li.dataset.id = message.id;
     li.dataset.role = role;
-    li.append(el("div", "role", role === "user" ? "You" : role === "assistant" ? "Agent" : "System"));
+    li.append(el("div", "role", roleLabel(message, role)));
     const body = el("div", "parts");
     let sawContent = false;
     message.parts.forEach((part, index) => {

@@ -1,0 +1,253 @@
+"""The schedule language (spec cloudflare-agents.md §4.7): every grammar rule and error message, cron,
+next occurrences across DST changes (Europe/Oslo, America/New_York), missed slots, occurrence keys.
+
+Pure: ``agents_app.schedule_dsl`` imports no Django.
+"""
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from agents_app import schedule_dsl as dsl
+from agents_app.schedule_dsl import CalendarSchedule, IntervalSchedule, ScheduleError
+
+OSLO = ZoneInfo("Europe/Oslo")
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def error_of(raw: str, **kwargs: str | None) -> str:
+    with pytest.raises(ScheduleError) as caught:
+        dsl.parse(raw, **kwargs)
+    return str(caught.value)
+
+
+# --------------------------------------------------------------------------------- grammar
+@pytest.mark.parametrize(("raw", "seconds", "normalized"), [
+    ("every 1 minute", 60, "every 1 minute"),
+    ("every 15 minutes", 900, "every 15 minutes"),
+    ("every 1 hour", 3600, "every 1 hour"),
+    ("every 2 hours", 7200, "every 2 hours"),
+    ("  Every   10\tMINUTES ", 600, "every 10 minutes"),
+])
+def test_interval_schedules(raw: str, seconds: int, normalized: str) -> None:
+    assert dsl.parse(raw) == IntervalSchedule(seconds=seconds, normalized=normalized)
+
+
+@pytest.mark.parametrize(("raw", "cron", "normalized"), [
+    ("every day at 09:00", "0 9 * * *", "every day at 09:00"),
+    ("every day at 00:00", "0 0 * * *", "every day at 00:00"),
+    ("every day at 23:59", "59 23 * * *", "every day at 23:59"),
+    ("every weekday at 08:30", "30 8 * * 1-5", "every weekday at 08:30"),
+    ("every week on mon,thu at 07:00", "0 7 * * 1,4", "every week on mon,thu at 07:00"),
+    ("every week on Monday, THURSDAY at 07:00", "0 7 * * 1,4", "every week on monday,thursday at 07:00"),
+    ("every week on sun at 07:00", "0 7 * * 0", "every week on sun at 07:00"),
+    ("every week on tue,wed,fri,sat at 18:05", "5 18 * * 2,3,5,6", "every week on tue,wed,fri,sat at 18:05"),
+])
+def test_wall_clock_schedules_are_cron_expressions_in_a_zone(raw: str, cron: str, normalized: str) -> None:
+    assert dsl.parse(raw, timezone="UTC") == CalendarSchedule(cron=cron, timezone="UTC", normalized=normalized)
+
+
+def test_every_day_name_long_and_short() -> None:
+    for name, number in dsl.DAY_NUMBERS.items():
+        assert dsl.parse(f"every week on {name} at 06:00", timezone="UTC").cron == f"0 6 * * {number}"
+
+
+def test_inline_time_zone_is_matched_case_insensitively_and_spelt_canonically() -> None:
+    parsed = dsl.parse("every weekday at 08:30 in europe/oslo")
+    assert parsed == CalendarSchedule(cron="30 8 * * 1-5", timezone="Europe/Oslo", normalized="every weekday at 08:30")
+
+
+def test_time_zone_precedence_inline_then_task_then_default() -> None:
+    assert dsl.parse("every day at 09:00 in Asia/Tokyo", default_timezone="UTC").timezone == "Asia/Tokyo"
+    assert dsl.parse("every day at 09:00", timezone="Europe/Oslo", default_timezone="UTC").timezone == "Europe/Oslo"
+    assert dsl.parse("every day at 09:00", default_timezone="America/New_York").timezone == "America/New_York"
+    # The same zone twice, spelt differently, is no conflict.
+    assert dsl.parse("every day at 09:00 in EUROPE/OSLO", timezone="Europe/Oslo").timezone == "Europe/Oslo"
+
+
+def test_cron_expressions_with_or_without_a_zone() -> None:
+    assert dsl.parse("0 9 * * 1-5") == CalendarSchedule(cron="0 9 * * 1-5", timezone="UTC", normalized="0 9 * * 1-5",
+                                                        kind="cron")
+    assert dsl.parse("*/5 * * * *", timezone="Europe/Oslo").timezone == "Europe/Oslo"
+    assert dsl.parse("30 6 * * MON-FRI in America/New_York").timezone == "America/New_York"
+    assert dsl.parse("0 9 * * *", default_timezone="Asia/Tokyo").timezone == "Asia/Tokyo"
+
+
+# --------------------------------------------------------------------------------- errors (exact)
+@pytest.mark.parametrize(("raw", "kwargs", "message"), [
+    ("every 1 minutes", {}, 'Use singular unit for "every 1 minutes"'),
+    ("every 1 hours", {}, 'Use singular unit for "every 1 hours"'),
+    ("every 5 minute", {}, 'Use plural unit for "every 5 minute"'),
+    ("Every 2 Hour", {}, 'Use plural unit for "Every 2 Hour"'),
+    ("every 5 minutes in Europe/Oslo", {}, "Interval schedules cannot specify a timezone"),
+    ("every 5 minutes", {"timezone": "UTC"}, "Interval schedules cannot specify a timezone"),
+    ("every day at 09:00", {}, 'Wall-clock schedule "every day at 09:00" requires a timezone or '
+                               "get_default_timezone()"),
+    ("every weekday at 08:30", {}, 'Wall-clock schedule "every weekday at 08:30" requires a timezone or '
+                                   "get_default_timezone()"),
+    ("every day at 24:00", {"timezone": "UTC"}, 'Invalid schedule time "24:00"; expected HH:mm'),
+    ("every weekday at 29:10", {"timezone": "UTC"}, 'Invalid schedule time "29:10"; expected HH:mm'),
+    ("every week on mon at 25:00", {"timezone": "UTC"}, 'Invalid schedule time "25:00"; expected HH:mm'),
+    ("every day at 9:00", {"timezone": "UTC"}, 'Unsupported schedule DSL "every day at 9:00"'),
+    ("every 0 minutes", {"timezone": "UTC"}, 'Unsupported schedule DSL "every 0 minutes"'),
+    ("every 05 minutes", {"timezone": "UTC"}, 'Unsupported schedule DSL "every 05 minutes"'),
+    ("every month at 09:00", {"timezone": "UTC"}, 'Unsupported schedule DSL "every month at 09:00"'),
+    ("every day at 09:00 in Mars/Olympus", {}, 'Invalid timezone "mars/olympus"'),
+    ("every day at 09:00", {"timezone": "Mars/Olympus"}, 'Invalid timezone "Mars/Olympus"'),
+    ("every day at 09:00", {"default_timezone": "Nowhere"}, 'Invalid timezone "Nowhere"'),
+    ("every day at 09:00 in Europe/Oslo", {"timezone": "UTC"},
+     'Schedule timezone "europe/oslo" does not match task timezone "UTC"'),
+    ("every week on funday at 07:00", {"timezone": "UTC"}, 'Invalid schedule day "funday"'),
+    ("every week on mon, ,tue at 07:00", {"timezone": "UTC"}, 'Invalid schedule day ""'),
+    ("every week on mon,monday at 07:00", {"timezone": "UTC"}, 'Duplicate schedule day "monday"'),
+    ("every week on fri,fri at 07:00", {"timezone": "UTC"}, 'Duplicate schedule day "fri"'),
+    ("61 * * * *", {}, 'Invalid cron expression "61 * * * *": Bad minute'),
+    ("0 9 * * 8", {}, 'Invalid cron expression "0 9 * * 8": Bad day-of-week'),
+    ("0 0 30 2 *", {}, 'Invalid cron expression "0 0 30 2 *": Bad day-of-month'),
+])
+def test_error_messages(raw: str, kwargs: dict[str, str], message: str) -> None:
+    assert error_of(raw, **kwargs) == message
+
+
+def test_a_wall_clock_schedule_is_checked_for_a_zone_before_its_shape() -> None:
+    """As the reference: with no zone anywhere, any non-interval text asks for one first."""
+    assert error_of("daily at nine") == ('Wall-clock schedule "daily at nine" requires a timezone or '
+                                         "get_default_timezone()")
+    assert error_of("daily at nine", timezone="UTC") == 'Unsupported schedule DSL "daily at nine"'
+
+
+def test_task_ids() -> None:
+    assert dsl.validate_task_id("daily-report_2") == "daily-report_2"
+    for bad in ("", "daily report", "a/b", "rapport:é"):
+        with pytest.raises(ScheduleError, match=r'^Invalid scheduled task id ".*"; use letters, numbers, "_" or "-"$'):
+            dsl.validate_task_id(bad)
+
+
+def test_time_zone_names() -> None:
+    names = dsl.timezone_names()
+    assert {"UTC", "Europe/Oslo", "America/New_York"} <= set(names)
+    assert names == sorted(names)
+    assert dsl.validate_timezone("america/new_york") == "America/New_York"
+
+
+# --------------------------------------------------------------------------------- next occurrence
+def test_interval_next_runs_count_from_the_previous_occurrence_and_skip_missed_ones() -> None:
+    every_15 = dsl.parse("every 15 minutes")
+    now = utc(2026, 5, 4, 10, 7, 33)
+    assert dsl.next_occurrence(every_15, now) == now + timedelta(minutes=15)
+    previous = utc(2026, 5, 4, 10, 0)
+    assert dsl.next_occurrence(every_15, utc(2026, 5, 4, 10, 0, 1), previous) == utc(2026, 5, 4, 10, 15)
+    # Down for three hours: the next one is the first slot after now, not the first missed one.
+    assert dsl.next_occurrence(every_15, utc(2026, 5, 4, 13, 5), previous) == utc(2026, 5, 4, 13, 15)
+    # Exactly on a slot: that slot is now, the next one comes after it.
+    assert dsl.next_occurrence(every_15, utc(2026, 5, 4, 13, 15), previous) == utc(2026, 5, 4, 13, 30)
+
+
+def test_wall_clock_next_runs_in_the_zone() -> None:
+    daily = dsl.parse("every day at 09:00 in Europe/Oslo")
+    assert dsl.next_occurrence(daily, utc(2026, 1, 10, 7, 59)) == utc(2026, 1, 10, 8, 0)  # CET: UTC+1
+    assert dsl.next_occurrence(daily, utc(2026, 1, 10, 8, 0)) == utc(2026, 1, 11, 8, 0)
+    assert dsl.next_occurrence(daily, utc(2026, 7, 10, 6, 0)) == utc(2026, 7, 10, 7, 0)  # CEST: UTC+2
+
+
+def test_weekday_and_weekly_skip_the_other_days() -> None:
+    weekday = dsl.parse("every weekday at 08:30", timezone="UTC")
+    friday_evening = utc(2026, 5, 8, 20, 0)
+    assert dsl.next_occurrence(weekday, friday_evening) == utc(2026, 5, 11, 8, 30)  # Monday
+    weekly = dsl.parse("every week on mon,thu at 07:00", timezone="UTC")
+    assert dsl.next_occurrence(weekly, utc(2026, 5, 4, 7, 0)) == utc(2026, 5, 7, 7, 0)  # Monday → Thursday
+    assert dsl.next_occurrence(weekly, utc(2026, 5, 7, 7, 0)) == utc(2026, 5, 11, 7, 0)  # Thursday → Monday
+
+
+def occurrences(schedule: dsl.Schedule, start: datetime, count: int) -> list[datetime]:
+    out, now = [], start
+    for _ in range(count):
+        now = dsl.next_occurrence(schedule, now)
+        out.append(now)
+    return out
+
+
+def test_spring_forward_in_oslo() -> None:
+    """2026-03-29 02:00 CET → 03:00 CEST: 02:30 does not exist that night and runs at 03:00; the
+    daily 09:00 moves from 08:00 to 07:00 UTC."""
+    skipped = dsl.parse("every day at 02:30 in Europe/Oslo")
+    assert [t.astimezone(OSLO).isoformat() for t in occurrences(skipped, utc(2026, 3, 27, 12), 4)] == [
+        "2026-03-28T02:30:00+01:00", "2026-03-29T03:00:00+02:00", "2026-03-30T02:30:00+02:00",
+        "2026-03-31T02:30:00+02:00",
+    ]
+    nine = dsl.parse("every day at 09:00 in Europe/Oslo")
+    assert occurrences(nine, utc(2026, 3, 28, 9), 2) == [utc(2026, 3, 29, 7), utc(2026, 3, 30, 7)]
+    assert [t.astimezone(OSLO).hour for t in occurrences(nine, utc(2026, 3, 27, 9), 3)] == [9, 9, 9]
+
+
+def test_fall_back_in_oslo() -> None:
+    """2026-10-25 03:00 CEST → 02:00 CET: 02:30 happens twice that night and runs once, at the first."""
+    twice = dsl.parse("every day at 02:30 in Europe/Oslo")
+    assert occurrences(twice, utc(2026, 10, 24, 12), 3) == [
+        utc(2026, 10, 25, 0, 30), utc(2026, 10, 26, 1, 30), utc(2026, 10, 27, 1, 30),
+    ]
+    # Asked during the second 02:30 (after the first ran), the next is the following night.
+    assert dsl.next_occurrence(twice, utc(2026, 10, 25, 1, 30)) == utc(2026, 10, 26, 1, 30)
+    nine = dsl.parse("every day at 09:00 in Europe/Oslo")
+    assert occurrences(nine, utc(2026, 10, 24, 9), 2) == [utc(2026, 10, 25, 8), utc(2026, 10, 26, 8)]
+
+
+def test_spring_forward_in_new_york() -> None:
+    """2026-03-08 02:00 EST → 03:00 EDT: 02:30 runs at 03:00 EDT; weekday 08:30 keeps its wall time."""
+    skipped = dsl.parse("every day at 02:30 in America/New_York")
+    assert [t.astimezone(NEW_YORK).isoformat() for t in occurrences(skipped, utc(2026, 3, 7, 12), 3)] == [
+        "2026-03-08T03:00:00-04:00", "2026-03-09T02:30:00-04:00", "2026-03-10T02:30:00-04:00",
+    ]
+    weekday = dsl.parse("every weekday at 08:30 in America/New_York")
+    assert occurrences(weekday, utc(2026, 3, 6, 14), 2) == [utc(2026, 3, 9, 12, 30), utc(2026, 3, 10, 12, 30)]
+    assert dsl.next_occurrence(weekday, utc(2026, 3, 5, 14)) == utc(2026, 3, 6, 13, 30)  # before: EST
+
+
+def test_fall_back_in_new_york() -> None:
+    """2026-11-01 02:00 EDT → 01:00 EST: 01:30 happens twice and runs once, at the first (EDT)."""
+    twice = dsl.parse("every day at 01:30 in America/New_York")
+    assert occurrences(twice, utc(2026, 10, 31, 12), 3) == [
+        utc(2026, 11, 1, 5, 30), utc(2026, 11, 2, 6, 30), utc(2026, 11, 3, 6, 30),
+    ]
+    assert dsl.next_occurrence(twice, utc(2026, 11, 1, 6, 0)) == utc(2026, 11, 2, 6, 30)  # during the second 01:30
+
+
+def test_interval_schedules_ignore_dst() -> None:
+    hourly = dsl.parse("every 1 hour")
+    start = utc(2026, 3, 29, 0, 0)
+    assert dsl.next_occurrence(hourly, utc(2026, 3, 29, 1, 0), start) == utc(2026, 3, 29, 2, 0)
+
+
+def test_specs_round_trip() -> None:
+    for schedule in (dsl.parse("every 5 minutes"), dsl.parse("every day at 09:00 in Europe/Oslo"),
+                     dsl.parse("0 9 * * 1-5"), IntervalSchedule(seconds=5, normalized="every 5 seconds")):
+        assert dsl.from_spec(dsl.to_spec(schedule)) == schedule
+
+
+# --------------------------------------------------------------------------------- occurrences
+def test_occurrence_and_idempotency_keys() -> None:
+    at = utc(2026, 5, 4, 7, 0)
+    assert dsl.occurrence_key("daily_report", at) == "daily_report:1777878000000"
+    context = dsl.ScheduledTaskContext.of("daily_report", "demo-agent/shop-1", at, "every day at 09:00", "wall-clock",
+                                          timezone="Europe/Oslo", metadata={"team": "ops"})
+    assert (context.scheduled_for, context.occurrence_key, context.idempotency_key) == (
+        1777878000000, "daily_report:1777878000000", "think-schedule:demo-agent/shop-1:daily_report:1777878000000")
+    assert context.message_metadata() == {
+        "team": "ops", "source": "schedule", "schedule": "daily_report", "occurrence": "daily_report:1777878000000",
+        "scheduledFor": 1777878000000, "idempotencyKey": context.idempotency_key,
+    }
+
+
+def test_scheduled_occurrence_of_a_transcript() -> None:
+    context = dsl.ScheduledTaskContext.of("t", "a/b", utc(2026, 1, 1), "every 1 hour", "interval")
+    scheduled = {"role": "user", "parts": [], "metadata": context.message_metadata()}
+    typed = {"role": "user", "parts": []}
+    reply = {"role": "assistant", "parts": []}
+    assert dsl.scheduled_occurrence([typed, scheduled, reply])["idempotencyKey"] == context.idempotency_key
+    assert dsl.scheduled_occurrence([scheduled, reply, typed]) is None
+    assert dsl.scheduled_occurrence([]) is None
