@@ -14,13 +14,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from channels.db import database_sync_to_async
-from pydantic import TypeAdapter
 from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelRequest, ModelResponse, repair_messages
+from pydantic_ai.messages import ModelRequest, ModelResponse
 from pydantic_ai.models import Model
-from pydantic_ai.ui.vercel_ai import VercelAIAdapter, VercelAIEventStream
-from pydantic_ai.ui.vercel_ai.request_types import UIMessage as PydanticUIMessage
+from pydantic_ai.ui.vercel_ai import VercelAIEventStream
 from pydantic_ai.usage import UsageLimits
 
 from . import conf, llm
@@ -32,6 +30,7 @@ from .actions.pipeline import action_tool, needs_approval
 from .chat_recovery import ChatRecovery, ChatRecoveryContext
 from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
+from .llm import ui_messages
 from .messages import UIMessage
 from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
 from .tools import ApprovalGate, ToolPolicy, client_tools_from_schemas, compile_tools
@@ -44,9 +43,6 @@ if TYPE_CHECKING:
 # What on_chat_message may return: UI message chunks (dicts), plain-text pieces (str), a whole
 # plain-text reply, or None for "no response".
 ChatResponse = AsyncIterable[dict[str, Any] | str] | Iterable[dict[str, Any] | str] | str | None
-
-_UI_MESSAGES = TypeAdapter(list[PydanticUIMessage])
-
 
 @dataclass(kw_only=True)
 class ChatResponseResult:
@@ -87,25 +83,6 @@ def _handle(agent_class: type["ChatAgent"], instance: "AgentInstance", user: Any
     if _handle_factory is None:
         raise RuntimeError("agents_app is not ready: add it to INSTALLED_APPS and call django.setup() first")
     return _handle_factory(agent_class, instance, user)
-
-
-def _for_pydantic_ai(messages: list[UIMessage]) -> list[UIMessage]:
-    """The transcript as pydantic-ai's UIMessage model accepts it.
-
-    The stored ``tool-<name>`` parts carry fields the AI SDK type pydantic-ai validates against
-    does not allow there: ``toolName`` (as Cloudflare persists it), and the action approval
-    descriptors (``approvalDescriptor``, ``approval.descriptor``), which are for people, not the model.
-    """
-    return [{**m, "parts": [_tool_part_for_pydantic_ai(p) for p in m.get("parts", [])]} for m in messages]
-
-
-def _tool_part_for_pydantic_ai(part: dict[str, Any]) -> dict[str, Any]:
-    if not str(part.get("type", "")).startswith("tool-"):
-        return part
-    cleaned = {k: v for k, v in part.items() if k not in ("toolName", "approvalDescriptor")}
-    if isinstance(part.get("approval"), dict) and "descriptor" in part["approval"]:
-        cleaned["approval"] = {k: v for k, v in part["approval"].items() if k != "descriptor"}
-    return cleaned
 
 
 def _approved_calls(messages: list[UIMessage]) -> DeferredToolResults | None:
@@ -425,8 +402,7 @@ class ChatAgent:
         turn = self.turn
         agent = self.build_pydantic_agent()
         await self._authorize_turn(agent)
-        history = VercelAIAdapter.load_messages(_UI_MESSAGES.validate_python(_for_pydantic_ai(turn.messages)))
-        history = repair_messages(history, repair_last_response=not turn.continuation)
+        history = await ui_messages.model_history(turn.messages, repair_last_response=not turn.continuation)
         deferred = _approved_calls(turn.messages) if turn.continuation else None
         if history and isinstance(history[-1], ModelResponse) and deferred is None:
             # Nothing to resume and no new user message (``continue_last_turn``): an empty

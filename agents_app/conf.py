@@ -22,6 +22,18 @@ DEFAULTS: dict[str, Any] = {
     "AGENT_DEMO_DELAY_MS": 15,
     # Largest client frame accepted, in bytes (default 4 MiB). Bigger frames get an error frame.
     "AGENT_MAX_FRAME_BYTES": 4 * 1024 * 1024,
+    # Frames one connection may send: a burst, refilled at per_second. Beyond it a frame is dropped
+    # with a "rate_limited" error frame (the real client sends a few frames per turn).
+    "AGENT_FRAME_RATE": {"per_second": 20.0, "burst": 100},
+    # Most messages one chat request (or setMessages) may carry; more get an error frame. The
+    # client re-sends the whole history, so this is also the longest conversation it can continue
+    # (bound yours with max_persisted_messages). Each model request walks the whole history on the
+    # event loop inside pydantic-ai (about 15 ms per 1,000 messages): at 2,000 the other
+    # connections of the process never wait much more than that.
+    "AGENT_MAX_MESSAGES_PER_REQUEST": 2_000,
+    # Most turns one user may have queued or running at once, over all instances and processes;
+    # a chat request beyond it gets an error frame and stores nothing. None: no limit.
+    "AGENT_MAX_ACTIVE_TURNS_PER_USER": 20,
     # Largest number of model requests in one turn (tool loops), as pydantic-ai's request limit.
     "AGENT_MAX_STEPS": 10,
     # Store each reply's chunks so a reconnecting client resumes mid-stream. Off only to measure

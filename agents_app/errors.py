@@ -55,8 +55,9 @@ class UnknownAgent(AgentAccessError):
 
 
 class UnknownInstance(AgentAccessError):
-    """The address names no existing conversation: one of another namespace that is never made on
-    a visit (staff reading another user's), or a user the ``owner`` parameter names that does not exist."""
+    """The address names no existing conversation: reading one never makes it (``get-messages``),
+    nor does a visit to another namespace (staff reading another user's); or a user the ``owner``
+    parameter names does not exist."""
 
     close_code = CloseCode.NOT_FOUND
     http_status = 404

@@ -54,6 +54,17 @@ def load_state(instance: AgentInstance) -> ResumeState:
     )
 
 
+# The outcome a replayed terminal frame reports for a finished turn (none for a completed one).
+_OUTCOMES = {Turn.Status.ABORTED: Outcome.ABORTED, Turn.Status.ERROR: Outcome.ERROR,
+             Turn.Status.SKIPPED: Outcome.SKIPPED}
+
+
+def _finished(instance: AgentInstance, request_id: str) -> tuple[StreamRecord | None, dict[str, Any] | None]:
+    """The request's stream buffer, if kept, and its turn's status, error and message ids."""
+    turn = Turn.objects.of(instance).filter(request_id=request_id).values("status", "error", "message_ids").first()
+    return buffer.by_request(instance, request_id), turn
+
+
 class ResumeDriver:
     """Runs the handshake for one connection: the consumer forwards events, this sends frames."""
 
@@ -83,6 +94,8 @@ class ResumeDriver:
 
     async def ack(self, request_id: str) -> None:
         """ACK → replay (spec §2.7 ACK cases 1-5)."""
+        # Still waiting for this ACK: the connection has seen nothing of the request's stream live.
+        awaited = self.session.awaiting_ack == request_id
         if not self.session.acked(request_id):
             return  # a duplicate ACK: the replay in flight answers it
         state = await self._state()
@@ -94,7 +107,7 @@ class ResumeDriver:
             case AckAction.REPLAY_TERMINAL:
                 await self._replay_terminal(request_id)
             case AckAction.REPLAY_FINISHED:
-                await self._replay_finished(request_id)
+                await self._replay_finished(request_id, awaited=awaited)
             case AckAction.IGNORE:
                 pass
 
@@ -183,10 +196,9 @@ class ResumeDriver:
             await self.deliver(item)
 
     # --- replays of streams that are not live -------------------------------------------------------
-    async def _stored(self, request_id: str, *, completed_only: bool = False) -> tuple[StreamRecord | None,
-                                                                                     list[tuple[int, str]]]:
+    async def _stored(self, request_id: str) -> tuple[StreamRecord | None, list[tuple[int, str]]]:
         stream = await database_sync_to_async(buffer.by_request)(self.instance, request_id)
-        if stream is None or (completed_only and stream.status != StreamRecord.Status.COMPLETED):
+        if stream is None:
             return stream, []
         return stream, await database_sync_to_async(buffer.read)(stream)
 
@@ -195,9 +207,8 @@ class ResumeDriver:
         """Replay ``chunks`` and end the request with ``terminal``; its late live frames are stale.
 
         ``with_transcript``: the stored transcript goes out before ``terminal``, as it does live
-        (cf-golden-frames G1). The live copy may still be on its way to this connection, which
-        was waiting for its ACK when the turn ended; without this the client would see it after
-        the terminal frame.
+        (cf-golden-frames G1), for a connection whose ACK overtook the live end of the stream
+        (whose copy of the transcript would come after ``terminal``, and is dropped as stale).
         """
         replay = Replay(request_id)
         for frame in handshake.replay_frames(replay, chunks, continuation=bool(stream and stream.continuation)):
@@ -223,12 +234,23 @@ class ResumeDriver:
         await self._send_closed(request_id, stream, chunks, frames.thrown_error(
             request_id=request_id, error_text=self.instance.terminal_error or "Error"))
 
-    async def _replay_finished(self, request_id: str) -> None:
-        """Cases 4-5: a finished buffer is replayed and closed; without one, just the close."""
-        stream, chunks = await self._stored(request_id, completed_only=True)
-        continuation = bool(stream and stream.continuation)
-        await self._send_closed(request_id, stream, chunks, frames.done(
-            request_id=request_id, replay=True, continuation=continuation), with_transcript=bool(chunks))
+    async def _replay_finished(self, request_id: str, *, awaited: bool) -> None:
+        """Cases 4-5, a request that is no longer streaming: the empty replayed terminal frame.
+
+        As recorded (cf-golden-frames §7 item 3, R1): a reply that ended normally is not replayed,
+        the connection saw its end live. A stream recovery closed (its writer died) has its
+        stored chunks replayed first (R2, R5): nobody saw its end.
+        """
+        stream, turn = await database_sync_to_async(_finished)(self.instance, request_id)
+        orphaned = stream is not None and (turn is None or turn["error"] == recovery.INTERRUPTED)
+        chunks = await database_sync_to_async(buffer.read)(stream) if orphaned else []
+        status = turn["status"] if turn is not None else None
+        terminal = frames.done(
+            request_id=request_id, replay=True, continuation=bool(stream and stream.continuation),
+            message_ids=turn["message_ids"] if turn is not None else None,
+            outcome=Outcome.ABORTED if orphaned else _OUTCOMES.get(status),
+        )
+        await self._send_closed(request_id, stream, chunks, terminal, with_transcript=awaited and not orphaned)
 
     async def on_message(self, message: dict[str, Any]) -> None:
         """A message for this connection's handshake (the writer's answer, or our own timer)."""

@@ -24,6 +24,9 @@ from .sanitize import prepare_for_storage
 # Rows deleted per statement when the transcript is trimmed to ``max_messages`` (the reference's
 # batched IN deletes stay within SQLite's 100 bound parameters).
 PRUNE_BATCH_SIZE: Final = 100
+# Rows per INSERT when a request brings many new messages: short statements, because the database
+# driver holds the GIL while it binds them (500 rows stalled the event loop ~100 ms).
+BULK_BATCH_SIZE: Final = 100
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ def persist(
         by_tool_call = {cid: mid for mid, row in rows.items() for cid in _tool_call_ids(row.data)}
         position = max((row.position for row in rows.values()), default=-1) + 1
         seen: list[str] = []
+        # New messages are inserted together at the end: a client's first request may carry
+        # thousands of them (one INSERT each took seconds, holding the database and the thread).
+        created: dict[str, ChatMessage] = {}
         for message in incoming:
             message_id = message["id"]
             if message_id not in rows and message.get("role") == "assistant":
@@ -92,11 +98,13 @@ def persist(
             seen.append(message_id)
             row = rows.get(message_id)
             if row is None:
-                rows[message_id] = ChatMessage.objects.create(
+                rows[message_id] = created[message_id] = ChatMessage(
                     instance=instance, message_id=message_id, role=message["role"],
                     position=position, data=policy.prepare(message),
                 )
                 position += 1
+            elif message_id in created:  # the same new id twice: the later copy wins
+                row.data, row.role = policy.prepare(message), message["role"]
             else:
                 merged = _keep_server_tool_results(row.data, message)
                 # Stored as prepared: an unchanged copy of a stored message is not prepared again.
@@ -104,6 +112,7 @@ def persist(
                     row.data = merged
                     row.role = merged["role"]
                     row.save(update_fields=["data", "role", "updated_at"])
+        ChatMessage.objects.bulk_create(created.values(), batch_size=BULK_BATCH_SIZE)
         if delete_stale and incoming and all(mid in known for mid in seen):
             stale = set(rows) - set(seen)
             if stale:

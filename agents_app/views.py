@@ -27,9 +27,10 @@ def owner_of(request: HttpRequest) -> str | None:
 
 @require_GET
 def get_messages(request: HttpRequest, slug: str, name: str, sub: str = "") -> HttpResponse:
-    """``GET /agents/<slug>/<name>[/sub/<slug>/<name>...]/get-messages``: the persisted transcript, in order."""
+    """``GET /agents/<slug>/<name>[/sub/<slug>/<name>...]/get-messages``: the persisted transcript, in order
+    (404: no such conversation; reading makes nothing)."""
     try:
-        instance = registry.open_instance(slug, name, request.user, owner_of(request), registry.parse_sub_path(sub))
+        instance = registry.find_instance(slug, name, request.user, owner_of(request), registry.parse_sub_path(sub))
     except AgentAccessError as exc:
         return JsonResponse({"error": str(exc)}, status=exc.http_status)
     return JsonResponse(transcript.load(instance), safe=False)

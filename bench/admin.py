@@ -68,6 +68,7 @@ def configure(workdir: Path, database_url: str) -> None:
         "CHANNEL_LAYER": "memory",
         "ALLOWED_HOSTS": "testserver",
         "AGENT_LOG_LEVEL": "WARNING",
+        "SECRET_KEY": os.environ.get("SECRET_KEY") or "bench-only-not-a-secret",
     })
     import django
     from django.core.management import call_command

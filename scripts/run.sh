@@ -135,6 +135,17 @@ if ! port_error=$("$PY" "$RUNLIB" port-free "$HOST" "$PORT" 2>&1); then
     die "Daphne cannot listen: $port_error. Stop what uses it (another 'make run'?) or pick another port: PORT=8001 make run"
 fi
 
+# The production settings refuse to start without SECRET_KEY: one is made once and kept in
+# $VAR_DIR/secret_key (mode 600), so logins survive restarts.
+if [[ -z ${SECRET_KEY:-} ]]; then
+    key_file=$VAR_DIR/secret_key
+    if [[ ! -s $key_file ]]; then
+        (umask 077 && "$PY" -c 'import secrets; print(secrets.token_urlsafe(50))' >"$key_file")
+    fi
+    SECRET_KEY=$(<"$key_file")
+    export SECRET_KEY
+fi
+
 # --- 3. Database -----------------------------------------------------------------------------------
 say "migrating the database"
 "$PY" manage.py migrate --noinput

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dj_database_url
 from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -17,10 +18,20 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-# A development key is generated per checkout; production must set SECRET_KEY.
-SECRET_KEY = os.environ.get("SECRET_KEY", "dev-insecure-" + str(BASE_DIR))
-
 DEBUG = os.environ.get("DEBUG", "0") == "1"
+
+# The key that signs sessions, CSRF tokens and password-reset links. Outside DEBUG it must come
+# from the environment (`make run` keeps one in $VAR_DIR/secret_key): a default would be
+# guessable, and a server started without one would sign with it and look fine.
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set it in the environment to a long random string, e.g. the output of "
+            "`python3 -c 'import secrets; print(secrets.token_urlsafe(50))'`, and keep it secret and stable "
+            "(DEBUG=1 uses a development key instead)."
+        )
+    SECRET_KEY = "dev-insecure-" + str(BASE_DIR)
 
 # Comma-separated host names. The WebSocket Origin check uses the same list.
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
@@ -141,12 +152,20 @@ if os.environ.get("CHANNEL_LAYER", "redis") == "memory":
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels_redis with a blocking connection pool: a burst of publishes waits for a free
+            # connection instead of failing with "Too many connections" (thinkproject/channel_layer.py).
+            "BACKEND": "thinkproject.channel_layer.PooledRedisChannelLayer",
             # A long reply is thousands of frames; the default capacity (100) would drop them.
             # redis-py 8 reads with a 5 s socket timeout, the same as channels_redis's 5 s blocking
             # pop: an idle consumer's read would then time out and kill it (close 1011). A longer
-            # socket timeout lets the pop return first.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 5000, "expiry": 60},
+            # socket timeout lets the pop return first. REDIS_MAX_CONNECTIONS connections per
+            # process at most (opened as needed); a publish waits up to 60 s for one: with a
+            # thousand sockets on one process, its event loop is what makes them wait.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15,
+                           "max_connections": int(os.environ.get("REDIS_MAX_CONNECTIONS", "500")), "timeout": 60}],
+                "capacity": 5000, "expiry": 60,
+            },
         }
     }
 

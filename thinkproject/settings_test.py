@@ -4,6 +4,11 @@ Tests that need several processes (``tests/crossprocess``) start real servers wi
 settings and a real Redis instead.
 """
 
+import os
+
+# Before the settings read it: they refuse to start outside DEBUG without one.
+os.environ.setdefault("SECRET_KEY", "tests-only-not-a-secret")
+
 from .settings import *  # noqa: F403
 
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -40,12 +40,20 @@ class ActionContext:
     ``messages`` are the pydantic-ai model messages the call can see (empty for an approved
     durable-pause run). ``signal`` fires when the turn is cancelled or the action times out:
     long-running code should check it. ``agent.user`` is who asked for the turn.
+
+    ``idempotency_key`` is the call's ledger key (``action:<name>:<your key>``, or
+    ``tool:<toolCallId>`` without one), set when ``execute`` runs. The ledger runs ``execute``
+    once per key, except after a crash between the side effect and the ledger's record of it:
+    then a retry with an explicit key runs it again once the lease has passed. Store the key
+    with the side effect under a unique constraint (or pass it to the payment API as its
+    idempotency key) and that second run finds the first one's work instead of repeating it.
     """
 
     agent: "ChatAgent"
     action: str
     request_id: str
     tool_call_id: str
+    idempotency_key: str | None = None
     messages: Sequence[Any] = ()
     signal: AbortSignal = field(default_factory=AbortSignal)
     settings: LazySettings = settings

@@ -13,6 +13,7 @@ approval-gated action runs (it authorizes first, so a denied call never prompts 
 """
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -173,6 +174,7 @@ async def _run_ledgered(action: Action[Any], input: Any, ctx: ActionContext) -> 
     assert action.name is not None
     explicit = await resolve_idempotency_key(action, input, ctx.for_policy())
     key = ledger.ledger_key(action.name, explicit, ctx.tool_call_id or None)
+    ctx = dataclasses.replace(ctx, idempotency_key=key)
 
     async def execute() -> Any:
         try:

@@ -61,13 +61,17 @@ class RefundInput(BaseModel):
 
 
 def refund(input: RefundInput, ctx: ActionContext) -> dict[str, object]:
-    """Make the refund (a ``demo.Refund`` row) and attach the confirmation email draft."""
+    """Make the refund (a ``demo.Refund`` row) and attach the confirmation email draft.
+
+    Idempotent on its own too: the row is keyed by ``ctx.idempotency_key`` (unique), so a run
+    the ledger repeats after a crash finds the refund the first run made.
+    """
     from .models import Refund
 
-    made = Refund.objects.create(
-        order_id=input.order_id, amount=Decimal(str(input.amount)), reason=input.reason,
-        request_id=ctx.request_id, tool_call_id=ctx.tool_call_id,
-    )
+    made, _ = Refund.objects.get_or_create(idempotency_key=ctx.idempotency_key, defaults={
+        "order_id": input.order_id, "amount": Decimal(str(input.amount)), "reason": input.reason,
+        "request_id": ctx.request_id, "tool_call_id": ctx.tool_call_id,
+    })
     ctx.attach_reply({
         "type": "email_draft", "to": ["customer@example.com"], "subject": f"Your refund for order {input.order_id}",
         "body": f"We refunded {input.amount:.2f} EUR for order {input.order_id}.",

@@ -3,9 +3,16 @@
 Unlike Cloudflare's ``parseProtocolMessage`` (which trusts casts) every field is validated here,
 because a Python server must not crash on a frame a browser or script made up. Unknown extra keys
 are ignored: the real client adds fields between releases.
+
+Every decoded value (the frame, and a chat request's ``init.body``) is bounded and cleaned before
+anything reads it: nesting deeper than ``MAX_DEPTH`` is refused (deep values break copies, the
+channel layer's msgpack and pydantic far from here), and the characters no UTF-8 socket, JSON
+column or PostgreSQL text can hold (lone UTF-16 surrogates, which JSON's ``\\ud800`` escapes can
+make, and NUL) become U+FFFD wherever they are, keys included, so an echo or a write never fails.
 """
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,12 +125,23 @@ InboundEvent = (
 )
 
 
-def parse(raw: str | bytes, *, max_bytes: int) -> InboundEvent:
-    """Validate one client text frame.
+# Deepest nesting of arrays and objects accepted in a frame or in ``init.body``. Real frames nest
+# under 20 levels; tool inputs and outputs get the rest.
+MAX_DEPTH = 64
+# What a lone surrogate or NUL becomes (the Unicode replacement character).
+REPLACEMENT = "\ufffd"
+_UNSAFE = re.compile("[\x00\ud800-\udfff]")
+# Escapes in JSON text that decode to an unsafe character: only text that has one needs cleaning.
+_UNSAFE_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
+
+
+def parse(raw: str | bytes, *, max_bytes: int, max_messages: int | None = None) -> InboundEvent:
+    """Validate one client text frame; a chat request or ``setMessages`` may carry at most ``max_messages``.
 
     Raises:
-        ProtocolError: the frame is too large, not JSON, not an object, of an unknown type, or
-            misses a field the type needs. The message says which, for the error frame.
+        ProtocolError: the frame is too large, nested too deeply, not JSON, not an object, of an
+            unknown type, carries too many messages, or misses a field the type needs. The
+            message says which, for the error frame.
     """
     size = _oversize(raw, max_bytes)
     if size is not None:
@@ -140,7 +158,12 @@ def parse(raw: str | bytes, *, max_bytes: int) -> InboundEvent:
     parser = _PARSERS.get(kind)
     if parser is None:
         raise ProtocolError(f"Unknown frame type {kind!r}", code="unknown_type")
-    return parser(data)
+    event = parser(data)
+    carries = isinstance(event, ChatRequest | ReplaceMessages)
+    if carries and max_messages is not None and len(event.messages) > max_messages:  # type: ignore[union-attr]
+        raise ProtocolError(f"{len(event.messages)} messages in one request; the limit is {max_messages}",
+                            code="too_many_messages", request_id=getattr(event, "request_id", None))
+    return event
 
 
 def _oversize(raw: str | bytes, max_bytes: int) -> int | None:
@@ -156,10 +179,51 @@ def _oversize(raw: str | bytes, max_bytes: int) -> int | None:
 
 
 def _json(raw: str | bytes, what: str, *, request_id: str | None = None) -> Any:
+    """``raw`` decoded, no deeper than ``MAX_DEPTH``, its strings safe to send and store (module docstring)."""
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nesting too deep
+        value = json.loads(raw)
+    except RecursionError as exc:
+        raise ProtocolError(f"{what} is nested too deeply (the limit is {MAX_DEPTH} levels)",
+                            code="too_deep", request_id=request_id) from exc
+    except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"{what} is not valid JSON: {exc}", code="invalid_json", request_id=request_id) from exc
+    text = raw if isinstance(raw, str) else raw.decode(errors="replace")
+    if not _bounded(value, clean=_UNSAFE_ESCAPE.search(text) is not None):
+        raise ProtocolError(f"{what} is nested too deeply (the limit is {MAX_DEPTH} levels)",
+                            code="too_deep", request_id=request_id)
+    return value
+
+
+def _safe(text: str) -> str:
+    return _UNSAFE.sub(REPLACEMENT, text)
+
+
+def _bounded(value: Any, *, clean: bool) -> bool:
+    """Whether ``value`` nests at most ``MAX_DEPTH`` levels; with ``clean``, its unsafe strings are replaced in place.
+
+    Iterative (a recursive walk would hit the recursion limit it guards against).
+    """
+    if not isinstance(value, dict | list):
+        return True
+    stack: list[tuple[dict[str, Any] | list[Any], int]] = [(value, 1)]
+    while stack:
+        container, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(container, dict):
+            if clean and any(_UNSAFE.search(key) for key in container):
+                items = [(_safe(key), item) for key, item in container.items()]
+                container.clear()
+                container.update(items)
+            entries: Any = container.items()
+        else:
+            entries = enumerate(container)
+        for key, item in entries:
+            if isinstance(item, dict | list):
+                stack.append((item, depth + 1))
+            elif clean and isinstance(item, str) and _UNSAFE.search(item):
+                container[key] = _safe(item)  # type: ignore[index]
+    return True
 
 
 def _str(data: dict[str, Any], key: str, *, kind: str, request_id: str | None = None) -> str:

@@ -17,6 +17,11 @@ The exchange, in one place:
   is awaited or when already replayed, and a gap in a stream's chunk indexes (the channel
   layer dropped a batch) starts a *resync*: the missing chunks are sent again from the buffer,
   as live frames, before the items held meanwhile.
+* the end of the stream a connection was told about but has not ACKed (its final transcript or
+  terminal frame) releases the connection, as the reference clears its pending-resume set when
+  a stream finishes: it gets that end live, and a later ACK only the empty replayed terminal
+  frame (cf-golden-frames §7 item 3, R1). An ACK that overtakes the end gets the stored
+  transcript before that frame instead, and the end's late live frames are dropped.
 """
 
 import uuid
@@ -171,7 +176,8 @@ class ResumeSession:
     """One connection's side of the handshake: what it was told, and what it has received.
 
     Invariants: while ``awaiting_ack`` is set the connection gets no live item (as the reference
-    server adds pending-resume connections to every broadcast's exclusions); while ``replay`` is
+    server adds pending-resume connections to every broadcast's exclusions) but the end of the
+    awaited stream, which releases it (as the reference empties that set); while ``replay`` is
     set every live item is held, and released after the replayed chunks minus those the replay
     already sent (by ``seq``); ``next_seq[request_id]`` is the chunk index the connection must
     get next from a live stream, and an item past it means the layer lost some.
@@ -187,6 +193,9 @@ class ResumeSession:
         self.replayed: tuple[str, int] | None = None
         # Requests a replay closed with a terminal frame; their late live frames are dropped.
         self.closed: set[str] = set()
+        # Requests whose end released this connection from waiting for its ACK: the end goes out
+        # as it comes (the connection has no position in their chunks, so no resync).
+        self.released: set[str] = set()
         self.next_seq: dict[str, int] = {}
 
     def note_sent(self, frame: frames.Frame | None, pending_turn_pk: int = 0) -> None:
@@ -215,8 +224,11 @@ class ResumeSession:
             self.replay.held.append(item)
             return _NOTHING
         if self.awaiting_ack:
-            return _NOTHING
-        if item.request_id is None:
+            if item.request_id != self.awaiting_ack or item.seq is not None:
+                return _NOTHING
+            self.awaiting_ack = None  # the awaited stream ends: released (module docstring)
+            self.released.add(item.request_id)
+        if item.request_id is None or item.request_id in self.released:
             return _SEND
         if item.seq is not None:
             return self._route_chunk(item, item.request_id, item.seq)
@@ -269,6 +281,7 @@ class ResumeSession:
     def close_request(self, request_id: str) -> None:
         """A replay ended this request with its own terminal frame: live frames of it are stale."""
         self.closed.add(request_id)
+        self.released.discard(request_id)
         self.next_seq.pop(request_id, None)
 
     def finish_replay(self, last_sent: int, covered: int | None = None) -> list[Item]:

@@ -29,8 +29,9 @@ class Item:
 
     The frame is encoded once by the publisher, not once per connection. ``only`` and
     ``exclude`` address it (channel names); ``request_id`` marks the live frames of one reply
-    (a connection waiting for its resume ACK skips them), ``seq`` a live chunk's index and
-    ``last_seq`` the last chunk index of the stream a terminal frame ends (-1: it had none).
+    (a connection waiting for its resume ACK skips its chunks; its final transcript and terminal
+    frame end that wait), ``seq`` a live chunk's index and ``last_seq`` the last chunk index of
+    the stream a terminal frame ends (-1: it had none).
     """
 
     text: str | None = None

@@ -140,8 +140,13 @@ async def wait_until_stable(instance: AgentInstance, timeout: float) -> bool:  #
 async def replace_messages(instance: AgentInstance, messages: list[UIMessage], origin_channel: str) -> None:
     """Client-pushed ``cf_agent_chat_messages`` (``setMessages``): persist, tell the others."""
     policy = transcript.Policy.of(registry.agent_for(instance))
-    merged = await database_sync_to_async(transcript.persist)(instance, messages, policy=policy)
+    merged = await database_sync_to_async(_replace)(instance, messages, policy)
     await fanout.publish(instance.pk, frames.chat_messages(merged), exclude=[origin_channel])
+
+
+def _replace(instance: AgentInstance, messages: list[UIMessage], policy: transcript.Policy) -> list[UIMessage]:
+    admission.check_readable(messages)
+    return transcript.persist(instance, messages, policy=policy)
 
 
 def queued_instances() -> list[int]:

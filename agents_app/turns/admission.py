@@ -23,8 +23,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from .. import concurrency, registry, transcript
+from .. import concurrency, conf, registry, transcript
 from ..abort import AbortSignal
+from ..llm import ui_messages
 from ..messages import UIMessage, new_message_id, request_message_ids
 from ..models import AgentInstance, Turn
 from ..protocol.parse import ChatRequest, ProtocolError
@@ -47,6 +48,8 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
     Raises:
         ProtocolError: the request id already names a turn of this conversation (nothing stored).
     """
+    check_readable(request.messages, request.request_id)
+    _check_user_turns(user, request.request_id)
     try:
         with transaction.atomic():
             # The decision's lock: this write makes concurrent accepts of the instance take turns.
@@ -79,6 +82,24 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
         raise ProtocolError(f"Request id {request.request_id!r} was already used in this conversation",
                             code="duplicate_request_id", request_id=request.request_id) from None
     return Admission(stored)
+
+
+def check_readable(messages: list[UIMessage], request_id: str | None = None) -> None:
+    """Refuse messages the model could not read (``llm.ui_messages``): stored, they would fail every later turn."""
+    try:
+        ui_messages.check(messages)
+    except ui_messages.UnreadableMessage as exc:
+        raise ProtocolError(str(exc), code="invalid_message", request_id=request_id) from None
+
+
+def _check_user_turns(user: Any, request_id: str) -> None:
+    """Refuse a request of a user who has ``AGENT_MAX_ACTIVE_TURNS_PER_USER`` turns queued or running."""
+    limit = conf.get("AGENT_MAX_ACTIVE_TURNS_PER_USER")
+    if limit is None or not getattr(user, "is_authenticated", False):
+        return
+    if Turn.objects.filter(user=user).active().count() >= limit:
+        raise ProtocolError(f"You have {limit} replies queued or running; wait for one to finish",
+                            code="too_many_turns", request_id=request_id)
 
 
 def _merge_start(instance: AgentInstance, active: Any) -> int:

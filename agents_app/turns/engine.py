@@ -495,7 +495,9 @@ class TurnRun:
         await sync_to_async(self._persist_and_finish, thread_sensitive=True)(instance)
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]
         if self.final_transcript is not None:
-            await self.publisher.send(frames.chat_messages(self.final_transcript), exclude=exclude)
+            # Marked as the stream's: it releases a connection still waiting for its resume ACK.
+            await self.publisher.send(frames.chat_messages(self.final_transcript), exclude=exclude,
+                                      request_id=turn.request_id)
         if thrown:
             terminal = frames.thrown_error(request_id=turn.request_id, error_text=self.error or "Error",
                                            continuation=turn.continuation)

@@ -451,8 +451,20 @@ function checkResumedStream(tab, sock, requestId, earlier = []) {
 // exactly one terminal frame; a start chunk without messageId.
 function checkContinuationFrames(entries, contId, ackAt, who) {
   const at = (entry) => entries.indexOf(entry);
-  const frames = entries.filter((e) => e.dir === "<" && e.frame.type === RESP && e.frame.id === contId);
-  expect(frames.length > 0, `${who}: no response frames for continuation ${contId}`);
+  const all = entries.filter((e) => e.dir === "<" && e.frame.type === RESP && e.frame.id === contId);
+  expect(all.length > 0, `${who}: no response frames for continuation ${contId}`);
+  // The continuation may end while the client's ACK is on its way (a fast reply): the connection
+  // is then released as on Cloudflare, which empties its pending-resume set when a stream ends.
+  // It gets the final transcript and the live terminal frame but no chunk, and its ACK, arriving
+  // late, gets one empty replayed terminal frame (cf-golden-frames §7 item 3), which the client
+  // ignores: its stream for the id was closed by the live one.
+  const last = all.at(-1).frame;
+  const lateAck = all.length >= 2 && last.done === true && last.replay === true && last.body === "" &&
+    all.at(-2).frame.done === true && !all.at(-2).frame.replay;
+  const frames = lateAck ? all.slice(0, -1) : all;
+  // Ended before the ACK: only its terminal frame, live (released) or replayed (when the ACK
+  // overtook the live end, whose final transcript then came with the replayed frame).
+  const endedBeforeAck = frames.length === 1 && frames[0].frame.done === true && frames[0].frame.body === "";
   const notContinuation = frames.filter((e) => e.frame.continuation !== true).map((e) => e.frame);
   expectEqual(notContinuation, [], `${who}: frames without continuation:true (it must be set on every frame of the turn)`);
   expect(frames.every((e) => at(e) > ackAt), `${who}: response frames arrived before the ACK`);
@@ -483,9 +495,12 @@ function checkContinuationFrames(entries, contId, ackAt, who) {
   expect(terminal.frame.outcome === undefined || terminal.frame.outcome === "completed", `${who}: terminal outcome ${terminal.frame.outcome}`);
 
   const chunks = [...replayChunks, ...liveChunks].map((f) => JSON.parse(f.body));
-  expectEqual(chunks[0]?.type, "start", `${who}: first chunk type`);
-  expectEqual(chunks[0].messageId, undefined, `${who}: start.messageId of a continuation (must be stripped so the client appends to the last assistant message)`);
+  if (!endedBeforeAck) {
+    expectEqual(chunks[0]?.type, "start", `${who}: first chunk type`);
+    expectEqual(chunks[0].messageId, undefined, `${who}: start.messageId of a continuation (must be stripped so the client appends to the last assistant message)`);
+  }
   return {
+    endedBeforeAck,
     terminal,
     chunks,
     text: chunks.filter((c) => c.type === "text-delta").map((c) => c.delta).join(""),
@@ -539,6 +554,7 @@ function checkContinuation(tab, answerAt, firstRequestId) {
 
   return {
     contId,
+    endedBeforeAck: stream.endedBeforeAck,
     chunks,
     text: stream.text,
     finalSync,
@@ -709,17 +725,22 @@ async function approvalScenario(name, { approved, reload = false, call = SEND_EM
   // The continuation settles the tool part of the previous assistant message on the client: the
   // AI SDK's streamText emits tool-output-available for an approved call it executes, and
   // tool-output-denied for a denied one (ai 7 dist/index.js, "localDeniedToolApprovals").
+  // (When the continuation ended before the client's ACK, it saw no chunk: the output is the
+  // final transcript's, and the merged message below is what the client shows.)
   const outputs = cont.chunks.filter((c) => c.type.startsWith("tool-output-"));
-  const output = approved ? call.output(outputs[0]?.output) : undefined;
+  const synced = toolParts(cont.finalSync.messages.at(-1)).find((p) => p.toolCallId === toolCallId);
+  const output = approved ? call.output(cont.endedBeforeAck ? synced?.output : outputs[0]?.output) : undefined;
   const text = approved ? call.text(output) : call.deniedText;
-  expectSame(
-    outputs,
-    [approved ? { type: "tool-output-available", toolCallId, output } : { type: "tool-output-denied", toolCallId }],
-    `${tab.label}: tool-output-* chunks of the continuation`,
-  );
-  const firstText = cont.chunks.findIndex((c) => c.type === "text-start");
-  expect(cont.chunks.indexOf(outputs[0]) < firstText, `${tab.label}: the tool outcome must come before the continuation's text`);
-  expectEqual(cont.text, text, `${tab.label}: continuation text`);
+  if (!cont.endedBeforeAck) {
+    expectSame(
+      outputs,
+      [approved ? { type: "tool-output-available", toolCallId, output } : { type: "tool-output-denied", toolCallId }],
+      `${tab.label}: tool-output-* chunks of the continuation`,
+    );
+    const firstText = cont.chunks.findIndex((c) => c.type === "text-start");
+    expect(cont.chunks.indexOf(outputs[0]) < firstText, `${tab.label}: the tool outcome must come before the continuation's text`);
+    expectEqual(cont.text, text, `${tab.label}: continuation text`);
+  }
   const message = await checkMergedToolTurn(tab, name, {
     userId,
     assistantId: first.messageId,
@@ -732,12 +753,14 @@ async function approvalScenario(name, { approved, reload = false, call = SEND_EM
   expectSame(toolParts(message)[0].approval?.descriptor, descriptor, `${tab.label}: approval.descriptor of the settled part`);
   expectSame(toolParts(stored[1])[0].approval?.descriptor, descriptor, "get-messages after the turn: approval.descriptor");
 
-  if (call.attachments !== undefined) {
+  if (call.attachments !== undefined && !cont.endedBeforeAck) {
     // The approved execution's attachments ride on a message-metadata chunk before finish.
     const metadataChunks = cont.chunks.filter((c) => c.type === "message-metadata");
     expectSame(metadataChunks, [{ type: "message-metadata", messageMetadata: { attachments: call.attachments } }], `${tab.label}: message-metadata chunks of the continuation`);
     const types = cont.chunks.map((c) => c.type);
     expect(types.indexOf("message-metadata") < types.indexOf("finish"), `${tab.label}: message-metadata must precede finish, chunk types: ${JSON.stringify(types)}`);
+  }
+  if (call.attachments !== undefined) {
     expectSame(message.metadata?.attachments, call.attachments, `${tab.label}: metadata.attachments of the assistant message`);
     expectSame(stored[1].metadata?.attachments, call.attachments, "get-messages after the turn: metadata.attachments");
   }
@@ -1301,7 +1324,7 @@ const scenarios = {
     );
 
     const expectedText = `getBrowserInfo returned ${JSON.stringify(BROWSER_INFO)}.`;
-    expectEqual(cont.text, expectedText, "A: continuation text");
+    if (!cont.endedBeforeAck) expectEqual(cont.text, expectedText, "A: continuation text");
     await checkMergedToolTurn(a, name, {
       userId,
       assistantId: first.messageId,

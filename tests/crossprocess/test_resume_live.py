@@ -40,8 +40,9 @@ class Reader:
 async def reconnect(daphne, path, cookie, reader, request_id="r1"):
     """Open a socket, probe, ACK once; returns the socket positioned after the ACK.
 
-    If the reply finished while we were away the probe says ``idle``; a late ACK for our request
-    then replays the finished buffer (cf-golden-frames R1 "late ack").
+    If the reply finished while we were away the probe says ``idle``, and a late ACK for our
+    request gets only the empty replayed ``done`` (cf-golden-frames §7 item 3): the client shows
+    the stored reply, which it fetches on connect (``get-messages``) as ``useAgentChat`` does.
     """
     sock = await open_socket(daphne.ws, path, cookie)
     await sock.send(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": "p"}))
@@ -49,6 +50,8 @@ async def reconnect(daphne, path, cookie, reader, request_id="r1"):
         frame = await recv_json(sock)
         if frame["type"] in ("cf_agent_stream_resuming", "cf_agent_stream_resume_none") and "probeId" in frame:
             assert frame.get("id", request_id) == request_id
+            if frame["type"] == "cf_agent_stream_resume_none":
+                reader.text = daphne.get_json(f"{path}/get-messages", cookie)[-1]["parts"][-1]["text"]
             await sock.send(json.dumps({"type": "cf_agent_stream_resume_ack", "id": request_id}))
             return sock
 

@@ -70,8 +70,9 @@ async def test_staff_open_another_users_conversation_with_the_owner_parameter(ws
     assert (frame["type"], frame["name"], code) == ("cf_agent_identity", "notes", None)
     status, messages = await history(staff, "/agents/demo-agent/notes/get-messages?owner=alice")
     assert (status, messages[0]["parts"][0]["text"]) == (200, "a note")
-    # Their own "notes" is another conversation, still empty.
-    assert await history(staff, "/agents/demo-agent/notes/get-messages") == (200, [])
+    # Their own "notes" is another conversation, which nobody opened: reading it makes nothing.
+    assert await history(staff, "/agents/demo-agent/notes/get-messages") == (
+        404, {"error": "There is no conversation demo-agent/notes of boss"})
 
 
 async def test_a_staff_visit_makes_nothing_in_another_namespace(user, make_user):
@@ -100,8 +101,9 @@ async def test_the_global_namespace_is_staff_only(user, make_user):
     assert (status, [m["role"] for m in messages]) == (200, ["user", "assistant"])
     frame, code = await first_frame("/agents/demo-agent/nightly?owner=", user)
     assert (frame["code"], code) == ("PermissionDenied", 4403)
-    # Alice's own "nightly" is hers, not the global one.
-    assert await history(user, "/agents/demo-agent/nightly/get-messages") == (200, [])
+    # Alice's own "nightly" is hers, not the global one (and not made by reading it).
+    assert await history(user, "/agents/demo-agent/nightly/get-messages") == (
+        404, {"error": "There is no conversation demo-agent/nightly of alice"})
 
 
 async def test_a_shared_class_has_one_namespace_and_ignores_the_owner_parameter(ws, user, make_user):

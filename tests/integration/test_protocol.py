@@ -56,8 +56,8 @@ async def test_connect_sends_identity_then_mcp(ws):
 
 async def test_get_messages_is_empty_then_ordered(ws, user):
     path = "/agents/demo-agent/history"
+    a = await ws(path)  # opening it makes it; get-messages only reads (404 before)
     assert await get_messages(user, path) == []
-    a = await ws(path)
     await skip_connect_frames(a)
     await a.send_json_to(chat_request("r1", [user_message("u1", "one")]))
     await receive_until(a, is_done("r1"))

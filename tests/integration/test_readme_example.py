@@ -67,7 +67,7 @@ async def test_shop_agent_from_the_readme_refunds_once_and_parks_its_deploy(read
     await agent.save_messages([refund])
     await agent.save_messages([refund])
     # Programmatic turns have no user: authorize_turn grants nothing, so the refund is refused.
-    assert readme_actions.REFUNDS == []
+    assert readme_actions.REFUNDS == {}
     messages = await database_sync_to_async(transcript.load)(agent.instance)
     refused = [p for m in messages for p in m["parts"] if p.get("type") == "tool-refund_order"]
     assert refused[0]["output"]["error"]["name"] == "ActionAuthorizationError"
@@ -75,7 +75,7 @@ async def test_shop_agent_from_the_readme_refunds_once_and_parks_its_deploy(read
     await agent.save_messages(['/tool deploy {"order_id": "v2", "amount": 1}'])
     [pending] = await agent.pending_approvals()
     assert await agent.approve_execution(pending["executionId"], actor=staff) == "Refunded 1.0 on v2"
-    assert readme_actions.REFUNDS == ["v2"]
+    assert list(readme_actions.REFUNDS.values()) == ["v2"]
     assert await agent.pending_approvals() == []
 
 
@@ -94,7 +94,7 @@ async def test_shop_agent_refunds_once_for_a_staff_user_over_the_websocket(readm
         await a.send_json_to(chat_request(request_id, [user_message(f"u-{request_id}", refund)]))
         frames = await receive_until(a, is_done(request_id))
         assert text_of(frames) == "refund_order returned Refunded 20.0 on B7."
-    assert readme_actions.REFUNDS == ["B7"]
+    assert readme_actions.REFUNDS == {"action:refund_order:refund:B7": "B7"}
     await a.disconnect()
 
 

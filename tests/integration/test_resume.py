@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from agents_app import turns
 from agents_app.models import AgentInstance, ChatMessage, StreamRecord, StreamSegment, Turn
-from agents_app.streaming import buffer
+from agents_app.protocol import frames as frames_
+from agents_app.streaming import buffer, fanout
 from tests.support.frames import RESP, chat_request, chunks, is_done, receive_until, user_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -97,19 +98,46 @@ async def test_duplicate_acks_are_harmless(ws):
     assert deltas(frames[last_start:]) == FULL
 
 
-async def test_stream_completing_before_the_ack_is_replayed_whole(ws):
+async def test_stream_ending_before_the_ack_releases_the_connection_and_a_late_ack_gets_only_done(ws):
+    """cf-golden-frames §7 item 3 and R1: the end reaches the waiting connection live; a late ACK is one empty frame."""
     a, _ = await start_slow_turn(ws, "/slow 20 5", until_seq=3)
     b, first = await opened(ws)
     assert first[0]["type"] == "cf_agent_stream_resuming"
     await receive_until(a, is_done("r1"))
+    frames = await receive_until(b, lambda f: f.get("done") is True)
+    # Not a chunk (the connection never ACKed), then the final transcript and the terminal frame, live.
+    assert [f["type"] for f in frames] == ["cf_agent_chat_messages", RESP]
+    assert frames[0]["messages"][-1]["parts"][-1]["text"] == "".join(f"w{i} " for i in range(20))
+    assert frames[1] == {"body": "", "done": True, "id": "r1", "type": RESP, "messageIds": ["u1"]}
     await b.send_json_to({"type": "cf_agent_stream_resume_ack", "id": "r1"})
-    frames = await receive_until(b, is_done("r1"))
-    assert all(f.get("replay") for f in frames if f["type"] == RESP)
-    assert frames[-1] == {"body": "", "done": True, "id": "r1", "type": RESP, "replay": True}
-    assert deltas(frames) == "".join(f"w{i} " for i in range(20))
-    # The final transcript comes before the terminal frame, as it does live (cf-golden-frames G1).
-    assert frames[-2]["type"] == "cf_agent_chat_messages"
-    assert frames[-2]["messages"][-1]["role"] == "assistant"
+    assert await b.receive_json_from() == {"body": "", "done": True, "id": "r1", "type": RESP, "replay": True,
+                                           "messageIds": ["u1"]}
+    assert await b.receive_nothing(0.1)
+
+
+async def test_an_ack_that_overtakes_the_end_gets_the_transcript_then_done(ws):
+    """The writer finished, its end is still on its way to this connection when the ACK arrives."""
+    b, _ = await opened(ws)
+    instance = await AgentInstance.objects.aget(slug="demo-agent", name="resume")
+    stream = await _orphan(instance)
+    c, first = await opened(ws)
+    assert first[0] == {"type": "cf_agent_stream_resuming", "id": "r-dead"}
+    # As _persist_and_finish leaves it: the reply stored, the stream and the turn finished.
+    await database_sync_to_async(ChatMessage.objects.create)(
+        instance=instance, message_id="m-dead", role="assistant", position=1,
+        data={"id": "m-dead", "role": "assistant", "parts": [{"type": "text", "text": "whole", "state": "done"}]})
+    await StreamRecord.objects.filter(pk=stream.pk).aupdate(status=StreamRecord.Status.COMPLETED,
+                                                            completed_at=timezone.now())
+    await Turn.objects.filter(request_id="r-dead").aupdate(status=Turn.Status.COMPLETED)
+    await c.send_json_to({"type": "cf_agent_stream_resume_ack", "id": "r-dead"})
+    transcript, done = await c.receive_json_from(), await c.receive_json_from()
+    assert [m["id"] for m in transcript["messages"]] == ["u1", "m-dead"]
+    assert done == {"body": "", "done": True, "id": "r-dead", "type": RESP, "replay": True, "messageIds": ["u1"]}
+    # The end's live frames, arriving now, are stale for it (another connection still gets them).
+    await fanout.publish(instance.pk, frames_.chat_messages([]), request_id="r-dead")
+    await fanout.publish(instance.pk, frames_.done(request_id="r-dead"), request_id="r-dead", last_seq=5)
+    assert await c.receive_nothing(0.1)
+    assert (await b.receive_json_from())["type"] == "cf_agent_chat_messages"
 
 
 async def test_late_ack_without_buffer_gets_a_clean_close(ws):
@@ -148,10 +176,11 @@ async def test_failed_turn_is_delivered_late_to_each_client_until_superseded(ws,
     b, _ = await opened(ws)
     await b.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p2"})
     assert (await b.receive_json_from())["type"] == "cf_agent_stream_resume_none"
-    # The superseded failure's chunks are not replayed on a late ACK.
+    # The superseded failure's chunks are not replayed on a late ACK; its outcome is told.
     await b.send_json_to({"type": "cf_agent_stream_resume_ack", "id": result.request_id})
-    assert await b.receive_json_from() == {"body": "", "done": True, "id": result.request_id, "type": RESP,
-                                           "replay": True}
+    done = await b.receive_json_from()
+    assert done == {"body": "", "done": True, "id": result.request_id, "type": RESP, "replay": True,
+                    "outcome": "error", "messageIds": done["messageIds"]}
 
 
 async def _orphan(instance, text="partial reply"):

@@ -10,6 +10,7 @@ import http.cookiejar
 import json
 import os
 import queue
+import secrets
 import shutil
 import signal
 import socket
@@ -168,6 +169,8 @@ class LiveStack:
             "VAR_DIR": str(workdir),
             "AGENT_DEMO_DELAY_MS": "0",
             "PYTHONUNBUFFERED": "1",
+            # The production settings refuse to start without one (DEBUG is off).
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
             **(extra_env or {}),
         }
         self.procs: list[subprocess.Popen[Any]] = []
@@ -198,9 +201,11 @@ class LiveStack:
 
     def start_daphne(self) -> "Daphne":
         port = free_port()
+        # The flags the README's Deployment section gives.
         proc = self._spawn([PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                             "--websocket-max-message-size", str(MAX_MESSAGE), "--websocket-max-frame-size",
-                            str(MAX_MESSAGE), "thinkproject.asgi:application"], f"daphne-{port}.log")
+                            str(MAX_MESSAGE), "--websocket_connect_timeout", "30",
+                            "thinkproject.asgi:application"], f"daphne-{port}.log")
         wait_for_port(port, proc)
         return Daphne(proc, port)
 

@@ -7,4 +7,5 @@ from thinkproject.settings import *  # noqa: F403
 from thinkproject.settings import AGENT_CLASSES
 
 AGENT_CLASSES = [*AGENT_CLASSES, "tests.agents.DropAgent", "tests.agents.LatestAgent", "tests.agents.CrashAgent",
-                 "tests.agents.StallAgent", "tests.agents.ParentAgent", "tests.agents.ChildAgent"]
+                 "tests.agents.StallAgent", "tests.agents.ParentAgent", "tests.agents.ChildAgent",
+                 "tests.agents.SharedRoomAgent"]

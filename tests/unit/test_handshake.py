@@ -102,10 +102,27 @@ def test_a_duplicate_ack_is_answered_by_the_replay_in_flight() -> None:
 
 
 # --------------------------------------------------------------------------------- live items
-def test_nothing_live_reaches_a_connection_awaiting_its_ack() -> None:
+def final_transcript(request_id: str = "r1") -> Item:
+    return Item.frame(frames.chat_messages([]), request_id=request_id)
+
+
+def test_nothing_live_but_the_end_of_the_awaited_stream_reaches_a_connection_awaiting_its_ack() -> None:
     session = ResumeSession()
     session.note_sent(frames.stream_resuming(request_id="r1"))
-    assert kinds(session, [chunk(0), broadcast(), terminal(0)]) == [RouteKind.NOTHING] * 3
+    assert kinds(session, [chunk(0), broadcast(), terminal(0, "r2"), final_transcript("r2")]) == [RouteKind.NOTHING] * 4
+    assert session.awaiting_ack == "r1"
+
+
+@pytest.mark.parametrize("end", [[final_transcript(), terminal(7)], [terminal(7)]],
+                         ids=["transcript-and-terminal", "terminal-only"])
+def test_the_end_of_the_awaited_stream_releases_the_connection(end: list[Item]) -> None:
+    """As the reference empties its pending-resume set when a stream finishes: the end goes out live, no resync."""
+    session = ResumeSession()
+    session.note_sent(frames.stream_resuming(request_id="r1"))
+    assert kinds(session, [chunk(6), *end, broadcast()]) == [RouteKind.NOTHING, *[RouteKind.SEND] * len(end),
+                                                               RouteKind.SEND]
+    assert session.awaiting_ack is None
+    assert session.replay is None
 
 
 def test_a_replay_holds_live_items_and_drops_those_it_sent() -> None:

@@ -11,6 +11,8 @@ import pytest
 
 from agents_app.protocol.parse import (
     _PARSERS,
+    MAX_DEPTH,
+    REPLACEMENT,
     Cancel,
     ChatRequest,
     Clear,
@@ -328,13 +330,60 @@ def test_a_frame_is_measured_in_utf8_bytes(as_bytes: bool) -> None:
     assert str(error) == f"Frame of {size} bytes exceeds the limit of {size - 1} bytes"
 
 
+DEEP = "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)
+
+
 @pytest.mark.parametrize("raw", [
     "[" * 50_000,
     chat_request(request_id="r1", raw_body="[" * 50_000),
-], ids=["frame", "init-body"])
+    encode({"type": "cf_agent_state", "state": json.loads(DEEP)}),
+    chat_request(raw_body=encode({"messages": [USER_MESSAGE], "extra": json.loads(DEEP)})),
+], ids=["frame-recursion", "init-body-recursion", "frame-valid", "init-body-valid"])
 def test_json_nested_too_deep_is_refused_not_a_crash(raw: str) -> None:
     error = refusal(raw, max_bytes=MAX)
-    assert error.code == "invalid_json"
+    assert error.code == "too_deep"
+    assert str(error).endswith(f"is nested too deeply (the limit is {MAX_DEPTH} levels)")
+
+
+def test_nesting_up_to_the_limit_is_accepted() -> None:
+    deep: Any = []
+    for _ in range(MAX_DEPTH - 2):  # inside the frame object: MAX_DEPTH levels in all
+        deep = [deep]
+    assert parse(encode({"type": "cf_agent_state", "state": deep}), max_bytes=MAX) == Ignored(type="cf_agent_state")
+
+
+@pytest.mark.parametrize(("escaped", "clean"), [
+    ("\\ud800", REPLACEMENT),
+    ("a\\udfffb", f"a{REPLACEMENT}b"),
+    ("\\u0000x", f"{REPLACEMENT}x"),
+    ("\\ud83d\\ude00", "\U0001f600"),  # a valid surrogate pair is one character, kept
+])
+def test_lone_surrogates_and_nul_become_the_replacement_character(escaped: str, clean: str) -> None:
+    """Everywhere: ids echoed back (probeId), user text stored (PostgreSQL refuses NUL), keys."""
+    probe = parse('{"type": "cf_agent_stream_resume_request", "probeId": "' + escaped + '"}', max_bytes=MAX)
+    assert probe == ResumeRequest(probe_id=clean)
+    message = {**USER_MESSAGE, "parts": [{"type": "text", "text": "@@", "k@@": 1}]}
+    raw_body = encode({"messages": [message]}).replace("@@", escaped.replace("\\\\", "\\"))
+    event = parse(chat_request(raw_body=raw_body), max_bytes=MAX)
+    assert isinstance(event, ChatRequest)
+    assert event.messages[0]["parts"][0] == {"type": "text", "text": clean, f"k{clean}": 1}
+    json.dumps(event.messages).encode()  # sendable as UTF-8
+
+
+def test_a_request_may_carry_at_most_max_messages() -> None:
+    raw = chat_request({"messages": [USER_MESSAGE] * 3})
+    assert isinstance(parse(raw, max_bytes=MAX, max_messages=3), ChatRequest)
+    error = refusal_with(raw, max_messages=2)
+    assert (error.code, error.request_id, str(error)) == (
+        "too_many_messages", "zf1bAFY-", "3 messages in one request; the limit is 2")
+    error = refusal_with(encode({"type": "cf_agent_chat_messages", "messages": [USER_MESSAGE] * 3}), max_messages=2)
+    assert error.code == "too_many_messages"
+
+
+def refusal_with(raw: str, **limits: Any) -> ProtocolError:
+    with pytest.raises(ProtocolError) as caught:
+        parse(raw, max_bytes=MAX, **limits)
+    return caught.value
 
 
 def test_size_is_checked_before_json() -> None:

@@ -1,0 +1,173 @@
+"""The stored transcript as pydantic-ai's ``UIMessage`` model reads it, and what it cannot read.
+
+pydantic-ai validates UI messages with ``extra="forbid"``, but the AI SDK lets clients and
+providers add fields to messages and parts, and Cloudflare stores some of its own (``toolName`` on
+tool parts, our approval descriptors). Such fields stay in the transcript (clients get back what
+they sent); ``for_model`` projects each message and part onto the fields its pydantic-ai model
+declares, so one extra key never fails a turn, nor, since ``useAgentChat`` re-sends the whole
+history, every later turn of the conversation.
+
+What still fails validation (a text part whose text is no string) is refused at the door
+(``check``, with a one-line reason) rather than stored, for the same reason.
+"""
+
+import asyncio
+import time
+import typing
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_ai.messages import ModelMessage, repair_messages
+from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+from pydantic_ai.ui.vercel_ai import request_types as ui
+
+UIMessageData = dict[str, Any]
+
+_MESSAGE = TypeAdapter(ui.UIMessage)
+
+
+def _members(union: Any) -> list[type[BaseModel]]:
+    """The model classes of a (nested) union of part models."""
+    members: list[type[BaseModel]] = []
+    for arg in typing.get_args(union) or (union,):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            members.append(arg)
+        else:
+            members.extend(_members(arg))
+    return members
+
+
+def _keys(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(field.alias or name for name, field in model.model_fields.items())
+
+
+def _literal(model: type[BaseModel], name: str) -> str | None:
+    field = model.model_fields.get(name)
+    return field.default if field is not None and isinstance(field.default, str) else None
+
+
+# (type or type prefix, state) → the part model of that kind and state (tool parts differ by state).
+_PART_MODELS: dict[tuple[str, str | None], type[BaseModel]] = {}
+for _model in _members(ui.UIMessagePart):
+    _kind = _literal(_model, "type") or ("data-" if _model is ui.DataUIPart else "tool-")
+    _PART_MODELS[(_kind, _literal(_model, "state") if _kind in ("tool-", "dynamic-tool") else None)] = _model
+_MESSAGE_KEYS = _keys(ui.UIMessage)
+_APPROVAL_KEYS = _keys(ui.ToolApprovalRequested) | _keys(ui.ToolApprovalResponded)
+
+
+def _part_model(part: dict[str, Any]) -> type[BaseModel] | None:
+    kind = str(part.get("type", ""))
+    family = "tool-" if kind.startswith("tool-") else "data-" if kind.startswith("data-") else kind
+    return _PART_MODELS.get((family, part.get("state") if family in ("tool-", "dynamic-tool") else None))
+
+
+def _project_part(part: Any) -> Any:
+    if not isinstance(part, dict):
+        return part
+    model = _part_model(part)
+    if model is None:
+        return part  # a kind pydantic-ai does not know: validation says so
+    keys = _keys(model)
+    projected = {key: value for key, value in part.items() if key in keys}
+    if isinstance(projected.get("approval"), dict):
+        projected["approval"] = {k: v for k, v in projected["approval"].items() if k in _APPROVAL_KEYS}
+    return projected
+
+
+def project(messages: list[UIMessageData]) -> list[UIMessageData]:
+    """The messages with only the fields pydantic-ai's models declare (module docstring)."""
+    return [
+        {**{k: v for k, v in message.items() if k in _MESSAGE_KEYS},
+         "parts": [_project_part(part) for part in message.get("parts", [])]}
+        for message in messages
+    ]
+
+
+def for_model(messages: list[UIMessageData]) -> list[ui.UIMessage]:
+    """The transcript as pydantic-ai's UI messages.
+
+    Raises:
+        UnreadableMessage: a message the model cannot read even without unknown fields.
+    """
+    # One message per call: validating a long list in one call would hold the GIL in pydantic-core
+    # for tens of milliseconds, stalling the event loop even when this runs on another thread.
+    validated = []
+    for index, message in enumerate(project(messages)):
+        try:
+            validated.append(_MESSAGE.validate_python(message))
+        except ValidationError as exc:
+            raise UnreadableMessage(_reason(exc, messages, index)) from None
+        if index % SLICE_MESSAGES == SLICE_MESSAGES - 1:
+            time.sleep(0)  # on a worker thread: let the event loop's thread take the GIL
+    return validated
+
+
+# Transcripts at least this long are converted on a worker thread, off the event loop that serves
+# every connection of the process (5,000 messages take about 0.3 s to validate and convert).
+OFF_LOOP_MESSAGES = 200
+
+
+# Messages converted between two pauses of the worker thread (see ``_history``).
+SLICE_MESSAGES = 100
+
+
+def _history(messages: list[UIMessageData], repair_last_response: bool) -> list[ModelMessage]:
+    """Validate and convert in slices, pausing between them: a thread that converts thousands of
+    messages in one go holds the GIL long enough to stall the event loop's other connections.
+
+    Slices start at a user message, so no model request is split across two (pydantic-ai merges
+    consecutive requests again before it calls the model anyway).
+    """
+    history: list[ModelMessage] = []
+    start = 0
+    while start < len(messages):
+        end = min(len(messages), start + SLICE_MESSAGES)
+        while end < len(messages) and messages[end].get("role") != "user":
+            end += 1
+        history += VercelAIAdapter.load_messages(for_model(messages[start:end]))
+        time.sleep(0)  # let the event loop's thread take the GIL
+        start = end
+    return repair_messages(history, repair_last_response=repair_last_response)
+
+
+async def model_history(messages: list[UIMessageData], *, repair_last_response: bool) -> list[ModelMessage]:
+    """The transcript as pydantic-ai model messages (validated, converted, unanswered calls repaired).
+
+    A long transcript is converted on a worker thread. Raises ``UnreadableMessage`` as ``for_model``.
+    """
+    if len(messages) < OFF_LOOP_MESSAGES:
+        return _history(messages, repair_last_response)
+    return await asyncio.to_thread(_history, messages, repair_last_response)
+
+
+def check(messages: list[UIMessageData]) -> None:
+    """Raise ``UnreadableMessage`` for a message ``for_model`` would refuse (before it is stored)."""
+    for_model(messages)
+
+
+class UnreadableMessage(ValueError):
+    """A message no turn could send to the model; its text is one line for people, not a pydantic dump."""
+
+
+def _reason(exc: ValidationError, messages: list[UIMessageData], index: int) -> str:
+    """One line: which message and part, and the first problem of the part model it is meant to be.
+
+    A part is validated against a union of every part model, so pydantic reports each member's
+    complaint (the "98 validation errors" dump); the one that matters is its own kind's.
+    """
+    location = list(exc.errors(include_url=False)[0]["loc"])
+    message = messages[index]
+    where = f"message {message.get('id')!r}"
+    if len(location) > 1 and location[0] == "parts" and isinstance(location[1], int):
+        part = project([message])[0]["parts"][location[1]]
+        model = _part_model(part) if isinstance(part, dict) else None
+        if model is None:
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            return f"The model cannot read {where}, part {location[1]}: unknown part type {kind!r}"
+        try:
+            model.model_validate(part)
+        except ValidationError as own:
+            first = own.errors(include_url=False)[0]
+            field = ".".join(str(item) for item in first["loc"])
+            return f"The model cannot read {where}, part {location[1]} ({part.get('type')}): {field}: {first['msg']}"
+    return f"The model cannot read {where}: {exc.errors(include_url=False)[0]['msg']}"
