@@ -152,9 +152,10 @@ if os.environ.get("CHANNEL_LAYER", "redis") == "memory":
 else:
     CHANNEL_LAYERS = {
         "default": {
-            # channels_redis with a blocking connection pool: a burst of publishes waits for a free
-            # connection instead of failing with "Too many connections" (thinkproject/channel_layer.py).
-            "BACKEND": "thinkproject.channel_layer.PooledRedisChannelLayer",
+            # channels_redis with a blocking connection pool (a burst of publishes waits for a free
+            # connection instead of failing with "Too many connections") whose groups are kept in
+            # each process and cross processes with one PUBLISH (thinkproject/channel_layer.py).
+            "BACKEND": "thinkproject.channel_layer.FanoutRedisChannelLayer",
             # A long reply is thousands of frames; the default capacity (100) would drop them.
             # redis-py 8 reads with a 5 s socket timeout, the same as channels_redis's 5 s blocking
             # pop: an idle consumer's read would then time out and kill it (close 1011). A longer
