@@ -81,7 +81,9 @@ class Stack:
             self.profile_dir.mkdir(parents=True, exist_ok=True)
             prefix += ["-m", "cProfile", "-o", str(self.profile_dir / f"daphne-{port}.prof")]
         log = open(self.workdir / f"daphne-{port}.log", "ab")  # noqa: SIM115 - lives as long as the process
-        proc = subprocess.Popen([*prefix, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app],
+        cmd = ([*prefix, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--ws", "websockets", "--log-level", "warning", app]
+               if os.environ.get("BENCH_SERVER") == "uvicorn" else [*prefix, "-m", "thinkproject.serve", "-b", "127.0.0.1", "-p", str(port), app])
+        proc = subprocess.Popen(cmd,
                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         log.close()

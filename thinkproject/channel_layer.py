@@ -25,6 +25,14 @@ live chunks carry sequence numbers and a receiver re-syncs a gap from the stream
 (``agents_app.streaming.items``). ``group_add`` returns once Redis has confirmed the
 subscription, so a handshake that starts after it (the resume flush) sees every later message.
 
+**No PUBLISH nobody else reads.** A message its receivers can do without (a live chunk: a gap is
+re-sent from the stream buffer) goes through ``group_send_lossy``, which skips the PUBLISH while
+no other process is known to have members of the group. A process learns that from each
+PUBLISH's count of receivers, and from the notice every process publishes on a shared topic when
+its first member of a group has joined. A chunk published in the instant between a join and its
+notice is lost to the joiner and re-synced by the chunks that follow; everything else always
+goes out.
+
 Receiving: every channel of this process reads its own in-memory queue, filled by group
 deliveries and by one pump per event loop that pops the process's point-to-point messages
 (``send`` to a ``new_channel`` name: the resume handshake's control messages) off Redis. The core
@@ -45,6 +53,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 logger = logging.getLogger(__name__)
 
+# Groups whose remote members a process remembers; past this the memory starts afresh (publish again).
+MAX_REMOTE_ENTRIES = 10_000
 # After losing a Redis connection it reads from, a process retries this often (seconds).
 RECONNECT_SECONDS = 0.5
 
@@ -67,6 +77,8 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         self._origin = self.client_prefix.encode()
         self._subscriber: _Subscriber | None = None
         self._pump: asyncio.Task[None] | None = None
+        # group → whether another process had members at the last PUBLISH or join notice.
+        self._remote: dict[str, bool] = {}
 
     async def receive(self, channel: str) -> dict[str, Any]:
         if "!" not in channel:
@@ -102,7 +114,10 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         assert self._is_local(channel), "Only this process's channels join its groups"
         members = self.local_groups.setdefault(group, set())
         members.add(channel)
-        await self._pubsub().subscribe(self.topic(group), first=len(members) == 1)
+        first = len(members) == 1
+        await self._pubsub().subscribe(self.topic(group), first=first)
+        if first:
+            await self.connection(0).publish(self.joins_topic, self._origin + group.encode())
 
     async def group_discard(self, group: str, channel: str) -> None:
         members = self.local_groups.get(group)
@@ -117,7 +132,26 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         assert self.require_valid_group_name(group), "Group name not valid"
         self.deliver_locally(group, message)
         connection = self.connection(self.consistent_hash(group))
-        await connection.publish(self.topic(group), self._origin + self.serialize(message))
+        receivers = await connection.publish(self.topic(group), self._origin + self.serialize(message))
+        if len(self._remote) >= MAX_REMOTE_ENTRIES:
+            self._remote.clear()
+        self._remote[group] = receivers > (1 if group in self.local_groups else 0)
+
+    async def group_send_lossy(self, group: str, message: dict[str, Any]) -> None:
+        """``group_send`` of a message its receivers can do without: no PUBLISH while nobody else listens.
+
+        Only a process that already subscribes (it has members of some group: a Daphne) listens to
+        the join notices and may skip; others (a Celery worker's turn) always publish.
+        """
+        subscriber = self._subscriber
+        if subscriber is None or subscriber.loop is not asyncio.get_running_loop():
+            await self.group_send(group, message)
+            return
+        await subscriber.watch_joins(self.joins_topic)
+        if self._remote.get(group, True):
+            await self.group_send(group, message)
+        else:
+            self.deliver_locally(group, message)
 
     def deliver_locally(self, group: str, message: dict[str, Any]) -> None:
         """Hand ``message`` to this process's members of ``group`` (each channel's bounded queue)."""
@@ -128,8 +162,11 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         """A message another process sent to a group this process has members of."""
         if data.startswith(self._origin):
             return
-        group = topic.decode()[len(self.topic("")):]
-        self.deliver_locally(group, self.deserialize(data[len(self._origin):]))
+        payload = data[len(self._origin):]
+        if topic.decode() == self.joins_topic:
+            self._remote[payload.decode()] = True
+        else:
+            self.deliver_locally(topic.decode()[len(self.topic("")):], self.deserialize(payload))
 
     async def flush(self) -> None:
         if self._pump is not None:
@@ -146,6 +183,11 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
     def topic(self, group: str) -> str:
         """The pub/sub channel of ``group``."""
         return f"{self.prefix}:fanout:{group}"
+
+    @property
+    def joins_topic(self) -> str:
+        """Where a process says that its first member of a group has joined (the group's name)."""
+        return f"{self.prefix}:fanout-joins"
 
     def _is_local(self, channel: str) -> bool:
         return "!" in channel and self.non_local_name(channel).endswith(self.client_prefix + "!")
@@ -174,21 +216,33 @@ class _Subscriber:
         self.pubsub: PubSub = self.redis.pubsub()
         self._confirmations: dict[bytes, asyncio.Future[None]] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._watching: set[str] = set()
+        # redis-py's PubSub opens its connection on the first command: concurrent first commands
+        # would each open one (hundreds of sockets joining at once exhausted the pool).
+        self._commands = asyncio.Lock()
 
     async def subscribe(self, topic: str, *, first: bool) -> None:
         """Subscribe for the group's first member; a later member waits for the same confirmation."""
         key = topic.encode()
         if first:
             confirmed = self._confirmations[key] = self.loop.create_future()
-            await self.pubsub.subscribe(topic)
+            async with self._commands:
+                await self.pubsub.subscribe(topic)
             self._read()
         elif (confirmed := self._confirmations.get(key)) is None:
             return
         await asyncio.shield(confirmed)
 
+    async def watch_joins(self, topic: str) -> None:
+        """Listen to the join notices (once per subscriber; waits for the first confirmation)."""
+        first = topic not in self._watching
+        self._watching.add(topic)
+        await self.subscribe(topic, first=first)
+
     async def unsubscribe(self, topic: str) -> None:
         with contextlib.suppress(RedisConnectionError):
-            await self.pubsub.unsubscribe(topic)
+            async with self._commands:
+                await self.pubsub.unsubscribe(topic)
 
     def _read(self) -> None:
         if self._reader is None or self._reader.done():

@@ -71,7 +71,15 @@ class Publisher:
             batch, self._pending = self._pending, []
             if batch:
                 self._sent_any = True
-                await self.layer.group_send(self.group, {"type": EVENT_TYPE, "items": batch})
+                message = {"type": EVENT_TYPE, "items": batch}
+                # Live chunks only: a receiver that misses them re-sends them from the buffer, so
+                # a layer that can (thinkproject.channel_layer) spares the Redis round trip when
+                # no other process listens. Stream starts and ends always travel.
+                send_lossy = getattr(self.layer, "group_send_lossy", None)
+                if send_lossy is not None and all("seq" in entry for entry in batch):
+                    await send_lossy(self.group, message)
+                else:
+                    await self.layer.group_send(self.group, message)
 
     async def close(self) -> None:
         """Flush and wait for the background flush, so nothing is left behind."""

@@ -97,3 +97,12 @@ async def test_a_publication_of_another_os_process_is_delivered(layers, redis):
     _, stderr = await asyncio.wait_for(process.communicate(), PATIENCE)
     assert process.returncode == 0, stderr.decode()
     assert (await receive(b, channel))["n"] == 9
+
+
+async def test_hundreds_of_groups_joined_at_once_share_one_subscription_connection(layers):
+    """Sockets of hundreds of conversations connecting together (the 500-socket load test)."""
+    a, b = layers
+    channels = [await b.new_channel() for _ in range(300)]
+    await asyncio.gather(*(b.group_add(f"room{i}", c) for i, c in enumerate(channels)))
+    await asyncio.gather(*(a.group_send(f"room{i}", {"type": "chat.frames", "n": i}) for i in range(300)))
+    assert [(await receive(b, c))["n"] for c in channels] == list(range(300))

@@ -202,10 +202,15 @@ class LiveStack:
     def start_daphne(self) -> "Daphne":
         port = free_port()
         # The flags the README's Deployment section gives.
-        proc = self._spawn([PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+        if os.environ.get("THINK_SERVER") == "uvicorn":
+            args = [PYTHON, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop",
+                    "--ws", "websockets", "--ws-max-size", str(MAX_MESSAGE), "thinkproject.asgi:application"]
+        else:
+            args = [PYTHON, "-m", "thinkproject.serve", "-b", "127.0.0.1", "-p", str(port),
                             "--websocket-max-message-size", str(MAX_MESSAGE), "--websocket-max-frame-size",
                             str(MAX_MESSAGE), "--websocket_connect_timeout", "30",
-                            "thinkproject.asgi:application"], f"daphne-{port}.log")
+                            "thinkproject.asgi:application"]
+        proc = self._spawn(args, f"daphne-{port}.log")
         wait_for_port(port, proc)
         return Daphne(proc, port)
 
