@@ -196,8 +196,9 @@ def p95(xs: Sequence[float]) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(0.95 * (len(ordered) - 1))))]
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table (readable in a terminal, pasteable into README.md)."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) -> str:
+    """A Markdown table (readable in a terminal, pasteable into README.md); the first ``left``
+    columns (labels) are left-aligned, the figures right-aligned."""
     def cell(v: Any) -> str:
         if not isinstance(v, float):
             return str(v)
@@ -205,7 +206,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
             return "nan"
         return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
 
-    rule = "|" + "|".join("---" if i == 0 else "--:" for i in range(len(headers))) + "|"
+    rule = "|" + "|".join("---" if i < left else "--:" for i in range(len(headers))) + "|"
     lines = ["| " + " | ".join(headers) + " |", rule]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
