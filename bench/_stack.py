@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +25,10 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 
 from tests.support.live import PYTHON, ROOT, Daphne, LiveStack, RedisServer, free_port, stop_process, wait_for_port
+from tests.support.load import make_sessions
 
 RESP = "cf_agent_use_chat_response"
+ERROR = "cf_agent_error"
 BENCH_USER = "bench"
 # The same Origin a browser on localhost sends; ALLOWED_HOSTS accepts it.
 ORIGIN = "http://localhost"
@@ -97,6 +100,13 @@ class Stack:
         """One more project Daphne (same database and Redis, not in ``daphnes``) whose environment
         adds ``extra_env`` to the stack's, e.g. ``{"AGENT_STREAM_BUFFER": "0"}``."""
         return self._daphne(self.app, extra_env)
+
+    def crowd(self, count: int) -> list[str]:
+        """``Cookie`` values of ``count`` new users, each logged in (sessions made in bulk): one
+        per room, as independent clients are, so the per-user turn limit
+        (``AGENT_MAX_ACTIVE_TURNS_PER_USER``) does not refuse a benchmark's many rooms."""
+        assert self.live is not None
+        return make_sessions(self.live, count, prefix=f"crowd-{uuid.uuid4().hex[:8]}-")
 
     @property
     def redis_pid(self) -> int:
@@ -267,7 +277,9 @@ async def timed_turn(ws: ClientConnection, request: str, request_id: str, timeou
     """Send ``request`` and read until its ``done`` frame.
 
     First chunk = first response frame of the request with a non-empty body (the peer's rule);
-    chunks = ``text-delta`` frames. Frames of other types (transcript broadcasts) are skipped.
+    chunks = ``text-delta`` frames. Frames of other types (transcript broadcasts) are skipped, but
+    our ``cf_agent_error`` for the request (a refused request: it has no ``done``) ends the turn
+    with that error.
     """
     t_send = time.monotonic()
     await ws.send(request)
@@ -280,6 +292,9 @@ async def timed_turn(ws: ClientConnection, request: str, request_id: str, timeou
     while True:
         raw = await asyncio.wait_for(ws.recv(), max(0.001, deadline - time.monotonic()))
         frame = json.loads(raw)
+        if frame.get("type") == ERROR and frame.get("id") in (request_id, None):
+            errors.append(f"{frame.get('code')}: {frame.get('error')}")
+            break
         if frame.get("type") != RESP or frame.get("id") != request_id:
             continue
         frames += 1

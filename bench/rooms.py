@@ -64,20 +64,25 @@ class Target:
     label: str
     ws_bases: list[str]
     agent: str
-    cookie: str | None
+    # Room i's session cookie is cookies[i] (none for the peer, which has no users).
+    cookies: list[str]
     server_pids: list[int]
     redis_pids: list[int]
 
     @classmethod
-    def ours(cls, stack: Stack) -> "Target":
-        """Our stack: its rooms round-robin over its Daphnes' ports."""
+    def ours(cls, stack: Stack, rooms: int) -> "Target":
+        """Our stack for up to ``rooms`` rooms: room i round-robin over the Daphnes' ports, owned by
+        a user of its own (``Stack.crowd``)."""
         n = len(stack.daphnes)
         return cls(f"think, {n} Daphne" + ("s" if n > 1 else ""), [d.ws for d in stack.daphnes], OURS_AGENT,
-                   stack.cookie, [d.proc.pid for d in stack.daphnes], [stack.redis_pid])
+                   stack.crowd(rooms), [d.proc.pid for d in stack.daphnes], [stack.redis_pid])
 
     @classmethod
     def peer(cls, url: str, agent: str, pids: list[int]) -> "Target":
-        return cls(PEER_LABEL, [ws_base(url)], agent, None, pids, [])
+        return cls(PEER_LABEL, [ws_base(url)], agent, [], pids, [])
+
+    def cookie(self, room: int) -> str | None:
+        return self.cookies[room] if self.cookies else None
 
 
 @dataclass
@@ -100,12 +105,13 @@ class Workload:
         return f"/slow {self.chunks} {self.delay_ms}" if self.delay_ms else f"/burst {self.chunks}"
 
 
-async def room_worker(target: Target, wl: Workload, room: str, base: str,
+async def room_worker(target: Target, wl: Workload, prefix: str, i: int,
                       results: list[tuple[int, TurnResult]], errors: list[str]) -> None:
-    """One room: T turns on one socket. A turn that fails (timeout, closed socket) ends the room."""
+    """Room i: T turns on one socket. A turn that fails (timeout, closed socket) ends the room."""
     history: list[dict[str, Any]] = []
+    room, base = f"{prefix}-{i}", target.ws_bases[i % len(target.ws_bases)]
     try:
-        ws = await open_socket(f"{base}/agents/{target.agent}/{room}", target.cookie)
+        ws = await open_socket(f"{base}/agents/{target.agent}/{room}", target.cookie(i))
     except (OSError, TimeoutError, InvalidHandshake) as exc:
         errors.append(f"{room}: connect failed: {exc!r}")
         return
@@ -134,10 +140,7 @@ async def run_row(target: Target, wl: Workload) -> dict[str, Any]:
     errors: list[str] = []
     cpu0, redis0, client0 = cpu_seconds(target.server_pids), cpu_seconds(target.redis_pids), time.process_time()
     t0 = time.monotonic()
-    workers = [
-        room_worker(target, wl, f"{prefix}-{i}", target.ws_bases[i % len(target.ws_bases)], results, errors)
-        for i in range(wl.k)
-    ]
+    workers = [room_worker(target, wl, prefix, i, results, errors) for i in range(wl.k)]
     try:
         await asyncio.wait_for(asyncio.gather(*workers), wl.run_timeout)
     except TimeoutError:
@@ -187,7 +190,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     for processes in [int(p) for p in args.processes.split(",")]:
         with Stack(processes, profile_dir=args.profile, extra_env=parse_env(args.env),
                    keep=args.keep) as stack:
-            target = Target.ours(stack)
+            target = Target.ours(stack, max(ks))
             print(f"{target.label}: pids {target.server_pids}, redis {stack.redis_pid}, "
                   f"ports {[d.port for d in stack.daphnes]}, workdir {stack.workdir}", flush=True)
             for k in ks:
