@@ -7,6 +7,7 @@ to a peer someone already runs or builds (``setup.sh``, needs the npm registry) 
 start is never stopped.
 """
 
+import argparse
 import contextlib
 import os
 import subprocess
@@ -30,6 +31,21 @@ START_TIMEOUT = 120.0
 
 def is_loopback(url: str) -> bool:
     return urlparse(url).hostname in LOOPBACK
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that point a script at the peer: ``--peer``, ``--peer-agent``, ``--peer-pids``,
+    ``--peer-dir`` (checked by ``check_arguments``)."""
+    parser.add_argument("--peer", help="base URL of a running reference peer, e.g. http://127.0.0.1:8799")
+    parser.add_argument("--peer-agent", default=PEER_AGENT, help=f"peer agent slug (default {PEER_AGENT})")
+    parser.add_argument("--peer-pids", help="comma-separated PIDs of the peer's processes (server CPU, RSS)")
+    parser.add_argument("--peer-dir", type=Path, default=PEER_DIR,
+                        help=f"the peer's folder, whose wrangler.pid roots its process tree (default {PEER_DIR})")
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.peer and not is_loopback(args.peer):
+        parser.error("--peer must be a loopback URL")
 
 
 def ws_base(url: str) -> str:

@@ -6,6 +6,7 @@ migrated by ``manage.py migrate`` in a temporary directory, Daphne processes run
 the real login form. Everything listens on 127.0.0.1 and is stopped (by PID) on exit.
 """
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -123,6 +124,17 @@ class Stack:
             self.redis.stop()
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a script that runs a ``Stack``: ``--env``, ``--keep``, ``--json``, ``--profile``."""
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra environment of our Daphnes, e.g. AGENT_LOG_LEVEL=INFO (repeatable)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (server logs, database) and print its path")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="run the Daphnes under cProfile, writing DIR/daphne-<port>.prof on exit")
 
 
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import replay, rooms
-from bench._peer import PEER_AGENT, PEER_DIR, PEER_SOURCE, Peer, is_loopback, workerd_pids
-from bench._stack import Stack, machine_load, parse_env, rss_mb, table
+from bench import _peer, replay, rooms
+from bench._peer import PEER_SOURCE, Peer, workerd_pids
+from bench._stack import Stack, add_stack_arguments, machine_load, parse_env, rss_mb, table
 from tests.support.live import ROOT
 
 ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P8")
@@ -227,7 +227,8 @@ async def main_async(args: argparse.Namespace, row_ids: list[str]) -> dict[str, 
             Peer(url=args.peer, peer_dir=args.peer_dir, source=args.peer_source, pid_list=args.peer_pids))
         if peer is not None and peer.note:
             print(f"peer: {peer.note}\npeer: the peer columns stay blank", flush=True)
-        stack = stack_of.enter_context(Stack(args.processes, extra_env=parse_env(args.env), keep=args.keep))
+        stack = stack_of.enter_context(Stack(args.processes, profile_dir=args.profile, extra_env=parse_env(args.env),
+                                                keep=args.keep))
         ours_rooms = rooms.Target.ours(stack, max(r.rooms for r in ROWS if r.id in row_ids))
         first = stack.daphnes[0]
         sides = [Side("ours", ours_rooms,
@@ -260,24 +261,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(ROW_IDS), help="rows to run, e.g. P1,P3 (default all)")
     parser.add_argument("--processes", type=int, default=2, help="our Daphne processes (default 2)")
-    parser.add_argument("--peer", help="base URL of a peer already running (left running), e.g. http://127.0.0.1:8799")
-    parser.add_argument("--peer-dir", type=Path, default=PEER_DIR,
-                        help=f"where the peer is built and run from, its wrangler.pid (default {PEER_DIR})")
+    _peer.add_arguments(parser)  # without --peer: the peer of --peer-dir, started there if none runs
     parser.add_argument("--peer-source", type=Path, default=PEER_SOURCE,
-                        help=f"the peer's sources, with setup.sh (default {PEER_SOURCE})")
-    parser.add_argument("--peer-pids", help="comma-separated PIDs of the peer's processes (with --peer)")
-    parser.add_argument("--peer-agent", default=PEER_AGENT, help=f"peer agent slug (default {PEER_AGENT})")
+                        help=f"the peer's sources, whose setup.sh builds it in --peer-dir (default {PEER_SOURCE})")
     parser.add_argument("--no-peer", action="store_true", help="ours only; the peer columns stay blank")
     parser.add_argument("--replay-runs", type=int, default=5, help="P5 measured runs per side (default 5, +1 warm-up)")
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between sides (default 1)")
     parser.add_argument("--turn-timeout", type=float, default=60,
                         help="seconds to wait for a turn's done frame before giving up on the room (default 60)")
     parser.add_argument("--run-timeout", type=float, default=600, help="bound on one row of one side, seconds")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment of our Daphnes (repeatable)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep our temporary directory (server logs, database) and print its path")
-    parser.add_argument("--json", type=Path, help="also write the figures (every row's details) to this JSON file")
+    add_stack_arguments(parser)
     args = parser.parse_args()
     row_ids = [r.strip().upper() for r in args.only.split(",") if r.strip()]
     if not row_ids or any(r not in ROW_IDS for r in row_ids):
@@ -286,8 +279,7 @@ def main() -> None:
         parser.error("--processes in 1..16, --replay-runs in 1..100")
     if args.no_peer and args.peer:
         parser.error("--no-peer and --peer exclude each other")
-    if args.peer and not is_loopback(args.peer):
-        parser.error("--peer must be a loopback URL")
+    _peer.check_arguments(parser, args)
     result = asyncio.run(main_async(args, row_ids))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

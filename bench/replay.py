@@ -38,15 +38,16 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection
 
-from bench._peer import PEER_AGENT, PEER_DIR, PEER_LABEL, is_loopback, peer_expected, peer_pids, ws_base
+from bench import _peer
+from bench._peer import PEER_LABEL, peer_expected, peer_pids, ws_base
 from bench._stack import (
     RESP,
     Stack,
+    add_stack_arguments,
     chat_request,
     cpu_seconds_fine,
     drain_connect_frames,
@@ -294,7 +295,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
             target = Target.ours("think, 1 Daphne", daphne.ws, stack.cookie, [daphne.proc.pid], plan)
             rows.append(await run_row(target, plan))
     if args.peer:
-        pids = peer_pids(args.peer_dir)
+        pids = peer_pids(args.peer_dir, args.peer_pids)
         rows.append(await run_row(Target.peer(args.peer, args.peer_agent, lambda: pids, plan), plan))
     for r in rows:
         for e in r["error_list"][:10]:
@@ -314,24 +315,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="measured runs per server (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="uncounted runs first (default 1)")
     parser.add_argument("--turn-timeout", type=float, default=90, help="bound on one run, seconds (default 90)")
-    parser.add_argument("--peer", help="base URL of the reference peer, e.g. http://127.0.0.1:8799")
-    parser.add_argument("--peer-agent", default=PEER_AGENT, help="peer agent slug (default chat-agent)")
-    parser.add_argument("--peer-dir", type=Path, default=PEER_DIR,
-                        help="peer folder whose wrangler.pid roots the peer's process tree")
+    _peer.add_arguments(parser)
     parser.add_argument("--skip-ours", action="store_true", help="measure only the peer")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment of our Daphne (repeatable)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the temporary directory (server logs, database) and print its path")
-    parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
-    parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="run the Daphne under cProfile, writing DIR/daphne-<port>.prof on exit")
+    add_stack_arguments(parser)
     args = parser.parse_args()
     if not (1 <= args.cut < args.chunks <= 100_000 and 0 <= args.delay_ms <= 1000
             and 1 <= args.runs <= 100 and 0 <= args.warmup <= 10):
         parser.error("need 1 <= --cut < --chunks <= 100000, --delay-ms 0..1000, --runs 1..100, --warmup 0..10")
-    if args.peer and not is_loopback(args.peer):
-        parser.error("--peer must be a loopback URL")
+    _peer.check_arguments(parser, args)
     if args.skip_ours and not args.peer:
         parser.error("--skip-ours needs --peer")
     rows = asyncio.run(main_async(args))

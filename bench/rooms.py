@@ -4,8 +4,10 @@
                                     [--processes 1] [--peer http://127.0.0.1:8799]
 
 Starts its own Redis, fresh SQLite database and P Daphne processes (``--processes``, default 1),
-logs in one bench user, then for each K opens K WebSockets at once, one per room (a distinct
-agent instance ``/agents/demo-agent/<room>``, owned by the bench user). Each room does T turns
+logs in one user per room (sessions made in bulk: independent clients, so the per-user limit of
+``AGENT_MAX_ACTIVE_TURNS_PER_USER`` active turns does not refuse rooms), then for each K opens K
+WebSockets at once, one per room (a distinct agent instance ``/agents/demo-agent/<room>``, owned
+by its user). Each room does T turns
 one after the other; turn t sends the whole history, as ``useAgentChat`` does: every earlier user
 message and the reassembled assistant reply, plus the new user message ``/burst N`` (the demo
 model streams N words with no delay), or with ``--delay-ms MS`` ``/slow N MS`` (MS apart).
@@ -31,15 +33,16 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from bench._peer import PEER_AGENT, PEER_DIR, PEER_LABEL, is_loopback, peer_pids, ws_base
+from bench import _peer
+from bench._peer import PEER_LABEL, peer_pids, ws_base
 from bench._stack import (
     Stack,
     TurnResult,
+    add_stack_arguments,
     chat_request,
     cpu_seconds,
     drain_connect_frames,
@@ -219,30 +222,19 @@ def main() -> None:
                         help="ms between chunks: /slow N MS and the peer's delayMs (default 0: /burst N)")
     parser.add_argument("--processes", default="1",
                         help="Daphne processes; a comma list runs one stack per value (default 1)")
-    parser.add_argument("--peer", help="base URL of the reference peer, e.g. http://127.0.0.1:8799")
-    parser.add_argument("--peer-agent", default=PEER_AGENT, help="peer agent slug (default chat-agent)")
-    parser.add_argument("--peer-pids", help="comma-separated PIDs of the peer's processes (server CPU)")
-    parser.add_argument("--peer-dir", type=Path, default=PEER_DIR,
-                        help="peer folder whose wrangler.pid roots the peer's process tree")
+    _peer.add_arguments(parser)
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between rows (default 1)")
     parser.add_argument("--turn-timeout", type=float, default=60,
                         help="seconds to wait for a turn's done frame before giving up on the room")
     parser.add_argument("--run-timeout", type=float, default=900, help="bound on one row, seconds")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment of our Daphnes, e.g. AGENT_LOG_LEVEL=INFO (repeatable)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the temporary directory (server logs, database) and print its path")
-    parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
-    parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="run the Daphnes under cProfile, writing DIR/daphne-<port>.prof on exit")
+    add_stack_arguments(parser)
     args = parser.parse_args()
     ks = [int(k) for k in args.k.split(",")]
     procs = [int(p) for p in args.processes.split(",")]
     if not (all(1 <= k <= 500 for k in ks) and all(1 <= p <= 16 for p in procs)
             and 1 <= args.turns <= 1000 and 1 <= args.chunks <= 100_000 and 0 <= args.delay_ms <= 1000):
         parser.error("K in 1..500, processes in 1..16, turns in 1..1000, chunks in 1..100000, delay-ms 0..1000")
-    if args.peer and not is_loopback(args.peer):
-        parser.error("--peer must be a loopback URL")
+    _peer.check_arguments(parser, args)
     rows = asyncio.run(main_async(args))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
