@@ -154,7 +154,7 @@ class Peer:
                 self._bring_up()
             except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
                 self.url = None
-                self.note = f"peer not available: {exc}"
+                self.note = f"not available: {exc}"
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
