@@ -6,6 +6,7 @@ migrated by ``manage.py migrate`` in a temporary directory, Daphne processes run
 the real login form. Everything listens on 127.0.0.1 and is stopped (by PID) on exit.
 """
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -15,6 +16,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +26,10 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 
 from tests.support.live import PYTHON, ROOT, Daphne, LiveStack, RedisServer, free_port, stop_process, wait_for_port
+from tests.support.load import make_sessions
 
 RESP = "cf_agent_use_chat_response"
+ERROR = "cf_agent_error"
 BENCH_USER = "bench"
 # The same Origin a browser on localhost sends; ALLOWED_HOSTS accepts it.
 ORIGIN = "http://localhost"
@@ -100,6 +104,13 @@ class Stack:
         adds ``extra_env`` to the stack's, e.g. ``{"AGENT_STREAM_BUFFER": "0"}``."""
         return self._daphne(self.app, extra_env)
 
+    def crowd(self, count: int) -> list[str]:
+        """``Cookie`` values of ``count`` new users, each logged in (sessions made in bulk): one
+        per room, as independent clients are, so the per-user turn limit
+        (``AGENT_MAX_ACTIVE_TURNS_PER_USER``) does not refuse a benchmark's many rooms."""
+        assert self.live is not None
+        return make_sessions(self.live, count, prefix=f"crowd-{uuid.uuid4().hex[:8]}-")
+
     @property
     def redis_pid(self) -> int:
         assert self.redis is not None
@@ -115,6 +126,17 @@ class Stack:
             self.redis.stop()
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a script that runs a ``Stack``: ``--env``, ``--keep``, ``--json``, ``--profile``."""
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra environment of our Daphnes, e.g. AGENT_LOG_LEVEL=INFO (repeatable)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (server logs, database) and print its path")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="run the Daphnes under cProfile, writing DIR/daphne-<port>.prof on exit")
 
 
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:
@@ -198,8 +220,9 @@ def p95(xs: Sequence[float]) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(0.95 * (len(ordered) - 1))))]
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table (readable in a terminal, pasteable into README.md)."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) -> str:
+    """A Markdown table (readable in a terminal, pasteable into README.md); the first ``left``
+    columns (labels) are left-aligned, the figures right-aligned."""
     def cell(v: Any) -> str:
         if not isinstance(v, float):
             return str(v)
@@ -207,7 +230,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
             return "nan"
         return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
 
-    rule = "|" + "|".join("---" if i == 0 else "--:" for i in range(len(headers))) + "|"
+    rule = "|" + "|".join("---" if i < left else "--:" for i in range(len(headers))) + "|"
     lines = ["| " + " | ".join(headers) + " |", rule]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -268,7 +291,9 @@ async def timed_turn(ws: ClientConnection, request: str, request_id: str, timeou
     """Send ``request`` and read until its ``done`` frame.
 
     First chunk = first response frame of the request with a non-empty body (the peer's rule);
-    chunks = ``text-delta`` frames. Frames of other types (transcript broadcasts) are skipped.
+    chunks = ``text-delta`` frames. Frames of other types (transcript broadcasts) are skipped, but
+    our ``cf_agent_error`` for the request (a refused request: it has no ``done``) ends the turn
+    with that error.
     """
     t_send = time.monotonic()
     await ws.send(request)
@@ -281,6 +306,9 @@ async def timed_turn(ws: ClientConnection, request: str, request_id: str, timeou
     while True:
         raw = await asyncio.wait_for(ws.recv(), max(0.001, deadline - time.monotonic()))
         frame = json.loads(raw)
+        if frame.get("type") == ERROR and frame.get("id") in (request_id, None):
+            errors.append(f"{frame.get('code')}: {frame.get('error')}")
+            break
         if frame.get("type") != RESP or frame.get("id") != request_id:
             continue
         frames += 1

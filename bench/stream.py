@@ -30,12 +30,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from bench._stack import (
     Stack,
     TurnResult,
+    add_stack_arguments,
     chat_request,
     cpu_seconds,
     drain_connect_frames,
@@ -188,15 +188,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=2000, help="text-delta chunks per turn (default 2000)")
     parser.add_argument("--runs", type=int, default=5, help="measured runs per server (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="uncounted runs first (default 1)")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment of the project's Daphne (repeatable)")
     parser.add_argument("--skip-buffer-off", action="store_true",
                         help="leave out the row of a second project Daphne run with AGENT_STREAM_BUFFER=0")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the temporary directory (server logs, database) and print its path")
-    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
-    parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="run the Daphnes under cProfile, writing DIR/daphne-<port>.prof on exit")
+    add_stack_arguments(parser)
     args = parser.parse_args()
     if not (1 <= args.chunks <= 100_000 and 1 <= args.runs <= 100 and 0 <= args.warmup <= 10):
         parser.error("--chunks 1..100000, --runs 1..100, --warmup 0..10")
