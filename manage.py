@@ -8,9 +8,6 @@ import sys
 def main() -> None:
     """Run administrative tasks."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "thinkproject.settings")
-    from thinkproject.serve import use_uvloop
-
-    use_uvloop()  # before runserver imports Daphne, which creates its loop on import
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

@@ -1,7 +1,7 @@
 """What the benchmarks share: a throwaway server stack, a cf_agent_* client turn, CPU and statistics.
 
 The stack reuses ``tests/support/live.py``: a Redis on a free port, a fresh SQLite database
-migrated by ``manage.py migrate`` in a temporary directory, Daphne processes running the real
+migrated by ``manage.py migrate`` in a temporary directory, Server processes running the real
 ``thinkproject.asgi:application`` with the production settings, and a user logged in through
 the real login form. Everything listens on 127.0.0.1 and is stopped (by PID) on exit.
 """
@@ -25,7 +25,18 @@ from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 
-from tests.support.live import PYTHON, ROOT, Daphne, LiveStack, RedisServer, free_port, stop_process, wait_for_port
+from tests.support.live import (
+    DEFAULT_SERVER,
+    PYTHON,
+    ROOT,
+    LiveStack,
+    RedisServer,
+    Server,
+    free_port,
+    server_command,
+    stop_process,
+    wait_for_port,
+)
 from tests.support.load import make_sessions
 
 RESP = "cf_agent_use_chat_response"
@@ -38,17 +49,20 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # --------------------------------------------------------------------------------------- stack
 class Stack:
-    """Redis + migrated SQLite + ``processes`` Daphne processes + a logged-in bench user.
+    """Redis + migrated SQLite + ``processes`` Server processes + a logged-in bench user.
 
     ``extra_env`` is added to the servers' environment (e.g. ``AGENT_LOG_LEVEL=INFO``); ``app`` is
-    the ASGI application of the project processes. ``profile_dir``: run each Daphne under
-    ``cProfile`` and write ``daphne-<port>.prof`` there when it stops (Daphne exits cleanly on
+    the ASGI application of the project processes; ``server`` the ASGI server they run
+    (``tests.support.live.SERVERS``; ``THINK_SERVER`` sets the default, uvicorn). ``profile_dir``: run each Server under
+    ``cProfile`` and write ``server-<port>.prof`` there when it stops (servers exit cleanly on
     SIGTERM, so the profile is flushed; cProfile sees the event-loop thread only).
     """
 
     def __init__(self, processes: int = 1, *, profile_dir: Path | None = None, keep: bool = False,
-                 app: str = "thinkproject.asgi:application", extra_env: dict[str, str] | None = None) -> None:
+                 app: str = "thinkproject.asgi:application", extra_env: dict[str, str] | None = None,
+                 server: str = DEFAULT_SERVER) -> None:
         self.processes = processes
+        self.server = server
         self.app = app
         self.extra_env = {"AGENT_LOG_LEVEL": "WARNING", **(extra_env or {})}
         self.profile_dir = profile_dir
@@ -56,7 +70,7 @@ class Stack:
         self.workdir = Path(tempfile.mkdtemp(prefix="think-bench-"))
         self.redis: RedisServer | None = None
         self.live: LiveStack | None = None
-        self.daphnes: list[Daphne] = []
+        self.servers: list[Server] = []
         self.extra: list[subprocess.Popen[Any]] = []
         self.cookie = ""
 
@@ -65,8 +79,8 @@ class Stack:
             self.redis = RedisServer(self.workdir)
             self.live = LiveStack(self.workdir, self.redis.url, extra_env=self.extra_env)
             self.live.create_user(BENCH_USER)
-            self.daphnes = [self._daphne(self.app) for _ in range(self.processes)]
-            self.cookie = self.daphnes[0].login(BENCH_USER)
+            self.servers = [self._start(self.app) for _ in range(self.processes)]
+            self.cookie = self.servers[0].login(BENCH_USER)
         except BaseException:
             self.close()
             raise
@@ -76,33 +90,30 @@ class Stack:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def _daphne(self, app: str, extra_env: dict[str, str] | None = None) -> Daphne:
+    def _start(self, app: str, extra_env: dict[str, str] | None = None) -> Server:
         assert self.live is not None
         env = {**self.live.env, **(extra_env or {})}
         port = free_port()
         prefix: list[str] = [PYTHON]
         if self.profile_dir is not None:
             self.profile_dir.mkdir(parents=True, exist_ok=True)
-            prefix += ["-m", "cProfile", "-o", str(self.profile_dir / f"daphne-{port}.prof")]
-        log = open(self.workdir / f"daphne-{port}.log", "ab")  # noqa: SIM115 - lives as long as the process
-        cmd = ([*prefix, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--ws", "websockets", "--log-level", "warning", app]
-               if os.environ.get("BENCH_SERVER") == "uvicorn" else [*prefix, "-m", "thinkproject.serve", "-b", "127.0.0.1", "-p", str(port), app])
-        proc = subprocess.Popen(cmd,
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+            prefix += ["-m", "cProfile", "-o", str(self.profile_dir / f"server-{port}.prof")]
+        log = open(self.workdir / f"server-{port}.log", "ab")  # noqa: SIM115 - lives as long as the process
+        proc = subprocess.Popen([*prefix, *server_command(self.server, port, app)], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.extra.append(proc)
         wait_for_port(port, proc)
-        return Daphne(proc, port)
+        return Server(proc, port)
 
-    def start_bare(self) -> Daphne:
-        """A second Daphne serving ``bench.bare_asgi:application`` (the stack's ceiling)."""
-        return self._daphne("bench.bare_asgi:application")
+    def start_bare(self) -> Server:
+        """A second Server serving ``bench.bare_asgi:application`` (the stack's ceiling)."""
+        return self._start("bench.bare_asgi:application")
 
-    def start_project(self, extra_env: dict[str, str]) -> Daphne:
-        """One more project Daphne (same database and Redis, not in ``daphnes``) whose environment
+    def start_project(self, extra_env: dict[str, str]) -> Server:
+        """One more project Server (same database and Redis, not in ``daphnes``) whose environment
         adds ``extra_env`` to the stack's, e.g. ``{"AGENT_STREAM_BUFFER": "0"}``."""
-        return self._daphne(self.app, extra_env)
+        return self._start(self.app, extra_env)
 
     def crowd(self, count: int) -> list[str]:
         """``Cookie`` values of ``count`` new users, each logged in (sessions made in bulk): one
@@ -131,12 +142,12 @@ class Stack:
 def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of a script that runs a ``Stack``: ``--env``, ``--keep``, ``--json``, ``--profile``."""
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment of our Daphnes, e.g. AGENT_LOG_LEVEL=INFO (repeatable)")
+                        help="extra environment of our servers, e.g. AGENT_LOG_LEVEL=INFO (repeatable)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (server logs, database) and print its path")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="run the Daphnes under cProfile, writing DIR/daphne-<port>.prof on exit")
+                        help="run the servers under cProfile, writing DIR/server-<port>.prof on exit")
 
 
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:
@@ -170,7 +181,7 @@ def cpu_seconds(pids: Sequence[int]) -> float:
 def cpu_seconds_fine(pids: Sequence[int]) -> float:
     """CPU time of the processes' live threads in nanosecond resolution (``/proc/<pid>/task/*/schedstat``),
     for windows of a few ticks where ``cpu_seconds`` (10 ms ticks) is too coarse. Threads that exit
-    between two readings take their time with them; Daphne's threads live as long as the process."""
+    between two readings take their time with them; server's threads live as long as the process."""
     total = 0
     for pid in pids:
         with contextlib.suppress(OSError):

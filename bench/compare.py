@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.compare [--only P1,P3] [--processes 2] [--json FILE]
                                       [--peer http://127.0.0.1:8799 | --peer-dir /tmp/cfpeer | --no-peer]
 
-Starts our stack (Redis, a fresh SQLite database, ``--processes`` Daphnes, a logged-in bench user:
+Starts our stack (Redis, a fresh SQLite database, ``--processes`` servers, a logged-in bench user:
 ``bench._stack.Stack``) and the peer (``bench._peer.Peer``: reuses the one running from
 ``--peer-dir``, else builds it there with the peer's ``setup.sh`` if needed and starts it with
 ``start.sh``, stopping it at the end; ``--peer URL`` uses one someone else started and leaves it
@@ -22,8 +22,8 @@ P4  50 rooms x 2 turns x 200 chunks 10 ms apart: first-chunk p95 ms, server CPU 
 P5  reconnect after 2,000 of 2,600 chunks (5 ms apart): ACK → replayComplete ms
 P8  200 rooms, one 200-chunk turn each: server RSS MB
 
-Rooms go round-robin over our Daphnes' ports (room i → process i mod P), as in rooms.py; P5
-uses the first Daphne for both sockets. Errors (a turn short of its chunks, an error frame, a
+Rooms go round-robin over our servers' ports (room i → process i mod P), as in rooms.py; P5
+uses the first Server for both sockets. Errors (a turn short of its chunks, an error frame, a
 missing ``done``, a replay gap or doubled chunk) are counted per row and side.
 """
 
@@ -154,7 +154,7 @@ ROWS = [
         Metric("replayed frames median", "replayed_frames_med"),
     ], rooms=1),
     Row("P8", "200 rooms, one 200-chunk turn each", p8, [
-        Metric("server RSS MB (ours: Daphnes; peer: wrangler tree)", "server_rss_mb", "<=", 0.5),
+        Metric("server RSS MB (ours: servers; peer: wrangler tree)", "server_rss_mb", "<=", 0.5),
         Metric("server RSS MB (ours: + Redis; peer: workerd only)", "rss_alt_mb"),
         Metric("server RSS MB before the row", "rss_before_mb"),
     ], rooms=200),
@@ -230,12 +230,12 @@ async def main_async(args: argparse.Namespace, row_ids: list[str]) -> dict[str, 
         stack = stack_of.enter_context(Stack(args.processes, profile_dir=args.profile, extra_env=parse_env(args.env),
                                                 keep=args.keep))
         ours_rooms = rooms.Target.ours(stack, max(r.rooms for r in ROWS if r.id in row_ids))
-        first = stack.daphnes[0]
+        first = stack.servers[0]
         sides = [Side("ours", ours_rooms,
                       lambda plan: replay.Target.ours(ours_rooms.label, first.ws, stack.cookie,
                                                       ours_rooms.server_pids, plan),
                       [*ours_rooms.server_pids, stack.redis_pid])]
-        print(f"ours: {ours_rooms.label}, pids {ours_rooms.server_pids}, ports {[d.port for d in stack.daphnes]}, "
+        print(f"ours: {ours_rooms.label}, pids {ours_rooms.server_pids}, ports {[d.port for d in stack.servers]}, "
               f"redis {stack.redis_pid}, workdir {stack.workdir}", flush=True)
         if peer is not None and peer.url:
             pids = peer.pids()
@@ -247,7 +247,7 @@ async def main_async(args: argparse.Namespace, row_ids: list[str]) -> dict[str, 
         results = await run(sides, row_ids, o, args.pause)
     text = render(results)
     print()
-    print(f"## bench/compare.py: us ({args.processes} Daphne{'s' if args.processes > 1 else ''}) against the "
+    print(f"## bench/compare.py: us ({args.processes} x {stack.server}) against the "
           f"reference AIChatAgent, tree {measured}, {time.strftime('%Y-%m-%d %H:%M')}")
     print(text)
     print(f"machine after: {machine_load()}")
@@ -260,7 +260,7 @@ async def main_async(args: argparse.Namespace, row_ids: list[str]) -> dict[str, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(ROW_IDS), help="rows to run, e.g. P1,P3 (default all)")
-    parser.add_argument("--processes", type=int, default=2, help="our Daphne processes (default 2)")
+    parser.add_argument("--processes", type=int, default=2, help="our Server processes (default 2)")
     _peer.add_arguments(parser)  # without --peer: the peer of --peer-dir, started there if none runs
     parser.add_argument("--peer-source", type=Path, default=PEER_SOURCE,
                         help=f"the peer's sources, whose setup.sh builds it in --peer-dir (default {PEER_SOURCE})")

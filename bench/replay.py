@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.replay [--runs 5] [--chunks 2600] [--delay-ms 5] [--cut 2000]
                                      [--peer http://127.0.0.1:8799]
 
-Starts its own Redis, fresh migrated SQLite database and one Daphne serving the project, logs in
+Starts its own Redis, fresh migrated SQLite database and one server serving the project, logs in
 a bench user, then for each run, in a fresh room (agent instance):
 
 1. socket A sends ``/slow 2600 5`` (the demo model streams ``w0 w1 …`` 5 ms apart) and reads
@@ -88,7 +88,7 @@ class Target:
 
     @classmethod
     def ours(cls, label: str, ws: str, cookie: str, pids: list[int], plan: Plan) -> "Target":
-        """Our Daphne at ``ws``: the demo model's ``/slow N MS``; ``pids`` = the server processes."""
+        """Our server at ``ws``: the demo model's ``/slow N MS``; ``pids`` = the server processes."""
         return cls(label, ws, "demo-agent", cookie, lambda: pids,
                    lambda rid: chat_request(rid, [user_message("u1", f"/slow {plan.chunks} {plan.delay_ms}")]),
                    ours_expected(plan.chunks))
@@ -289,10 +289,10 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     print(f"machine: {machine_load()} (other processes on the machine skew the wall times)", flush=True)
     if not args.skip_ours:
         with Stack(1, profile_dir=args.profile, extra_env=parse_env(args.env), keep=args.keep) as stack:
-            daphne = stack.daphnes[0]
-            print(f"stack up: project Daphne pid {daphne.proc.pid} port {daphne.port}, "
+            daphne = stack.servers[0]
+            print(f"stack up: project server pid {daphne.proc.pid} port {daphne.port}, "
                   f"redis pid {stack.redis_pid}, workdir {stack.workdir}", flush=True)
-            target = Target.ours("think, 1 Daphne", daphne.ws, stack.cookie, [daphne.proc.pid], plan)
+            target = Target.ours(f"think, 1 x {stack.server}", daphne.ws, stack.cookie, [daphne.proc.pid], plan)
             rows.append(await run_row(target, plan))
     if args.peer:
         pids = peer_pids(args.peer_dir, args.peer_pids)

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.rooms [--k 1,10,50] [--turns 10] [--chunks 200] [--delay-ms 0]
                                     [--processes 1] [--peer http://127.0.0.1:8799]
 
-Starts its own Redis, fresh SQLite database and P Daphne processes (``--processes``, default 1),
+Starts its own Redis, fresh SQLite database and P server processes (``--processes``, default 1),
 logs in one user per room (sessions made in bulk: independent clients, so the per-user limit of
 ``AGENT_MAX_ACTIVE_TURNS_PER_USER`` active turns does not refuse rooms), then for each K opens K
 WebSockets at once, one per room (a distinct agent instance ``/agents/demo-agent/<room>``, owned
@@ -74,11 +74,11 @@ class Target:
 
     @classmethod
     def ours(cls, stack: Stack, rooms: int) -> "Target":
-        """Our stack for up to ``rooms`` rooms: room i round-robin over the Daphnes' ports, owned by
+        """Our stack for up to ``rooms`` rooms: room i round-robin over the servers' ports, owned by
         a user of its own (``Stack.crowd``)."""
-        n = len(stack.daphnes)
-        return cls(f"think, {n} Daphne" + ("s" if n > 1 else ""), [d.ws for d in stack.daphnes], OURS_AGENT,
-                   stack.crowd(rooms), [d.proc.pid for d in stack.daphnes], [stack.redis_pid])
+        n = len(stack.servers)
+        return cls(f"think, {n} x {stack.server}", [d.ws for d in stack.servers], OURS_AGENT,
+                   stack.crowd(rooms), [d.proc.pid for d in stack.servers], [stack.redis_pid])
 
     @classmethod
     def peer(cls, url: str, agent: str, pids: list[int]) -> "Target":
@@ -195,7 +195,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                    keep=args.keep) as stack:
             target = Target.ours(stack, max(ks))
             print(f"{target.label}: pids {target.server_pids}, redis {stack.redis_pid}, "
-                  f"ports {[d.port for d in stack.daphnes]}, workdir {stack.workdir}", flush=True)
+                  f"ports {[d.port for d in stack.servers]}, workdir {stack.workdir}", flush=True)
             for k in ks:
                 rows.append(await run_row(target, workload(k)))
                 await asyncio.sleep(args.pause)
@@ -221,7 +221,7 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=int, default=0,
                         help="ms between chunks: /slow N MS and the peer's delayMs (default 0: /burst N)")
     parser.add_argument("--processes", default="1",
-                        help="Daphne processes; a comma list runs one stack per value (default 1)")
+                        help="server processes; a comma list runs one stack per value (default 1)")
     _peer.add_arguments(parser)
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between rows (default 1)")
     parser.add_argument("--turn-timeout", type=float, default=60,

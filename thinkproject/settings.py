@@ -274,9 +274,10 @@ AGENT_DEMO_DELAY_MS = int(os.environ.get("AGENT_DEMO_DELAY_MS", "15"))
 # Store reply chunks for mid-stream resume (default on; off only to measure its cost).
 AGENT_STREAM_BUFFER = os.environ.get("AGENT_STREAM_BUFFER", "1") == "1"
 
-# Daphne refuses WebSocket messages above 1 MiB by closing the socket; accept up to 16 MiB so an
+# Daphne (make run: runserver) refuses WebSocket messages above 1 MiB by closing the socket; accept up to 16 MiB so an
 # oversized chat frame reaches the app and gets a clear error frame (AGENT_MAX_FRAME_BYTES is the
-# real limit). Plain `daphne` needs --websocket-max-message-size/--websocket-max-frame-size.
+# real limit). Plain `daphne` needs --websocket-max-message-size/--websocket-max-frame-size, uvicorn
+# --ws-max-size (README "Deployment").
 DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
 DAPHNE_WEBSOCKET_MAX_FRAME_SIZE = 16 * 1024 * 1024
 

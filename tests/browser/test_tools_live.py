@@ -1,4 +1,4 @@
-"""Tools end to end: the chat page against a live Daphne with the demo agent and offline model.
+"""Tools end to end: the chat page against a live server with the demo agent and offline model.
 
 The offline model calls a tool for ``/tool NAME {json}`` and then summarises the result. These
 tests click what a user clicks (Approve, Reject), let the page run its client tool, watch

@@ -1,4 +1,4 @@
-"""Turns started on either Daphne process or in a Celery worker reach clients on both processes."""
+"""Turns started on either server process or in a Celery worker reach clients on both processes."""
 
 import asyncio
 import json
@@ -6,6 +6,7 @@ import json
 import pytest
 
 from tests.support.frames import chat_request, is_done, text_of, user_message
+from tests.support.live import SERVERS
 from tests.support.wsclient import open_socket, recv_json, recv_until
 
 pytestmark = pytest.mark.crossprocess
@@ -20,9 +21,11 @@ async def _connect(daphne, cookie):
     return sock
 
 
-def test_turns_from_each_process_reach_both_clients(stack):
+@pytest.mark.parametrize("server", SERVERS)
+def test_turns_from_each_process_reach_both_clients(stack, server):
+    """On uvicorn (production) and on Daphne (``make run``) alike."""
     alice = stack.create_user("alice")
-    first, second = stack.start_daphne(), stack.start_daphne()
+    first, second = stack.start_server(server), stack.start_server(server)
     stack.start_celery_worker()
     cookie = first.login("alice")
 
