@@ -59,3 +59,18 @@ def test_turns_from_each_process_reach_both_clients(stack, server):
         assert [m["role"] for m in messages] == ["user", "assistant"] * 3
 
     asyncio.run(scenario())
+
+
+def test_uvicorn_workers_on_one_port_serve_one_conversation_together(stack):
+    """The Deployment section's ``--workers``: sockets of one conversation land on either process."""
+    stack.create_user("alice")
+    server = stack.start_server("uvicorn", workers=2)
+    cookie = server.login("alice")
+
+    async def scenario():
+        sockets = [await _connect(server, cookie) for _ in range(8)]
+        await sockets[0].send(json.dumps(chat_request("r1", [user_message("u1", "to every worker")])))
+        return [text_of(await recv_until(sock, is_done("r1"))) for sock in sockets]
+
+    texts = asyncio.run(scenario())
+    assert texts == ["(demo model, offline) You said: to every worker"] * 8

@@ -38,12 +38,15 @@ SERVERS = ("uvicorn", "daphne")
 DEFAULT_SERVER = os.environ.get("THINK_SERVER", "uvicorn")
 
 
-def server_command(kind: str, port: int, app: str = "thinkproject.asgi:application") -> list[str]:
-    """The command line of an ASGI server of ``kind`` on 127.0.0.1:``port``: the README's flags."""
+def server_command(kind: str, port: int, app: str = "thinkproject.asgi:application", workers: int = 1) -> list[str]:
+    """The command line of an ASGI server of ``kind`` on 127.0.0.1:``port``: the README's flags.
+
+    ``workers``: uvicorn's processes sharing the port.
+    """
     if kind == "uvicorn":
         return ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop",
                 "--ws", "websockets", "--ws-max-size", str(MAX_MESSAGE), "--ws-ping-interval", "20",
-                "--ws-ping-timeout", "30", app]
+                "--ws-ping-timeout", "30", *(["--workers", str(workers)] if workers > 1 else []), app]
     if kind == "daphne":
         return ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "--websocket-max-message-size",
                 str(MAX_MESSAGE), "--websocket-max-frame-size", str(MAX_MESSAGE),
@@ -216,11 +219,13 @@ class LiveStack:
         self.procs.append(proc)
         return proc
 
-    def start_server(self, kind: str = DEFAULT_SERVER) -> "Server":
-        """One more ASGI process serving the project (``kind``: see ``SERVERS``)."""
+    def start_server(self, kind: str = DEFAULT_SERVER, workers: int = 1) -> "Server":
+        """One more ASGI server serving the project (``kind``: see ``SERVERS``; ``workers``: uvicorn's)."""
         port = free_port()
-        proc = self._spawn([PYTHON, *server_command(kind, port)], f"server-{port}.log")
+        proc = self._spawn([PYTHON, *server_command(kind, port, workers=workers)], f"server-{port}.log")
         wait_for_port(port, proc)
+        if workers > 1:  # the port is the parent's; each worker says when it serves
+            self._started(proc, f"server-{port}.log", "Application startup complete.", count=workers)
         return Server(proc, port)
 
     def start_celery_worker(self, name: str = "w1") -> subprocess.Popen[Any]:
@@ -235,14 +240,15 @@ class LiveStack:
                             "--schedule", str(self.workdir / f"celerybeat-{name}")], f"celery-{name}.log")
         return self._started(proc, f"celery-{name}.log", "beat: Starting...")
 
-    def _started(self, proc: subprocess.Popen[Any], log_name: str, ready: str) -> subprocess.Popen[Any]:
-        """``proc`` once its log says ``ready``; its log if it exits or is silent for STARTUP_TIMEOUT."""
+    def _started(self, proc: subprocess.Popen[Any], log_name: str, ready: str, count: int = 1) -> subprocess.Popen[Any]:
+        """``proc`` once its log says ``ready`` (``count`` times); its log if it exits or is not ready
+        within STARTUP_TIMEOUT."""
         deadline = time.monotonic() + STARTUP_TIMEOUT
         log = self.workdir / log_name
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"{log_name} process exited:\n{log.read_text()}")
-            if log.exists() and ready in log.read_text():
+            if log.exists() and log.read_text().count(ready) >= count:
                 return proc
             time.sleep(0.1)
         raise TimeoutError(f"{log_name} process not ready:\n{log.read_text()}")
