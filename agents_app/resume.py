@@ -55,6 +55,11 @@ def load_state(instance: AgentInstance) -> ResumeState:
 
 
 # The outcome a replayed terminal frame reports for a finished turn (none for a completed one).
+# A replay lets the event loop run other connections after this many frames: sending only
+# buffers in the transport, so 2,000 frames in one go held the whole process for ~30 ms and the
+# first frame left when the last was produced.
+REPLAY_YIELD_EVERY = 100
+
 _OUTCOMES = {Turn.Status.ABORTED: Outcome.ABORTED, Turn.Status.ERROR: Outcome.ERROR,
              Turn.Status.SKIPPED: Outcome.SKIPPED}
 
@@ -184,8 +189,7 @@ class ResumeDriver:
         stream, chunks = await self._stored(replay.request_id)
         continuation = bool(stream and stream.continuation)
         sent = handshake.replay_frames(replay, chunks, continuation=continuation)
-        for frame in sent:
-            await self.send_frame(frame)
+        await self._send_all(sent)
         held = self.session.finish_replay(sent[-1]["seq"] if sent else replay.from_seq - 1, covered)
         # The writer answered (or the stream ended), so the stream's terminal frame has not been
         # through this connection yet: it is held, or on its way, and ends the stream for the client.
@@ -194,6 +198,12 @@ class ResumeDriver:
             await self.send_frame(end)
         for item in held:
             await self.deliver(item)
+
+    async def _send_all(self, replayed: list[frames.Frame]) -> None:
+        for n, frame in enumerate(replayed, start=1):
+            await self.send_frame(frame)
+            if n % REPLAY_YIELD_EVERY == 0:
+                await asyncio.sleep(0)
 
     # --- replays of streams that are not live -------------------------------------------------------
     async def _stored(self, request_id: str) -> tuple[StreamRecord | None, list[tuple[int, str]]]:
@@ -211,8 +221,7 @@ class ResumeDriver:
         (whose copy of the transcript would come after ``terminal``, and is dropped as stale).
         """
         replay = Replay(request_id)
-        for frame in handshake.replay_frames(replay, chunks, continuation=bool(stream and stream.continuation)):
-            await self.send_frame(frame)
+        await self._send_all(handshake.replay_frames(replay, chunks, continuation=bool(stream and stream.continuation)))
         self.session.close_request(request_id)
         if with_transcript:
             await self.send_frame(frames.chat_messages(await database_sync_to_async(transcript.load)(self.instance)))

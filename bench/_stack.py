@@ -1,11 +1,12 @@
 """What the benchmarks share: a throwaway server stack, a cf_agent_* client turn, CPU and statistics.
 
 The stack reuses ``tests/support/live.py``: a Redis on a free port, a fresh SQLite database
-migrated by ``manage.py migrate`` in a temporary directory, Daphne processes running the real
+migrated by ``manage.py migrate`` in a temporary directory, Server processes running the real
 ``thinkproject.asgi:application`` with the production settings, and a user logged in through
 the real login form. Everything listens on 127.0.0.1 and is stopped (by PID) on exit.
 """
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -15,6 +16,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +25,22 @@ from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 
-from tests.support.live import PYTHON, ROOT, Daphne, LiveStack, RedisServer, free_port, stop_process, wait_for_port
+from tests.support.live import (
+    DEFAULT_SERVER,
+    PYTHON,
+    ROOT,
+    LiveStack,
+    RedisServer,
+    Server,
+    free_port,
+    server_command,
+    stop_process,
+    wait_for_port,
+)
+from tests.support.load import make_sessions
 
 RESP = "cf_agent_use_chat_response"
+ERROR = "cf_agent_error"
 BENCH_USER = "bench"
 # The same Origin a browser on localhost sends; ALLOWED_HOSTS accepts it.
 ORIGIN = "http://localhost"
@@ -34,17 +49,20 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # --------------------------------------------------------------------------------------- stack
 class Stack:
-    """Redis + migrated SQLite + ``processes`` Daphne processes + a logged-in bench user.
+    """Redis + migrated SQLite + ``processes`` Server processes + a logged-in bench user.
 
     ``extra_env`` is added to the servers' environment (e.g. ``AGENT_LOG_LEVEL=INFO``); ``app`` is
-    the ASGI application of the project processes. ``profile_dir``: run each Daphne under
-    ``cProfile`` and write ``daphne-<port>.prof`` there when it stops (Daphne exits cleanly on
+    the ASGI application of the project processes; ``server`` the ASGI server they run
+    (``tests.support.live.SERVERS``; ``THINK_SERVER`` sets the default, uvicorn). ``profile_dir``: run each Server under
+    ``cProfile`` and write ``server-<port>.prof`` there when it stops (servers exit cleanly on
     SIGTERM, so the profile is flushed; cProfile sees the event-loop thread only).
     """
 
     def __init__(self, processes: int = 1, *, profile_dir: Path | None = None, keep: bool = False,
-                 app: str = "thinkproject.asgi:application", extra_env: dict[str, str] | None = None) -> None:
+                 app: str = "thinkproject.asgi:application", extra_env: dict[str, str] | None = None,
+                 server: str = DEFAULT_SERVER) -> None:
         self.processes = processes
+        self.server = server
         self.app = app
         self.extra_env = {"AGENT_LOG_LEVEL": "WARNING", **(extra_env or {})}
         self.profile_dir = profile_dir
@@ -52,7 +70,7 @@ class Stack:
         self.workdir = Path(tempfile.mkdtemp(prefix="think-bench-"))
         self.redis: RedisServer | None = None
         self.live: LiveStack | None = None
-        self.daphnes: list[Daphne] = []
+        self.servers: list[Server] = []
         self.extra: list[subprocess.Popen[Any]] = []
         self.cookie = ""
 
@@ -61,8 +79,8 @@ class Stack:
             self.redis = RedisServer(self.workdir)
             self.live = LiveStack(self.workdir, self.redis.url, extra_env=self.extra_env)
             self.live.create_user(BENCH_USER)
-            self.daphnes = [self._daphne(self.app) for _ in range(self.processes)]
-            self.cookie = self.daphnes[0].login(BENCH_USER)
+            self.servers = [self._start(self.app) for _ in range(self.processes)]
+            self.cookie = self.servers[0].login(BENCH_USER)
         except BaseException:
             self.close()
             raise
@@ -72,31 +90,37 @@ class Stack:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def _daphne(self, app: str, extra_env: dict[str, str] | None = None) -> Daphne:
+    def _start(self, app: str, extra_env: dict[str, str] | None = None) -> Server:
         assert self.live is not None
         env = {**self.live.env, **(extra_env or {})}
         port = free_port()
         prefix: list[str] = [PYTHON]
         if self.profile_dir is not None:
             self.profile_dir.mkdir(parents=True, exist_ok=True)
-            prefix += ["-m", "cProfile", "-o", str(self.profile_dir / f"daphne-{port}.prof")]
-        log = open(self.workdir / f"daphne-{port}.log", "ab")  # noqa: SIM115 - lives as long as the process
-        proc = subprocess.Popen([*prefix, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+            prefix += ["-m", "cProfile", "-o", str(self.profile_dir / f"server-{port}.prof")]
+        log = open(self.workdir / f"server-{port}.log", "ab")  # noqa: SIM115 - lives as long as the process
+        proc = subprocess.Popen([*prefix, *server_command(self.server, port, app)], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.extra.append(proc)
         wait_for_port(port, proc)
-        return Daphne(proc, port)
+        return Server(proc, port)
 
-    def start_bare(self) -> Daphne:
-        """A second Daphne serving ``bench.bare_asgi:application`` (the stack's ceiling)."""
-        return self._daphne("bench.bare_asgi:application")
+    def start_bare(self) -> Server:
+        """A second Server serving ``bench.bare_asgi:application`` (the stack's ceiling)."""
+        return self._start("bench.bare_asgi:application")
 
-    def start_project(self, extra_env: dict[str, str]) -> Daphne:
-        """One more project Daphne (same database and Redis, not in ``daphnes``) whose environment
+    def start_project(self, extra_env: dict[str, str]) -> Server:
+        """One more project Server (same database and Redis, not in ``daphnes``) whose environment
         adds ``extra_env`` to the stack's, e.g. ``{"AGENT_STREAM_BUFFER": "0"}``."""
-        return self._daphne(self.app, extra_env)
+        return self._start(self.app, extra_env)
+
+    def crowd(self, count: int) -> list[str]:
+        """``Cookie`` values of ``count`` new users, each logged in (sessions made in bulk): one
+        per room, as independent clients are, so the per-user turn limit
+        (``AGENT_MAX_ACTIVE_TURNS_PER_USER``) does not refuse a benchmark's many rooms."""
+        assert self.live is not None
+        return make_sessions(self.live, count, prefix=f"crowd-{uuid.uuid4().hex[:8]}-")
 
     @property
     def redis_pid(self) -> int:
@@ -113,6 +137,17 @@ class Stack:
             self.redis.stop()
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a script that runs a ``Stack``: ``--env``, ``--keep``, ``--json``, ``--profile``."""
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra environment of our servers, e.g. AGENT_LOG_LEVEL=INFO (repeatable)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (server logs, database) and print its path")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="run the servers under cProfile, writing DIR/server-<port>.prof on exit")
 
 
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:
@@ -146,7 +181,7 @@ def cpu_seconds(pids: Sequence[int]) -> float:
 def cpu_seconds_fine(pids: Sequence[int]) -> float:
     """CPU time of the processes' live threads in nanosecond resolution (``/proc/<pid>/task/*/schedstat``),
     for windows of a few ticks where ``cpu_seconds`` (10 ms ticks) is too coarse. Threads that exit
-    between two readings take their time with them; Daphne's threads live as long as the process."""
+    between two readings take their time with them; server's threads live as long as the process."""
     total = 0
     for pid in pids:
         with contextlib.suppress(OSError):
@@ -196,8 +231,9 @@ def p95(xs: Sequence[float]) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(0.95 * (len(ordered) - 1))))]
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table (readable in a terminal, pasteable into README.md)."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) -> str:
+    """A Markdown table (readable in a terminal, pasteable into README.md); the first ``left``
+    columns (labels) are left-aligned, the figures right-aligned."""
     def cell(v: Any) -> str:
         if not isinstance(v, float):
             return str(v)
@@ -205,7 +241,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
             return "nan"
         return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
 
-    rule = "|" + "|".join("---" if i == 0 else "--:" for i in range(len(headers))) + "|"
+    rule = "|" + "|".join("---" if i < left else "--:" for i in range(len(headers))) + "|"
     lines = ["| " + " | ".join(headers) + " |", rule]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -266,7 +302,9 @@ async def timed_turn(ws: ClientConnection, request: str, request_id: str, timeou
     """Send ``request`` and read until its ``done`` frame.
 
     First chunk = first response frame of the request with a non-empty body (the peer's rule);
-    chunks = ``text-delta`` frames. Frames of other types (transcript broadcasts) are skipped.
+    chunks = ``text-delta`` frames. Frames of other types (transcript broadcasts) are skipped, but
+    our ``cf_agent_error`` for the request (a refused request: it has no ``done``) ends the turn
+    with that error.
     """
     t_send = time.monotonic()
     await ws.send(request)
@@ -279,6 +317,9 @@ async def timed_turn(ws: ClientConnection, request: str, request_id: str, timeou
     while True:
         raw = await asyncio.wait_for(ws.recv(), max(0.001, deadline - time.monotonic()))
         frame = json.loads(raw)
+        if frame.get("type") == ERROR and frame.get("id") in (request_id, None):
+            errors.append(f"{frame.get('code')}: {frame.get('error')}")
+            break
         if frame.get("type") != RESP or frame.get("id") != request_id:
             continue
         frames += 1

@@ -6,12 +6,12 @@ identity + MCP frames on connect, then N ``text-delta`` response frames of S byt
 size of our real chunk frames, measured by ``bench/stream.py``) and a ``done`` frame:
 
 ``/bare/<room>``
-    No channel layer: ``self.send`` straight to the socket. Daphne + Channels + the WebSocket
+    No channel layer: ``self.send`` straight to the socket. server + Channels + the WebSocket
     framing and nothing else.
 ``/layer/<room>``
     The frames take the path of ``agents_app.streaming.fanout``: group events of up to 64
     pre-encoded frames through the Redis channel layer, relayed by the consumer to its socket.
-    Daphne + Channels + Redis fan-out, without Django, the database or the model.
+    server + Channels + Redis fan-out, without Django, the database or the model.
 """
 
 import json

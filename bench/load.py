@@ -1,8 +1,8 @@
-"""N concurrent sockets, one turn each, on 1 and 2 Daphnes: does everyone get an answer, and how fast?
+"""N concurrent sockets, one turn each, on 1 and 2 servers: does everyone get an answer, and how fast?
 
     .venv/bin/python -m bench.load [--sockets 100,500,1000] [--processes 1,2] [--shared 50] [--text hello]
 
-For each process count P it starts its own Redis, fresh SQLite database and P Daphne processes
+For each process count P it starts its own Redis, fresh SQLite database and P Server processes
 (the production settings with a shared test agent, ``tests.support.settings_live``), makes the
 users (each socket is a user of its own, logged in through a session made in bulk), then for each
 N opens N WebSockets at once, spread round-robin over the processes, and each sends one chat
@@ -12,7 +12,7 @@ queue there and run one after another.
 
 Columns: completed turns; errors (refused or dropped handshakes, error frames, timeouts, by
 kind); p95 time to connect (handshake to the connect frames) and to the first chunk (send of the
-request → first response frame with a body); wall time of the row; the RSS of each Daphne after it.
+request → first response frame with a body); wall time of the row; the RSS of each Server after it.
 """
 
 import argparse
@@ -28,8 +28,8 @@ from bench._stack import machine_load, p95, report, rss_mb
 from tests.support.live import LiveStack, RedisServer
 from tests.support.load import SETTINGS, Outcome, crowd, make_sessions
 
-HEADERS = ["Daphnes", "sockets", "instances", "completed", "errors", "p95 connect s", "p95 first chunk s",
-           "median first chunk s", "wall s", "RSS per Daphne MB"]
+HEADERS = ["servers", "sockets", "instances", "completed", "errors", "p95 connect s", "p95 first chunk s",
+           "median first chunk s", "wall s", "RSS per Server MB"]
 
 
 def row(processes: int, sockets: int, instances: str, outcomes: list[Outcome], wall: float,
@@ -50,7 +50,7 @@ def run(processes: int, counts: list[int], shared: int, text: str, workdir_prefi
                                                      "AGENT_LOG_LEVEL": "WARNING"})
     rows = []
     try:
-        daphnes = [stack.start_daphne() for _ in range(processes)]
+        daphnes = [stack.start_server() for _ in range(processes)]
         bases = [d.ws for d in daphnes]
         pids = [d.proc.pid for d in daphnes]
         for count in [*counts, *([shared] if shared else [])]:
@@ -62,7 +62,7 @@ def run(processes: int, counts: list[int], shared: int, text: str, workdir_prefi
             wall = time.monotonic() - started
             rows.append(row(processes, count, "1 (shared)" if on_one else str(count), outcomes, wall,
                             [rss_mb([pid]) for pid in pids]))
-            print(f"  {processes} Daphne(s), {count} sockets: {rows[-1][3]} completed, {rows[-1][4]} errors",
+            print(f"  {processes} server(s), {count} sockets: {rows[-1][3]} completed, {rows[-1][4]} errors",
                   flush=True)
             for error in sorted({o.error for o in outcomes if not o.ok})[:5]:
                 print(f"    e.g. {error[:300]}", flush=True)
@@ -75,9 +75,9 @@ def run(processes: int, counts: list[int], shared: int, text: str, workdir_prefi
 
 
 def _server_errors(workdir: Path) -> None:
-    """The last line of each traceback the Daphnes logged (what a 1011 close was), counted."""
+    """The last line of each traceback the servers logged (what a 1011 close was), counted."""
     errors: collections.Counter[str] = collections.Counter()
-    for log in workdir.glob("daphne-*.log"):
+    for log in workdir.glob("server-*.log"):
         lines = log.read_text(errors="replace").splitlines()
         for i, line in enumerate(lines):
             if line.startswith("Traceback"):
@@ -92,7 +92,7 @@ def _server_errors(workdir: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sockets", default="100,500,1000", help="comma-separated socket counts")
-    parser.add_argument("--processes", default="1,2", help="comma-separated Daphne counts")
+    parser.add_argument("--processes", default="1,2", help="comma-separated Server counts")
     parser.add_argument("--shared", type=int, default=50, help="sockets on one shared instance (0: no such row)")
     parser.add_argument("--text", default="hello", help="the user message (the demo model echoes it)")
     args = parser.parse_args()

@@ -3,14 +3,14 @@
     .venv/bin/python -m bench.recovery [--kills 20] [--sweep 10] [--keep]
 
 A stack of Redis, SQLite, a Celery worker and Celery beat (the recovery sweep every ``--sweep``
-seconds, 10 as in production) and a surviving Daphne. For each kill, a fresh Daphne runs a
-``/slow 400 10`` reply, a client watches it from the survivor, and the doomed Daphne gets
+seconds, 10 as in production) and a surviving server. For each kill, a fresh server runs a
+``/slow 400 10`` reply, a client watches it from the survivor, and the doomed server gets
 ``kill -9`` after a random number of words. Measured: the time from the kill to the first chunk
 of the continuation on the watching client, in two ways the crash is found:
 
 * *sweep*: nobody reconnects; the beat sweep finds the dead process (on another host the turn's
   15 s lease must run out first; here the process check finds it at the next sweep);
-* *reconnect*: the client that was on the dead Daphne reconnects to the survivor after 200 ms
+* *reconnect*: the client that was on the dead server reconnects to the survivor after 200 ms
   (about what ``useAgentChat``'s backoff waits) and resumes, which cuts the turn at once.
 
 Every continued reply is checked (one assistant message, the whole text once). The heartbeat row
@@ -45,7 +45,7 @@ def _continued(frame: dict[str, Any]) -> bool:
 async def one_kill(stack: Stack, index: int, mode: str, rng: random.Random) -> float:
     """Seconds from ``kill -9`` to the first continued chunk on a watching client."""
     assert stack.live is not None
-    survivor = stack.daphnes[0]
+    survivor = stack.servers[0]
     doomed = stack.start_project({})
     path = f"/agents/demo-agent/{mode}-{index}"
     watcher = await open_socket(survivor.ws, path, stack.cookie)
@@ -87,7 +87,7 @@ def heartbeat_writes_per_minute(stack: Stack) -> float:
     database = stack.live.database_url.removeprefix("sqlite:///")
 
     async def turn() -> float:
-        sock = await open_socket(stack.daphnes[0].ws, "/agents/demo-agent/heartbeat", stack.cookie)
+        sock = await open_socket(stack.servers[0].ws, "/agents/demo-agent/heartbeat", stack.cookie)
         await sock.send(json.dumps(chat_request("hb", [user_message("uhb", "/slow 1300 50")])))
         seen: set[str] = set()
         started = time.monotonic()
@@ -121,7 +121,7 @@ def main() -> None:
             times = [asyncio.run(one_kill(stack, i, mode, rng)) for i in range(args.kills)]
             rows.append([mode, args.kills, f"{median(times):.2f}", f"{p95(times):.2f}", f"{max(times):.2f}",
                          f"{args.sweep:g} s"])
-        report("kill -9 of the Daphne running a turn → first continued chunk on a watching client (s)",
+        report("kill -9 of the server running a turn → first continued chunk on a watching client (s)",
                ["found by", "kills", "median", "p95", "max", "sweep every"], rows)
         writes = heartbeat_writes_per_minute(stack)
         report("what a running turn writes to keep its lease", ["database UPDATEs / min", "Redis writes / min"],

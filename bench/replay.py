@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.replay [--runs 5] [--chunks 2600] [--delay-ms 5] [--cut 2000]
                                      [--peer http://127.0.0.1:8799]
 
-Starts its own Redis, fresh migrated SQLite database and one Daphne serving the project, logs in
+Starts its own Redis, fresh migrated SQLite database and one server serving the project, logs in
 a bench user, then for each run, in a fresh room (agent instance):
 
 1. socket A sends ``/slow 2600 5`` (the demo model streams ``w0 w1 …`` 5 ms apart) and reads
@@ -38,18 +38,18 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from websockets.asyncio.client import ClientConnection
 
+from bench import _peer
+from bench._peer import PEER_LABEL, peer_expected, peer_pids, ws_base
 from bench._stack import (
     RESP,
     Stack,
+    add_stack_arguments,
     chat_request,
     cpu_seconds_fine,
-    descendants,
     drain_connect_frames,
     machine_load,
     median,
@@ -60,9 +60,20 @@ from bench._stack import (
     user_message,
 )
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 RESUMING = "cf_agent_stream_resuming"
 ACK = "cf_agent_stream_resume_ack"
+
+
+@dataclass
+class Plan:
+    """One row: a turn of ``chunks`` deltas ``delay_ms`` apart, cut after ``cut``; runs and bounds."""
+
+    chunks: int = 2600
+    delay_ms: int = 5
+    cut: int = 2000
+    runs: int = 5
+    warmup: int = 1
+    turn_timeout: float = 90
 
 
 @dataclass
@@ -74,6 +85,20 @@ class Target:
     pids: Callable[[], list[int]]
     request_of: Callable[[str], str]
     expected: str
+
+    @classmethod
+    def ours(cls, label: str, ws: str, cookie: str, pids: list[int], plan: Plan) -> "Target":
+        """Our server at ``ws``: the demo model's ``/slow N MS``; ``pids`` = the server processes."""
+        return cls(label, ws, "demo-agent", cookie, lambda: pids,
+                   lambda rid: chat_request(rid, [user_message("u1", f"/slow {plan.chunks} {plan.delay_ms}")]),
+                   ours_expected(plan.chunks))
+
+    @classmethod
+    def peer(cls, url: str, agent: str, pids: Callable[[], list[int]], plan: Plan) -> "Target":
+        return cls(PEER_LABEL, ws_base(url), agent, None, pids,
+                   lambda rid: chat_request(rid, [user_message("u1", "hi")], chunks=plan.chunks, chunkSize=4,
+                                            mode="text", delayMs=plan.delay_ms),
+                   peer_expected(plan.chunks))
 
 
 @dataclass
@@ -91,28 +116,6 @@ class Run:
 
 def ours_expected(n: int) -> str:
     return "".join(f"w{i} " for i in range(n))
-
-
-def b36(i: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        i, r = divmod(i, 36)
-        out = digits[r] + out
-        if i == 0:
-            return out
-
-
-def peer_expected(n: int, size: int = 4) -> str:
-    """The peer's deltas (``peer_client.py expected_text``): base-36 index, padded to 3, a space."""
-    out = []
-    for i in range(n):
-        base = b36(i).rjust(3, "0") + " "
-        s = base
-        while len(s) < size:
-            s += base
-        out.append(s[:size])
-    return "".join(out)
 
 
 def delta_of(frame: dict[str, Any]) -> str | None:
@@ -144,10 +147,10 @@ async def read_until_done(ws: ClientConnection, rid: str, deadline: float, text:
             text.append(delta)
 
 
-async def one_run(target: Target, args: argparse.Namespace) -> Run:
+async def one_run(target: Target, plan: Plan) -> Run:
     rid = "r1"
     url = f"{target.ws_base}/agents/{target.agent}/replay-{uuid.uuid4().hex[:8]}"
-    deadline = time.monotonic() + args.turn_timeout
+    deadline = time.monotonic() + plan.turn_timeout
     errors: list[str] = []
     a = await open_socket(url, target.cookie)
     b: ClientConnection | None = None
@@ -158,7 +161,7 @@ async def one_run(target: Target, args: argparse.Namespace) -> Run:
         a_text: list[str] = []
         seen = 0
         mark: tuple[float, float] | None = None  # (time, server CPU) at half the cut: background rate
-        while seen < args.cut:
+        while seen < plan.cut:
             frame = await recv(a, deadline)
             if frame.get("type") != RESP or frame.get("id") != rid:
                 continue
@@ -168,12 +171,12 @@ async def one_run(target: Target, args: argparse.Namespace) -> Run:
             if delta is not None:
                 seen += 1
                 a_text.append(delta)
-                if seen == args.cut // 2:
+                if seen == plan.cut // 2:
                     mark = (time.monotonic(), cpu_seconds_fine(target.pids()))
         assert mark is not None
         paced_cpu = cpu_seconds_fine(target.pids()) - mark[1]
         background_rate = paced_cpu / (time.monotonic() - mark[0])
-        paced_us_per_chunk = paced_cpu / (args.cut - args.cut // 2) * 1e6
+        paced_us_per_chunk = paced_cpu / (plan.cut - plan.cut // 2) * 1e6
         a_rest = asyncio.ensure_future(read_until_done(a, rid, deadline, a_text))
 
         b = await open_socket(url, target.cookie)
@@ -210,8 +213,8 @@ async def one_run(target: Target, args: argparse.Namespace) -> Run:
         live = await read_until_done(b, rid, deadline, b_text)
         await a_rest
         window = t_complete - t_ack
-        if replayed_deltas < args.cut:
-            errors.append(f"replayed {replayed_deltas} deltas, fewer than the {args.cut} A had seen")
+        if replayed_deltas < plan.cut:
+            errors.append(f"replayed {replayed_deltas} deltas, fewer than the {plan.cut} A had seen")
         if "".join(b_text) != target.expected:
             errors.append(f"B: replay + live text differs from the expected text "
                           f"({replayed_deltas} + {live} deltas, {len(''.join(b_text))} of "
@@ -232,19 +235,19 @@ async def one_run(target: Target, args: argparse.Namespace) -> Run:
             await b.close()
 
 
-async def run_row(target: Target, args: argparse.Namespace) -> dict[str, Any]:
+async def run_row(target: Target, plan: Plan) -> dict[str, Any]:
     runs: list[Run] = []
     errors: list[str] = []
-    for i in range(args.warmup + args.runs):
+    for i in range(plan.warmup + plan.runs):
         try:
-            run = await asyncio.wait_for(one_run(target, args), args.turn_timeout + 10)
+            run = await asyncio.wait_for(one_run(target, plan), plan.turn_timeout + 10)
         except (TimeoutError, RuntimeError, OSError) as exc:
             errors.append(f"run {i}: {type(exc).__name__}: {exc}")
             print(f"  {target.label} run {i}: failed: {exc!r}", flush=True)
             continue
         errors += [f"run {i}: {e}" for e in run.errors]
-        counted = i >= args.warmup
-        print(f"  {target.label} {'run ' + str(i - args.warmup + 1) if counted else 'warm-up'}: "
+        counted = i >= plan.warmup
+        print(f"  {target.label} {'run ' + str(i - plan.warmup + 1) if counted else 'warm-up'}: "
               f"ACK→first replayed {run.ack_to_first_ms:.1f} ms, ACK→replayComplete {run.ack_to_complete_ms:.1f} ms, "
               f"{run.replayed_frames} frames ({run.replayed_deltas} deltas) replayed, {run.live_deltas} live, "
               f"server CPU {run.server_cpu_ms:.1f} ms (streaming to A ≈ {run.background_cpu_ms:.1f} ms; "
@@ -281,34 +284,23 @@ KEYS = ["server", "runs", "replayed_frames_med", "replayed_frames_min", "first_m
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     n = args.chunks
+    plan = Plan(n, args.delay_ms, args.cut, args.runs, args.warmup, args.turn_timeout)
     rows: list[dict[str, Any]] = []
     print(f"machine: {machine_load()} (other processes on the machine skew the wall times)", flush=True)
     if not args.skip_ours:
         with Stack(1, profile_dir=args.profile, extra_env=parse_env(args.env), keep=args.keep) as stack:
-            daphne = stack.daphnes[0]
-            print(f"stack up: project Daphne pid {daphne.proc.pid} port {daphne.port}, "
+            daphne = stack.servers[0]
+            print(f"stack up: project server pid {daphne.proc.pid} port {daphne.port}, "
                   f"redis pid {stack.redis_pid}, workdir {stack.workdir}", flush=True)
-            target = Target(
-                "think, 1 Daphne", daphne.ws, "demo-agent", stack.cookie, lambda: [daphne.proc.pid],
-                lambda rid: chat_request(rid, [user_message("u1", f"/slow {n} {args.delay_ms}")]),
-                ours_expected(n))
-            rows.append(await run_row(target, args))
+            target = Target.ours(f"think, 1 x {stack.server}", daphne.ws, stack.cookie, [daphne.proc.pid], plan)
+            rows.append(await run_row(target, plan))
     if args.peer:
-        pid_file = args.peer_dir / "wrangler.pid"
-        root = int(pid_file.read_text().strip()) if pid_file.exists() else None
-        if root is None:
-            print(f"  note: no {pid_file}; peer server CPU is not measured")
-        target = Target(
-            "peer: AIChatAgent, wrangler dev", args.peer.replace("http://", "ws://").rstrip("/"), args.peer_agent,
-            None, lambda: descendants(root) if root else [],
-            lambda rid: chat_request(rid, [user_message("u1", "hi")], chunks=n, chunkSize=4, mode="text",
-                                     delayMs=args.delay_ms),
-            peer_expected(n))
-        rows.append(await run_row(target, args))
+        pids = peer_pids(args.peer_dir, args.peer_pids)
+        rows.append(await run_row(Target.peer(args.peer, args.peer_agent, lambda: pids, plan), plan))
     for r in rows:
         for e in r["error_list"][:10]:
             print(f"  error ({r['server']}): {e}")
-    report(f"bench/replay.py: reconnect after {args.cut} of {n} deltas ({args.delay_ms} ms apart), ACK → "
+    report(f"bench/replay.py: reconnect after {plan.cut} of {n} deltas ({args.delay_ms} ms apart), ACK → "
            f"replayComplete, {args.runs} runs (+{args.warmup} warm-up), {time.strftime('%Y-%m-%d')}",
            HEADERS, [[r[k] for k in KEYS] for r in rows])
     return rows
@@ -323,24 +315,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="measured runs per server (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="uncounted runs first (default 1)")
     parser.add_argument("--turn-timeout", type=float, default=90, help="bound on one run, seconds (default 90)")
-    parser.add_argument("--peer", help="base URL of the reference peer, e.g. http://127.0.0.1:8799")
-    parser.add_argument("--peer-agent", default="chat-agent", help="peer agent slug (default chat-agent)")
-    parser.add_argument("--peer-dir", type=Path, default=Path("/tmp/cfpeer"),
-                        help="peer folder whose wrangler.pid roots the peer's process tree")
+    _peer.add_arguments(parser)
     parser.add_argument("--skip-ours", action="store_true", help="measure only the peer")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment of our Daphne (repeatable)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the temporary directory (server logs, database) and print its path")
-    parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
-    parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="run the Daphne under cProfile, writing DIR/daphne-<port>.prof on exit")
+    add_stack_arguments(parser)
     args = parser.parse_args()
     if not (1 <= args.cut < args.chunks <= 100_000 and 0 <= args.delay_ms <= 1000
             and 1 <= args.runs <= 100 and 0 <= args.warmup <= 10):
         parser.error("need 1 <= --cut < --chunks <= 100000, --delay-ms 0..1000, --runs 1..100, --warmup 0..10")
-    if args.peer and urlparse(args.peer).hostname not in LOOPBACK:
-        parser.error("--peer must be a loopback URL")
+    _peer.check_arguments(parser, args)
     if args.skip_ours and not args.peer:
         parser.error("--skip-ours needs --peer")
     rows = asyncio.run(main_async(args))

@@ -1,14 +1,16 @@
 """K rooms x T sequential turns of N chunks: the reference peer's workload (cf-golden-frames.md §6).
 
-    .venv/bin/python -m bench.rooms [--k 1,10,50] [--turns 10] [--chunks 200] [--processes 1]
-                                    [--peer http://127.0.0.1:8799]
+    .venv/bin/python -m bench.rooms [--k 1,10,50] [--turns 10] [--chunks 200] [--delay-ms 0]
+                                    [--processes 1] [--peer http://127.0.0.1:8799]
 
-Starts its own Redis, fresh SQLite database and P Daphne processes (``--processes``, default 1),
-logs in one bench user, then for each K opens K WebSockets at once, one per room (a distinct
-agent instance ``/agents/demo-agent/<room>``, owned by the bench user). Each room does T turns
+Starts its own Redis, fresh SQLite database and P server processes (``--processes``, default 1),
+logs in one user per room (sessions made in bulk: independent clients, so the per-user limit of
+``AGENT_MAX_ACTIVE_TURNS_PER_USER`` active turns does not refuse rooms), then for each K opens K
+WebSockets at once, one per room (a distinct agent instance ``/agents/demo-agent/<room>``, owned
+by its user). Each room does T turns
 one after the other; turn t sends the whole history, as ``useAgentChat`` does: every earlier user
 message and the reassembled assistant reply, plus the new user message ``/burst N`` (the demo
-model streams N words with no delay).
+model streams N words with no delay), or with ``--delay-ms MS`` ``/slow N MS`` (MS apart).
 
 There is no load balancer here: with P processes the rooms are spread round-robin over the
 processes' ports (room i → process i mod P). Every process serves every room through the shared
@@ -16,8 +18,8 @@ database and Redis, so that is what a balancer without stickiness would do.
 
 ``--peer URL`` runs the same workload, byte for byte the same client, against the reference
 ``AIChatAgent`` under ``wrangler dev`` (rooms ``/agents/chat-agent/<room>``; the request body
-carries the peer's ``chunks``/``chunkSize``/``mode:"text"`` fields, which our server stores and
-ignores) and prints its rows in the same table. Its server CPU is summed over the wrangler
+carries the peer's ``chunks``/``chunkSize``/``mode:"text"`` (and ``delayMs``) fields, which our
+server stores and ignores) and prints its rows in the same table. Its server CPU is summed over the wrangler
 process tree (``--peer-pids``, or found from ``<--peer-dir>/wrangler.pid``).
 
 Definitions (the peer's): turn = send of the request → ``done``; first chunk = first response
@@ -31,18 +33,18 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from bench import _peer
+from bench._peer import PEER_LABEL, peer_pids, ws_base
 from bench._stack import (
     Stack,
     TurnResult,
+    add_stack_arguments,
     chat_request,
     cpu_seconds,
-    descendants,
     drain_connect_frames,
     machine_load,
     median,
@@ -56,8 +58,6 @@ from bench._stack import (
 )
 
 OURS_AGENT = "demo-agent"
-PEER_AGENT = "chat-agent"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass
@@ -67,9 +67,25 @@ class Target:
     label: str
     ws_bases: list[str]
     agent: str
-    cookie: str | None
+    # Room i's session cookie is cookies[i] (none for the peer, which has no users).
+    cookies: list[str]
     server_pids: list[int]
     redis_pids: list[int]
+
+    @classmethod
+    def ours(cls, stack: Stack, rooms: int) -> "Target":
+        """Our stack for up to ``rooms`` rooms: room i round-robin over the servers' ports, owned by
+        a user of its own (``Stack.crowd``)."""
+        n = len(stack.servers)
+        return cls(f"think, {n} x {stack.server}", [d.ws for d in stack.servers], OURS_AGENT,
+                   stack.crowd(rooms), [d.proc.pid for d in stack.servers], [stack.redis_pid])
+
+    @classmethod
+    def peer(cls, url: str, agent: str, pids: list[int]) -> "Target":
+        return cls(PEER_LABEL, [ws_base(url)], agent, [], pids, [])
+
+    def cookie(self, room: int) -> str | None:
+        return self.cookies[room] if self.cookies else None
 
 
 @dataclass
@@ -79,24 +95,35 @@ class Workload:
     chunks: int
     turn_timeout: float
     run_timeout: float
+    # Milliseconds between the model's chunks; 0 = a burst.
+    delay_ms: int = 0
+
+    def request(self, t: int, history: list[dict[str, Any]]) -> str:
+        """Turn t's request, the same bytes for us and the peer: our demo model reads the prompt
+        (``/burst N`` or ``/slow N MS``), the peer reads the body's custom fields."""
+        paced = {"delayMs": self.delay_ms} if self.delay_ms else {}
+        return chat_request(f"r{t}", history, chunks=self.chunks, chunkSize=4, mode="text", **paced)
+
+    def prompt(self) -> str:
+        return f"/slow {self.chunks} {self.delay_ms}" if self.delay_ms else f"/burst {self.chunks}"
 
 
-async def room_worker(target: Target, wl: Workload, room: str, base: str,
+async def room_worker(target: Target, wl: Workload, prefix: str, i: int,
                       results: list[tuple[int, TurnResult]], errors: list[str]) -> None:
-    """One room: T turns on one socket. A turn that fails (timeout, closed socket) ends the room."""
+    """Room i: T turns on one socket. A turn that fails (timeout, closed socket) ends the room."""
     history: list[dict[str, Any]] = []
+    room, base = f"{prefix}-{i}", target.ws_bases[i % len(target.ws_bases)]
     try:
-        ws = await open_socket(f"{base}/agents/{target.agent}/{room}", target.cookie)
+        ws = await open_socket(f"{base}/agents/{target.agent}/{room}", target.cookie(i))
     except (OSError, TimeoutError, InvalidHandshake) as exc:
         errors.append(f"{room}: connect failed: {exc!r}")
         return
     try:
         await drain_connect_frames(ws)
         for t in range(wl.turns):
-            history.append(user_message(f"u{t}", f"/burst {wl.chunks}"))
-            request = chat_request(f"r{t}", history, chunks=wl.chunks, chunkSize=4, mode="text")
+            history.append(user_message(f"u{t}", wl.prompt()))
             try:
-                result = await timed_turn(ws, request, f"r{t}", wl.turn_timeout)
+                result = await timed_turn(ws, wl.request(t, history), f"r{t}", wl.turn_timeout)
             except (TimeoutError, ConnectionClosed) as exc:
                 errors.append(f"{room} turn {t}: no done frame ({type(exc).__name__}: {exc}); room stopped")
                 return
@@ -116,10 +143,7 @@ async def run_row(target: Target, wl: Workload) -> dict[str, Any]:
     errors: list[str] = []
     cpu0, redis0, client0 = cpu_seconds(target.server_pids), cpu_seconds(target.redis_pids), time.process_time()
     t0 = time.monotonic()
-    workers = [
-        room_worker(target, wl, f"{prefix}-{i}", target.ws_bases[i % len(target.ws_bases)], results, errors)
-        for i in range(wl.k)
-    ]
+    workers = [room_worker(target, wl, prefix, i, results, errors) for i in range(wl.k)]
     try:
         await asyncio.wait_for(asyncio.gather(*workers), wl.run_timeout)
     except TimeoutError:
@@ -130,11 +154,12 @@ async def run_row(target: Target, wl: Workload) -> dict[str, Any]:
     first = [r.first_chunk for _, r in results]
     chunks = sum(r.deltas for _, r in results)
     row = {
-        "server": target.label, "K": wl.k, "T": wl.turns, "N": wl.chunks, "turns": len(results),
+        "server": target.label, "K": wl.k, "T": wl.turns, "N": wl.chunks, "delay_ms": wl.delay_ms,
+        "turns": len(results),
         "turn_med_ms": median(totals) * 1000, "turn_p95_ms": p95(totals) * 1000,
         "warm_turn_med_ms": median([r.total for t, r in results if t > 0] or totals) * 1000,
         "first_chunk_med_ms": median(first) * 1000, "first_chunk_p95_ms": p95(first) * 1000,
-        "agg_chunks_per_s": chunks / wall, "wall_s": wall,
+        "chunks": chunks, "agg_chunks_per_s": chunks / wall, "wall_s": wall,
         "server_cpu_s": cpu, "server_cores": cpu / wall,
         "redis_cpu_s": cpu_seconds(target.redis_pids) - redis0 if target.redis_pids else float("nan"),
         "client_cpu_s": time.process_time() - client0,
@@ -157,45 +182,32 @@ KEYS = ["server", "K", "turns", "turn_med_ms", "turn_p95_ms", "warm_turn_med_ms"
         "client_cpu_s", "server_rss_mb", "errors"]
 
 
-def peer_pids(args: argparse.Namespace) -> list[int]:
-    if args.peer_pids:
-        return [int(p) for p in args.peer_pids.split(",")]
-    pid_file = args.peer_dir / "wrangler.pid"
-    if pid_file.exists():
-        return descendants(int(pid_file.read_text().strip()))
-    print(f"  note: no {pid_file}; peer server CPU is not measured (give --peer-pids)")
-    return []
-
-
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     ks = [int(k) for k in args.k.split(",")]
     rows: list[dict[str, Any]] = []
     print(f"machine: {machine_load()} (other processes on the machine skew the figures)", flush=True)
 
     def workload(k: int) -> Workload:
-        return Workload(k, args.turns, args.chunks, args.turn_timeout, args.run_timeout)
+        return Workload(k, args.turns, args.chunks, args.turn_timeout, args.run_timeout, args.delay_ms)
 
     for processes in [int(p) for p in args.processes.split(",")]:
         with Stack(processes, profile_dir=args.profile, extra_env=parse_env(args.env),
                    keep=args.keep) as stack:
-            target = Target(f"think, {processes} Daphne" + ("s" if processes > 1 else ""),
-                            [d.ws for d in stack.daphnes], OURS_AGENT, stack.cookie,
-                            [d.proc.pid for d in stack.daphnes], [stack.redis_pid])
+            target = Target.ours(stack, max(ks))
             print(f"{target.label}: pids {target.server_pids}, redis {stack.redis_pid}, "
-                  f"ports {[d.port for d in stack.daphnes]}, workdir {stack.workdir}", flush=True)
+                  f"ports {[d.port for d in stack.servers]}, workdir {stack.workdir}", flush=True)
             for k in ks:
                 rows.append(await run_row(target, workload(k)))
                 await asyncio.sleep(args.pause)
     if args.peer:
-        pids = peer_pids(args)
-        target = Target("peer: AIChatAgent, wrangler dev", [args.peer.replace("http://", "ws://").rstrip("/")],
-                        args.peer_agent, None, pids, [])
-        print(f"{target.label}: {args.peer}, pids {pids}", flush=True)
+        target = Target.peer(args.peer, args.peer_agent, peer_pids(args.peer_dir, args.peer_pids))
+        print(f"{target.label}: {args.peer}, pids {target.server_pids}", flush=True)
         for k in ks:
             rows.append(await run_row(target, workload(k)))
             await asyncio.sleep(args.pause)
     rows.sort(key=lambda r: r["K"])
-    report(f"bench/rooms.py: K rooms x {args.turns} sequential turns of {args.chunks} chunks, "
+    paced = f" {args.delay_ms} ms apart" if args.delay_ms else ""
+    report(f"bench/rooms.py: K rooms x {args.turns} sequential turns of {args.chunks} chunks{paced}, "
            f"full history re-sent each turn, {time.strftime('%Y-%m-%d')}",
            HEADERS, [[r[k] for k in KEYS] for r in rows])
     return rows
@@ -206,32 +218,23 @@ def main() -> None:
     parser.add_argument("--k", default="1,10,50", help="room counts, comma-separated (default 1,10,50)")
     parser.add_argument("--turns", type=int, default=10, help="sequential turns per room (default 10)")
     parser.add_argument("--chunks", type=int, default=200, help="text-delta chunks per turn (default 200)")
+    parser.add_argument("--delay-ms", type=int, default=0,
+                        help="ms between chunks: /slow N MS and the peer's delayMs (default 0: /burst N)")
     parser.add_argument("--processes", default="1",
-                        help="Daphne processes; a comma list runs one stack per value (default 1)")
-    parser.add_argument("--peer", help="base URL of the reference peer, e.g. http://127.0.0.1:8799")
-    parser.add_argument("--peer-agent", default=PEER_AGENT, help="peer agent slug (default chat-agent)")
-    parser.add_argument("--peer-pids", help="comma-separated PIDs of the peer's processes (server CPU)")
-    parser.add_argument("--peer-dir", type=Path, default=Path("/tmp/cfpeer"),
-                        help="peer folder whose wrangler.pid roots the peer's process tree")
+                        help="server processes; a comma list runs one stack per value (default 1)")
+    _peer.add_arguments(parser)
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between rows (default 1)")
     parser.add_argument("--turn-timeout", type=float, default=60,
                         help="seconds to wait for a turn's done frame before giving up on the room")
     parser.add_argument("--run-timeout", type=float, default=900, help="bound on one row, seconds")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment of our Daphnes, e.g. AGENT_LOG_LEVEL=INFO (repeatable)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the temporary directory (server logs, database) and print its path")
-    parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
-    parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="run the Daphnes under cProfile, writing DIR/daphne-<port>.prof on exit")
+    add_stack_arguments(parser)
     args = parser.parse_args()
     ks = [int(k) for k in args.k.split(",")]
     procs = [int(p) for p in args.processes.split(",")]
     if not (all(1 <= k <= 500 for k in ks) and all(1 <= p <= 16 for p in procs)
-            and 1 <= args.turns <= 1000 and 1 <= args.chunks <= 100_000):
-        parser.error("K in 1..500, processes in 1..16, turns in 1..1000, chunks in 1..100000")
-    if args.peer and urlparse(args.peer).hostname not in LOOPBACK:
-        parser.error("--peer must be a loopback URL")
+            and 1 <= args.turns <= 1000 and 1 <= args.chunks <= 100_000 and 0 <= args.delay_ms <= 1000):
+        parser.error("K in 1..500, processes in 1..16, turns in 1..1000, chunks in 1..100000, delay-ms 0..1000")
+    _peer.check_arguments(parser, args)
     rows = asyncio.run(main_async(args))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

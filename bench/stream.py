@@ -1,25 +1,25 @@
-"""One client, one long turn: how fast does a reply stream through Daphne, against the stack's ceiling.
+"""One client, one long turn: how fast does a reply stream through the server, against the stack's ceiling.
 
     .venv/bin/python -m bench.stream [--chunks 2000] [--runs 5]
 
-Starts its own Redis, a fresh migrated SQLite database and a Daphne serving the project
+Starts its own Redis, a fresh migrated SQLite database and a server process serving the project
 (``thinkproject.asgi``), logs in a bench user, and runs ``/burst N`` turns (the demo model
 streams N words with no delay) with everything the project does: Turn rows, the queue claim,
 pydantic-ai, the Redis channel-layer fan-out, and the reply persisted at the end. Each run is a
 fresh room (agent instance) on a fresh socket; a warm-up run is not counted.
 
-A second project Daphne on the same database and Redis runs with ``AGENT_STREAM_BUFFER=0``
+A second project server on the same database and Redis runs with ``AGENT_STREAM_BUFFER=0``
 (the reply's chunks are not stored for resumes): the row "think, stream buffer off" is the same
 turn without the buffer, so the two rows show what storing costs. Their runs alternate (on, off,
 on, off, ...) so that load from other processes on the machine hits both alike.
 
-Beside it, the same client receives N frames of the same size from a second Daphne serving
+Beside it, the same client receives N frames of the same size from a second server serving
 ``bench.bare_asgi`` (two rows: a consumer that only sends, and one whose frames go through the
 Redis layer in batches of 64 like ``agents_app.streaming.fanout``): that is the ceiling of
-Daphne + Channels on this machine.
+the server + Channels on this machine.
 
 chunks/s = text-delta frames / (send of the request → ``done`` frame); first chunk = first
-response frame with a body. Server CPU = utime+stime of the Daphne process (all its threads)
+response frame with a body. Server CPU = utime+stime of the server process (all its threads)
 from /proc over the run, Redis CPU likewise.
 """
 
@@ -30,12 +30,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from bench._stack import (
     Stack,
     TurnResult,
+    add_stack_arguments,
     chat_request,
     cpu_seconds,
     drain_connect_frames,
@@ -48,7 +48,7 @@ from bench._stack import (
     timed_turn,
     user_message,
 )
-from tests.support.live import Daphne
+from tests.support.live import Server as LiveServer
 
 AGENT_PATH = "/agents/demo-agent"
 # CPU a process keeps using after the done frame (persisting, releasing the queue) is counted
@@ -144,19 +144,19 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     print(f"machine: {machine_load()} (other processes on the machine skew the wall times)", flush=True)
     with Stack(1, profile_dir=args.profile, extra_env=parse_env(args.env),
                    keep=args.keep) as stack:
-        ours = stack.daphnes[0]
+        ours = stack.servers[0]
         unbuffered = None if args.skip_buffer_off else stack.start_project({"AGENT_STREAM_BUFFER": "0"})
         bare = stack.start_bare()
-        print(f"stack up: project Daphne pid {ours.proc.pid} port {ours.port}"
-              + (f", buffer-off Daphne pid {unbuffered.proc.pid} port {unbuffered.port}" if unbuffered else "")
-              + f", bare Daphne pid {bare.proc.pid} port {bare.port}, redis pid {stack.redis_pid}, "
+        print(f"stack up: project Server pid {ours.proc.pid} port {ours.port}"
+              + (f", buffer-off Server pid {unbuffered.proc.pid} port {unbuffered.port}" if unbuffered else "")
+              + f", bare Server pid {bare.proc.pid} port {bare.port}, redis pid {stack.redis_pid}, "
               f"workdir {stack.workdir}", flush=True)
         common = {"runs": args.runs, "warmup": args.warmup, "n": n, "redis_pid": stack.redis_pid}
 
         def ours_request(rid: str) -> str:
             return chat_request(rid, [user_message("u1", f"/burst {n}")])
 
-        def project(name: str, daphne: Daphne) -> Server:
+        def project(name: str, daphne: LiveServer) -> Server:
             return Server(name, lambda room: f"{daphne.ws}{AGENT_PATH}/{room}", stack.cookie, ours_request,
                           daphne.proc.pid, check_text=True)
 
@@ -188,15 +188,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=2000, help="text-delta chunks per turn (default 2000)")
     parser.add_argument("--runs", type=int, default=5, help="measured runs per server (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="uncounted runs first (default 1)")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment of the project's Daphne (repeatable)")
     parser.add_argument("--skip-buffer-off", action="store_true",
-                        help="leave out the row of a second project Daphne run with AGENT_STREAM_BUFFER=0")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the temporary directory (server logs, database) and print its path")
-    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
-    parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="run the Daphnes under cProfile, writing DIR/daphne-<port>.prof on exit")
+                        help="leave out the row of a second project Server run with AGENT_STREAM_BUFFER=0")
+    add_stack_arguments(parser)
     args = parser.parse_args()
     if not (1 <= args.chunks <= 100_000 and 1 <= args.runs <= 100 and 0 <= args.warmup <= 10):
         parser.error("--chunks 1..100000, --runs 1..100, --warmup 0..10")

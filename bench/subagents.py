@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.subagents [--children 1,10,50] [--chunks 200] [--keep]
 
 A stack of Redis and SQLite (production settings, the Redis channel layer) and one Python process
-in the role of a Daphne: it makes ``parent`` a ``DemoAgent`` and N sub-agents of it, then calls
+in the role of a Server: it makes ``parent`` a ``DemoAgent`` and N sub-agents of it, then calls
 ``chat("/burst <chunks>", callback)`` on all N at once (``asyncio.gather``). Each child's turn runs
 in that process and its chunks reach the callback through the channel layer, as they would from
 another process (``agents_app.followers``). Measured per row: wall time from the first call to the

@@ -1,17 +1,62 @@
-"""The Redis channel layer with a bounded, blocking connection pool per process.
+"""The project's Redis channel layer: a bounded connection pool, and groups fanned out by pub/sub.
 
-``channels_redis`` builds a plain ``redis.asyncio.ConnectionPool`` per event loop, which raises
-``MaxConnectionsError`` ("Too many connections") the moment more coroutines than its size (100 by
-default) talk to Redis at once: with a few hundred sockets on one Daphne, a fan-out publish then
-failed before the turn was even created. A ``BlockingConnectionPool`` of the same kind makes a
-coroutine wait for a free connection instead (up to ``timeout`` seconds), so a burst is served a
-little later rather than refused. One pool per event loop is one per Daphne process (one loop).
+Two changes to ``channels_redis``'s core layer, each measured (``bench/README.md``):
+
+**A blocking connection pool.** ``channels_redis`` builds a plain ``redis.asyncio.ConnectionPool``
+per event loop, which raises ``MaxConnectionsError`` ("Too many connections") the moment more
+coroutines than its size talk to Redis at once: with a few hundred sockets on one Daphne, a fan-out
+publish then failed before the turn was even created. A ``BlockingConnectionPool`` makes a
+coroutine wait for a free connection instead (up to ``timeout`` seconds).
+
+**Groups in memory, one PUBLISH across processes.** The core layer keeps a group as a sorted set in
+Redis and ``group_send`` costs three to four round trips (expire old members, read the members, a
+script per shard), plus one blocking pop per receiving channel: about four Redis commands per
+streamed batch, most of a reply's cost. Here a group's members are known only to the process that
+owns them (channel names of this layer's ``new_channel``; a process only ever adds its own): a
+``group_send`` hands the message to this process's members at once, in memory, and sends it to the
+other processes with one ``PUBLISH`` on the group's pub/sub channel, to which a process is
+subscribed while it has members of that group. A process skips its own publications (tagged with
+its ``client_prefix``).
+
+Delivery keeps the guarantees Channels documents for groups and nothing more: in order from one
+sender, at most once (a process not yet subscribed, a Redis reconnect or a full channel loses
+messages, as a full channel already did in the core layer). The chat fan-out is built for that:
+live chunks carry sequence numbers and a receiver re-syncs a gap from the stream buffer
+(``agents_app.streaming.items``). ``group_add`` returns once Redis has confirmed the
+subscription, so a handshake that starts after it (the resume flush) sees every later message.
+
+**No PUBLISH nobody else reads.** A message its receivers can do without (a live chunk: a gap is
+re-sent from the stream buffer) goes through ``group_send_lossy``, which skips the PUBLISH while
+no other process is known to have members of the group. A process learns that from each
+PUBLISH's count of receivers, and from the notice every process publishes on a shared topic when
+its first member of a group has joined. A chunk published in the instant between a join and its
+notice is lost to the joiner and re-synced by the chunks that follow; everything else always
+goes out.
+
+Receiving: every channel of this process reads its own in-memory queue, filled by group
+deliveries and by one pump per event loop that pops the process's point-to-point messages
+(``send`` to a ``new_channel`` name: the resume handshake's control messages) off Redis. The core
+layer instead lets one receiver at a time block on Redis for all of them, which would leave a
+message put in memory unseen until the next message from Redis. Receivers must treat a delivered
+message as read-only: this process's members of a group share one dict.
 """
 
+import asyncio
+import contextlib
+import logging
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer
-from redis.asyncio import BlockingConnectionPool
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.client import PubSub
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+logger = logging.getLogger(__name__)
+
+# Groups whose remote members a process remembers; past this the memory starts afresh (publish again).
+MAX_REMOTE_ENTRIES = 10_000
+# After losing a Redis connection it reads from, a process retries this often (seconds).
+RECONNECT_SECONDS = 0.5
 
 
 class PooledRedisChannelLayer(RedisChannelLayer):
@@ -20,3 +65,215 @@ class PooledRedisChannelLayer(RedisChannelLayer):
     def create_pool(self, index: int) -> Any:
         host = dict(self.hosts[index])
         return BlockingConnectionPool.from_url(host.pop("address"), **host)
+
+
+class FanoutRedisChannelLayer(PooledRedisChannelLayer):
+    """The pooled layer whose groups live in each process and travel between processes by pub/sub."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # group → this process's channels in it.
+        self.local_groups: dict[str, set[str]] = {}
+        self._origin = self.client_prefix.encode()
+        self._subscriber: _Subscriber | None = None
+        self._pump: asyncio.Task[None] | None = None
+        # group → whether another process had members at the last PUBLISH or join notice.
+        self._remote: dict[str, bool] = {}
+
+    async def receive(self, channel: str) -> dict[str, Any]:
+        if "!" not in channel:
+            return await super().receive(channel)
+        assert self._is_local(channel), "Wrong client prefix"
+        self._start_pump()
+        queue = self.receive_buffer[channel]
+        message = await queue.get()
+        if queue.empty() and self.receive_buffer.get(channel) is queue:
+            del self.receive_buffer[channel]
+        return message
+
+    def _start_pump(self) -> None:
+        # One per event loop: a Daphne has one loop; a Celery task's loop cancels it when it ends.
+        loop = asyncio.get_running_loop()
+        if self._pump is None or self._pump.done() or self._pump.get_loop() is not loop:
+            self._pump = loop.create_task(self._pump_forever())
+
+    async def _pump_forever(self) -> None:
+        real_channel = f"specific.{self.client_prefix}!"
+        while True:
+            try:
+                channel, message = await self.receive_single(real_channel)
+            except RedisConnectionError:
+                logger.warning("Channel layer lost its Redis connection; receiving again")
+                await asyncio.sleep(RECONNECT_SECONDS)
+                continue
+            self.receive_buffer[channel].put_nowait(message)
+
+    async def group_add(self, group: str, channel: str) -> None:
+        assert self.require_valid_group_name(group), "Group name not valid"
+        assert self.require_valid_channel_name(channel), "Channel name not valid"
+        assert self._is_local(channel), "Only this process's channels join its groups"
+        members = self.local_groups.setdefault(group, set())
+        members.add(channel)
+        first = len(members) == 1
+        await self._pubsub().subscribe(self.topic(group), first=first)
+        if first:
+            await self.connection(0).publish(self.joins_topic, self._origin + group.encode())
+
+    async def group_discard(self, group: str, channel: str) -> None:
+        members = self.local_groups.get(group)
+        if members is None or channel not in members:
+            return
+        members.discard(channel)
+        if not members:
+            del self.local_groups[group]
+            await self._pubsub().unsubscribe(self.topic(group))
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        assert self.require_valid_group_name(group), "Group name not valid"
+        self.deliver_locally(group, message)
+        connection = self.connection(self.consistent_hash(group))
+        receivers = await connection.publish(self.topic(group), self._origin + self.serialize(message))
+        if len(self._remote) >= MAX_REMOTE_ENTRIES:
+            self._remote.clear()
+        self._remote[group] = receivers > (1 if group in self.local_groups else 0)
+
+    async def group_send_lossy(self, group: str, message: dict[str, Any]) -> None:
+        """``group_send`` of a message its receivers can do without: no PUBLISH while nobody else listens.
+
+        Only a process that already subscribes (it has members of some group: a Daphne) listens to
+        the join notices and may skip; others (a Celery worker's turn) always publish.
+        """
+        subscriber = self._subscriber
+        if subscriber is None or subscriber.loop is not asyncio.get_running_loop():
+            await self.group_send(group, message)
+            return
+        await subscriber.watch_joins(self.joins_topic)
+        if self._remote.get(group, True):
+            await self.group_send(group, message)
+        else:
+            self.deliver_locally(group, message)
+
+    def deliver_locally(self, group: str, message: dict[str, Any]) -> None:
+        """Hand ``message`` to this process's members of ``group`` (each channel's bounded queue)."""
+        for channel in self.local_groups.get(group, ()):
+            self.receive_buffer[channel].put_nowait(message)
+
+    def on_publication(self, topic: bytes, data: bytes) -> None:
+        """A message another process sent to a group this process has members of."""
+        if data.startswith(self._origin):
+            return
+        payload = data[len(self._origin):]
+        if topic.decode() == self.joins_topic:
+            self._remote[payload.decode()] = True
+        else:
+            self.deliver_locally(topic.decode()[len(self.topic("")):], self.deserialize(payload))
+
+    async def flush(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+            self._pump = None
+        await super().flush()
+        self.local_groups.clear()
+        if self._subscriber is not None:
+            await self._subscriber.close()
+            self._subscriber = None
+
+    def topic(self, group: str) -> str:
+        """The pub/sub channel of ``group``."""
+        return f"{self.prefix}:fanout:{group}"
+
+    @property
+    def joins_topic(self) -> str:
+        """Where a process says that its first member of a group has joined (the group's name)."""
+        return f"{self.prefix}:fanout-joins"
+
+    def _is_local(self, channel: str) -> bool:
+        return "!" in channel and self.non_local_name(channel).endswith(self.client_prefix + "!")
+
+    def _pubsub(self) -> "_Subscriber":
+        # One subscriber per event loop: a Daphne has one; a Celery task's loop is short-lived.
+        loop = asyncio.get_running_loop()
+        if self._subscriber is None or self._subscriber.loop is not loop:
+            self._subscriber = _Subscriber(self, loop)
+        return self._subscriber
+
+
+class _Subscriber:
+    """One pub/sub connection of a process (and event loop) and the task reading it.
+
+    ``subscribe`` waits for Redis's confirmation, read by the reader task like any message: after
+    it returns, every later publication to the topic reaches this process.
+    """
+
+    def __init__(self, layer: FanoutRedisChannelLayer, loop: asyncio.AbstractEventLoop) -> None:
+        self.layer = layer
+        self.loop = loop
+        host = dict(layer.hosts[0])
+        # Its own connection, with no read timeout: an idle subscription is not an error.
+        self.redis = Redis.from_url(host["address"], socket_timeout=None)
+        self.pubsub: PubSub = self.redis.pubsub()
+        self._confirmations: dict[bytes, asyncio.Future[None]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._watching: set[str] = set()
+        # redis-py's PubSub opens its connection on the first command: concurrent first commands
+        # would each open one (hundreds of sockets joining at once exhausted the pool).
+        self._commands = asyncio.Lock()
+
+    async def subscribe(self, topic: str, *, first: bool) -> None:
+        """Subscribe for the group's first member; a later member waits for the same confirmation."""
+        key = topic.encode()
+        if first:
+            confirmed = self._confirmations[key] = self.loop.create_future()
+            async with self._commands:
+                await self.pubsub.subscribe(topic)
+            self._read()
+        elif (confirmed := self._confirmations.get(key)) is None:
+            return
+        await asyncio.shield(confirmed)
+
+    async def watch_joins(self, topic: str) -> None:
+        """Listen to the join notices (once per subscriber; waits for the first confirmation)."""
+        first = topic not in self._watching
+        self._watching.add(topic)
+        await self.subscribe(topic, first=first)
+
+    async def unsubscribe(self, topic: str) -> None:
+        with contextlib.suppress(RedisConnectionError):
+            async with self._commands:
+                await self.pubsub.unsubscribe(topic)
+
+    def _read(self) -> None:
+        if self._reader is None or self._reader.done():
+            self._reader = self.loop.create_task(self._read_forever())
+
+    async def _read_forever(self) -> None:
+        while self.pubsub.subscribed:
+            try:
+                message = await self.pubsub.get_message(timeout=None)
+            except RedisConnectionError:
+                # redis-py subscribes again when it reconnects; what was published meanwhile is lost.
+                logger.warning("Channel layer pub/sub connection lost; reconnecting")
+                await asyncio.sleep(RECONNECT_SECONDS)
+                continue
+            if message is None:
+                continue
+            kind, topic = message["type"], message["channel"]
+            if kind == "message":
+                try:
+                    self.layer.on_publication(topic, message["data"])
+                except Exception:  # one bad message must not stop the process's fan-out
+                    logger.exception("Undeliverable publication on %s", topic)
+            elif kind == "subscribe":
+                confirmed = self._confirmations.pop(topic, None)
+                if confirmed is not None and not confirmed.done():
+                    confirmed.set_result(None)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        await self.pubsub.aclose()
+        await self.redis.aclose()

@@ -152,9 +152,10 @@ if os.environ.get("CHANNEL_LAYER", "redis") == "memory":
 else:
     CHANNEL_LAYERS = {
         "default": {
-            # channels_redis with a blocking connection pool: a burst of publishes waits for a free
-            # connection instead of failing with "Too many connections" (thinkproject/channel_layer.py).
-            "BACKEND": "thinkproject.channel_layer.PooledRedisChannelLayer",
+            # channels_redis with a blocking connection pool (a burst of publishes waits for a free
+            # connection instead of failing with "Too many connections") whose groups are kept in
+            # each process and cross processes with one PUBLISH (thinkproject/channel_layer.py).
+            "BACKEND": "thinkproject.channel_layer.FanoutRedisChannelLayer",
             # A long reply is thousands of frames; the default capacity (100) would drop them.
             # redis-py 8 reads with a 5 s socket timeout, the same as channels_redis's 5 s blocking
             # pop: an idle consumer's read would then time out and kill it (close 1011). A longer
@@ -273,9 +274,10 @@ AGENT_DEMO_DELAY_MS = int(os.environ.get("AGENT_DEMO_DELAY_MS", "15"))
 # Store reply chunks for mid-stream resume (default on; off only to measure its cost).
 AGENT_STREAM_BUFFER = os.environ.get("AGENT_STREAM_BUFFER", "1") == "1"
 
-# Daphne refuses WebSocket messages above 1 MiB by closing the socket; accept up to 16 MiB so an
+# Daphne (make run: runserver) refuses WebSocket messages above 1 MiB by closing the socket; accept up to 16 MiB so an
 # oversized chat frame reaches the app and gets a clear error frame (AGENT_MAX_FRAME_BYTES is the
-# real limit). Plain `daphne` needs --websocket-max-message-size/--websocket-max-frame-size.
+# real limit). Plain `daphne` needs --websocket-max-message-size/--websocket-max-frame-size, uvicorn
+# --ws-max-size (README "Deployment").
 DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
 DAPHNE_WEBSOCKET_MAX_FRAME_SIZE = 16 * 1024 * 1024
 

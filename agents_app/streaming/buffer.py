@@ -1,10 +1,11 @@
 """The resumable stream buffer: a turn's chunks, stored in the database for every process.
 
-Chunks are packed ``CHUNK_BUFFER_SIZE`` to a row (fewer rows, one INSERT per ten chunks), a row
-is written early when it reaches ``SEGMENT_MAX_BYTES``, and a single chunk above
-``CHUNK_MAX_BYTES`` is broadcast but not stored (spec cloudflare-agents.md §2.7). Unflushed
-chunks live in the writer's memory; a reconnecting reader asks the writer to flush first
-(``turns.control``), so it never sees a gap.
+Chunks are packed up to ``CHUNK_BUFFER_SIZE`` to a row, a row is written once its first chunk is
+``ROW_MAX_AGE`` old or it reaches ``SEGMENT_MAX_BYTES``, and a single chunk above
+``CHUNK_MAX_BYTES`` is broadcast but not stored (spec cloudflare-agents.md §2.7). Rows by time
+keep a burst to a few INSERTs and a slow stream's crash window to a quarter of a second (README
+"Deployment", what a crash may lose). Unflushed chunks live in the writer's memory; a
+reconnecting reader asks the writer to flush first (``turns.control``), so it never sees a gap.
 """
 
 import asyncio
@@ -19,8 +20,10 @@ from django.utils import timezone
 from ..messages import MessageBuilder, UIMessage, builder_for_reply
 from ..models import AgentInstance, StreamRecord, StreamSegment, Turn
 
-# Chunks per stored row.
-CHUNK_BUFFER_SIZE = 10
+# Chunks per stored row at most.
+CHUNK_BUFFER_SIZE = 100
+# A row is written when its first chunk is this old (seconds), full or not.
+ROW_MAX_AGE = 0.25
 # A row is written early when its chunks reach this many bytes (UTF-8 of the bodies).
 SEGMENT_MAX_BYTES = 512_000
 # A chunk bigger than this is sent to clients but not stored (row-size headroom).
@@ -47,6 +50,7 @@ class StreamWriter:
         self._first_index = 0
         self._rows: list[tuple[int, list[str]]] = []
         self._writing: asyncio.Task[None] | None = None
+        self._row_timer: asyncio.TimerHandle | None = None
         # Index of the last chunk handed to append(), stored or not.
         self.last_index = -1
 
@@ -64,12 +68,16 @@ class StreamWriter:
             self._close_row()
         if not self._bodies:
             self._first_index = index
+            self._row_timer = asyncio.get_running_loop().call_later(ROW_MAX_AGE, self._close_row)
         self._bodies.append(body)
         self._bytes += size
         if len(self._bodies) >= CHUNK_BUFFER_SIZE or self._bytes >= SEGMENT_MAX_BYTES:
             self._close_row()
 
     def _close_row(self) -> None:
+        if self._row_timer is not None:
+            self._row_timer.cancel()
+            self._row_timer = None
         if self._bodies:
             self._rows.append((self._first_index, self._bodies))
             self._first_index += len(self._bodies)

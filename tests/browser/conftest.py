@@ -1,4 +1,4 @@
-"""Fixtures for browser tests: one live stack (Redis + Daphne + a Celery worker) per session, one
+"""Fixtures for browser tests: one live stack (Redis + an ASGI server + a Celery worker) per session, one
 Chromium per module.
 
 Sync Playwright runs an event loop on the main thread while it is started; keeping it to a
@@ -47,7 +47,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         stack.create_user(SUPERUSER, PASSWORD, staff=True)
         create_approver(stack)
         stack.start_celery_worker()
-        yield Live(stack, stack.start_daphne())
+        yield Live(stack, stack.start_server())
     finally:
         if stack is not None:
             stack.stop()

@@ -13,7 +13,7 @@ from typing import Any
 
 from playwright.sync_api import Page, WebSocketRoute
 
-from tests.support.live import Daphne, LiveStack
+from tests.support.live import LiveStack, Server
 
 USERNAME = "alice"
 PASSWORD = "pw"
@@ -33,7 +33,7 @@ Frame = dict[str, Any]
 class Live:
     """The running server and what tests need to reach it."""
 
-    def __init__(self, stack: LiveStack, daphne: Daphne) -> None:
+    def __init__(self, stack: LiveStack, daphne: Server) -> None:
         self.stack = stack
         self.daphne = daphne
         self.http = daphne.http
@@ -139,7 +139,7 @@ class FrameTap:
 
 
 class FakeAgentServer:
-    """A scripted stand-in for the server's WebSocket (the page's HTTP still goes to Daphne).
+    """A scripted stand-in for the server's WebSocket (the page's HTTP still goes to the live server).
 
     On connect it sends identity and MCP frames like the real server. Each received frame is
     recorded with the index of its socket; ``on_frame`` lets a test answer frames as they come.

@@ -1,4 +1,4 @@
-"""The chat page against a live Daphne with the offline demo model: what a user sees."""
+"""The chat page against a live server with the offline demo model: what a user sees."""
 
 import re
 

@@ -1,6 +1,6 @@
 """The chat page's protocol handling, against a scripted WebSocket (``FakeAgentServer``).
 
-The page and its HTTP (login, get-messages) come from the live Daphne; only the socket is
+The page and its HTTP (login, get-messages) come from the live server; only the socket is
 scripted, so these tests pin down what the JS client does with frames the server will send
 (resume handshake, continuations, approvals, client tools, progress parts, terminal closes).
 """

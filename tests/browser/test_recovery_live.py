@@ -31,7 +31,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     stack = LiveStack(workdir, redis.url, extra_env={"DJANGO_SETTINGS_MODULE": "tests.support.settings_live"})
     try:
         stack.create_user(USERNAME, PASSWORD)
-        yield Live(stack, stack.start_daphne())
+        yield Live(stack, stack.start_server())
     finally:
         stack.stop()
         redis.stop()

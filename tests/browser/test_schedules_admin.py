@@ -1,4 +1,4 @@
-"""An operator's scheduled prompt, in headless Chromium against the live stack (Daphne + a Celery worker).
+"""An operator's scheduled prompt, in headless Chromium against the live stack (ASGI server + a Celery worker).
 
 The operator is staff with ``manage_schedules`` only (no superuser), in a browser set to Oslo time.
 They add "every day at 09:00 in Europe/Oslo" in the admin, see its next run at 09:00 their time,

@@ -1,7 +1,7 @@
 """The real ``@cloudflare/ai-chat`` client (``useAgentChat``, run by ``harness.mjs`` under Node)
-against a live Daphne.
+against a live server.
 
-One Redis + Daphne serves every scenario of the module; each scenario uses its own agent
+One Redis + ASGI server serves every scenario of the module; each scenario uses its own agent
 instance. ``node_modules`` is installed from the lock file on first use (``npm ci``), so the suite
 needs ``node``/``npm`` and ``redis-server`` but never skips.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.live import Daphne, LiveStack, RedisServer
+from tests.support.live import LiveStack, RedisServer, Server
 
 pytestmark = pytest.mark.conformance
 
@@ -76,21 +76,21 @@ def node_modules() -> Path:
 
 
 @pytest.fixture(scope="module")
-def live_daphne(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveStack, Daphne]]:
+def live_daphne(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveStack, Server]]:
     workdir = tmp_path_factory.mktemp("conformance")
     redis = RedisServer(workdir)
     # The test agents (StallAgent for "recovering") beside the demo agent.
     stack = LiveStack(workdir, redis.url, extra_env={"DJANGO_SETTINGS_MODULE": "tests.support.settings_live"})
     try:
         stack.create_user(USERNAME)
-        yield stack, stack.start_daphne()
+        yield stack, stack.start_server()
     finally:
         stack.stop()
         redis.stop()
 
 
 @pytest.fixture(scope="module")
-def cookie(live_daphne: tuple[LiveStack, Daphne]) -> str:
+def cookie(live_daphne: tuple[LiveStack, Server]) -> str:
     return live_daphne[1].login(USERNAME)
 
 
@@ -109,15 +109,15 @@ def _decode(output: bytes | str | None) -> str:
     return output or ""
 
 
-def _log_tail(stack: LiveStack, daphne: Daphne) -> str:
+def _log_tail(stack: LiveStack, daphne: Server) -> str:
     log = stack.workdir / f"daphne-{daphne.port}.log"
     if not log.exists():
-        return "(no Daphne log)"
+        return "(no server log)"
     return "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_scenario(scenario: str, node_modules: Path, live_daphne: tuple[LiveStack, Daphne], cookie: str) -> None:
+def test_scenario(scenario: str, node_modules: Path, live_daphne: tuple[LiveStack, Server], cookie: str) -> None:
     stack, daphne = live_daphne
     try:
         proc = subprocess.run(
@@ -131,12 +131,12 @@ def test_scenario(scenario: str, node_modules: Path, live_daphne: tuple[LiveStac
     except subprocess.TimeoutExpired as exc:
         pytest.fail(
             f"harness {scenario!r} did not finish in {SCENARIO_TIMEOUT}s:\n"
-            f"{_decode(exc.stdout)}\n{_decode(exc.stderr)}\n--- Daphne log (tail)\n{_log_tail(stack, daphne)}"
+            f"{_decode(exc.stdout)}\n{_decode(exc.stderr)}\n--- server log (tail)\n{_log_tail(stack, daphne)}"
         )
     result = _result_line(proc.stdout)
     report = (
         f"harness exit code {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-        f"\n--- Daphne log (tail)\n{_log_tail(stack, daphne)}"
+        f"\n--- server log (tail)\n{_log_tail(stack, daphne)}"
     )
     assert result is not None, f"the harness printed no RESULT line\n{report}"
     assert result["ok"], f"{scenario}: {result.get('reason')}\n{report}"

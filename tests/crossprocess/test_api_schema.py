@@ -1,4 +1,4 @@
-"""Every documented endpoint of the REST API, against generated input, on a running Daphne.
+"""Every documented endpoint of the REST API, against generated input, on a running server.
 
 Schemathesis reads the served schema (/api/schema/) and sends each operation its examples, the
 boundary cases the schema implies, and random valid and invalid input, as a staff user with a
@@ -43,7 +43,7 @@ def test_no_generated_request_gets_a_server_error(tmp_path: Path, redis: RedisSe
         stack.create_user("root", staff=True)
         token = stack.manage("shell", "--no-imports", "-c", SEED).split()[-1]
         stack.start_celery_worker()
-        daphne = stack.start_daphne()
+        daphne = stack.start_server()
         run = subprocess.run(
             [SCHEMATHESIS, "run", f"{daphne.http}/api/schema/", "--checks", "not_a_server_error",
              "--header", f"Authorization: Token {token}", "--phases", "examples,coverage,fuzzing",

@@ -10,7 +10,7 @@ report the rows. ``ActionTestAgent`` joins the production agents in those proces
   PostgreSQL and from 2 on SQLite; exactly one runs the action.
 * The connection-less continuation: approved from a process nobody is connected to, the
   model's reaction is run by a real Celery worker.
-* Spec §6.5: a call parked through Daphne survives a ``kill -9`` of that server and is approved
+* Spec §6.5: a call parked through one server process survives a ``kill -9`` of that server and is approved
   through the restarted one.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.support.frames import chat_request, is_done, user_message
-from tests.support.live import Daphne, LiveStack, ScriptProcess, database_url
+from tests.support.live import LiveStack, ScriptProcess, Server, database_url
 from tests.support.wsclient import open_socket, recv_json, recv_until
 
 pytestmark = pytest.mark.crossprocess
@@ -245,7 +245,7 @@ def test_an_approval_from_another_process_continues_in_a_celery_worker(stack, de
 
 
 # ------------------------------------------------------------------------------------- §6.5 e2e
-def post_json(daphne: Daphne, path: str, cookie: str, body: dict[str, Any] | None = None) -> Any:
+def post_json(daphne: Server, path: str, cookie: str, body: dict[str, Any] | None = None) -> Any:
     """POST as the logged-in browser would (session cookie and CSRF token)."""
     csrf = dict(c.split("=", 1) for c in cookie.split("; "))["csrftoken"]
     request = urllib.request.Request(
@@ -258,7 +258,7 @@ def post_json(daphne: Daphne, path: str, cookie: str, body: dict[str, Any] | Non
 
 def test_a_parked_call_survives_a_kill_of_its_server_and_is_approved_after_the_restart(stack):
     stack.create_user("alice", staff=True)
-    daphne = stack.start_daphne()
+    daphne = stack.start_server()
     cookie = daphne.login("alice")
     path = "/agents/demo-agent/deploys"
 
@@ -277,7 +277,7 @@ def test_a_parked_call_survives_a_kill_of_its_server_and_is_approved_after_the_r
 
     os.killpg(daphne.proc.pid, signal.SIGKILL)
     daphne.proc.wait(10)
-    restarted = stack.start_daphne()
+    restarted = stack.start_server()
     stack.start_celery_worker()
     [after] = restarted.get_json("/api/approvals/", cookie)["results"]
     assert after == before

@@ -1,5 +1,5 @@
 """``message_concurrency`` decided across processes: submits for one conversation arriving on two
-Daphne processes at the same moment end as they would on one (spec §4.1; the decision lives in
+server processes at the same moment end as they would on one (spec §4.1; the decision lives in
 the database, ``turns.admission``). On SQLite and on PostgreSQL.
 """
 
@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from tests.support.frames import RESP, chat_request, user_message
-from tests.support.live import Daphne, LiveStack, RedisServer, database_url
+from tests.support.live import LiveStack, RedisServer, Server, database_url
 from tests.support.wsclient import open_socket, recv_json, recv_until
 
 pytestmark = pytest.mark.crossprocess
@@ -29,7 +29,7 @@ def two_daphnes(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServ
                       extra_env={"DJANGO_SETTINGS_MODULE": "tests.support.settings_live", "AGENT_LOG_LEVEL": "WARNING"})
     try:
         stack.create_user("alice")
-        yield stack, stack.start_daphne(), stack.start_daphne()
+        yield stack, stack.start_server(), stack.start_server()
     finally:
         stack.stop()
 
@@ -47,7 +47,7 @@ def turns(stack: LiveStack, *request_ids: str) -> dict[str, tuple[str, int | Non
     return {rid: (status, sequence) for rid, status, sequence in rows}
 
 
-async def connect(daphne: Daphne, path: str, cookie: str) -> Any:
+async def connect(daphne: Server, path: str, cookie: str) -> Any:
     sock = await open_socket(daphne.ws, path, cookie)
     assert (await recv_json(sock))["type"] == "cf_agent_identity"
     assert (await recv_json(sock))["type"] == "cf_agent_mcp_servers"

@@ -1,6 +1,6 @@
 """Issue 17 against live Daphnes: hostile frames on PostgreSQL, and a reconnect right after a submit.
 
-Every frame gets an answer on a socket that stays open (no 1011), nothing reaches a Daphne log as
+Every frame gets an answer on a socket that stays open (no 1011), nothing reaches a server log as
 a traceback, and a client that drops its socket right after sending, and reconnects to the other
 process, is told the turn is coming (``pending`` or ``resuming``), never ``resume_none``.
 """
@@ -38,7 +38,7 @@ async def _open(daphne, path, cookie):
 
 
 def _tracebacks(workdir: Path) -> list[str]:
-    return [line for log in workdir.glob("daphne-*.log") for line in log.read_text(errors="replace").splitlines()
+    return [line for log in workdir.glob("server-*.log") for line in log.read_text(errors="replace").splitlines()
             if "Traceback" in line]
 
 
@@ -48,7 +48,7 @@ def test_hostile_frames_on_postgresql_get_answers_and_the_socket_stays_open(
     stack = LiveStack(tmp_path, redis.url, _database(postgres))
     try:
         stack.create_user("mallory")
-        daphne = stack.start_daphne()
+        daphne = stack.start_server()
         cookie = daphne.login("mallory")
         asyncio.run(_hostile(daphne, cookie))
     finally:
@@ -82,7 +82,7 @@ async def _hostile(daphne, cookie):
 @pytest.mark.parametrize("delay", [0.0, 0.02, 0.05, 0.1, 0.3, 0.6])
 def test_a_reconnect_right_after_a_submit_attaches_to_the_coming_turn(stack: LiveStack, delay: float) -> None:
     stack.create_user("alice")
-    first, second = stack.start_daphne(), stack.start_daphne()
+    first, second = stack.start_server(), stack.start_server()
     cookie = first.login("alice")
     path = f"/agents/demo-agent/quick-{int(delay * 1000)}"
 

@@ -1,4 +1,4 @@
-"""Durable chat recovery with real processes: ``kill -9`` of the Daphne running turns, then of the
+"""Durable chat recovery with real processes: ``kill -9`` of the server process running turns, then of the
 Celery worker running their recovery (issue: PostgreSQL, Redis, 2 Daphnes, 1-2 workers, beat).
 
 Twenty conversations are cut at once, each at its own point (before its first chunk, mid-text,
@@ -58,7 +58,7 @@ def wait_until(check: Any, what: str, timeout: float = PATIENCE) -> None:
 
 
 class Conversation:
-    """One chat on the doomed Daphne, watched from the survivor by an observer socket."""
+    """One chat on the doomed server process, watched from the survivor by an observer socket."""
 
     def __init__(self, index: int, kind: str, prompt: str) -> None:
         self.index, self.kind, self.prompt = index, kind, prompt
@@ -170,7 +170,7 @@ def crash_stack(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServ
 @pytest.mark.requires_postgres
 def test_kill_minus_nine_of_the_daphne_running_twenty_turns(crash_stack: Any) -> None:
     stack, url, effects = crash_stack
-    doomed, survivor = stack.start_daphne(), stack.start_daphne()
+    doomed, survivor = stack.start_server(), stack.start_server()
     stack.start_celery_worker("a")
     stack.start_celery_beat()
     cookie = survivor.login("alice")
@@ -202,7 +202,7 @@ def test_kill_minus_nine_of_the_daphne_running_twenty_turns(crash_stack: Any) ->
 @pytest.mark.requires_postgres
 def test_kill_minus_nine_of_the_worker_running_twenty_continuations(crash_stack: Any) -> None:
     stack, url, effects = crash_stack
-    doomed, survivor = stack.start_daphne(), stack.start_daphne()
+    doomed, survivor = stack.start_server(), stack.start_server()
     worker_a = stack.start_celery_worker("a")
     stack.start_celery_beat()
     cookie = survivor.login("alice")
@@ -244,7 +244,7 @@ def test_kill_minus_nine_of_the_worker_running_twenty_continuations(crash_stack:
     assert_recovered(survivor, cookie, conversations, effects)
     incidents = query(url, "SELECT status, attempts_total FROM agents_app_recoveryincident")
     assert [status for status, _ in incidents] == ["completed"] * 20
-    assert all(total == 2 for _, total in incidents)  # cut on the Daphne, then on worker A
+    assert all(total == 2 for _, total in incidents)  # cut on the server process, then on worker A
 
 
 CLAIMER = r"""

@@ -1,4 +1,4 @@
-"""Resume across real Daphne processes: reconnect elsewhere, drops at random points, kill -9."""
+"""Resume across real server processes: reconnect elsewhere, drops at random points, kill -9."""
 
 import asyncio
 import json
@@ -62,7 +62,7 @@ def expected(count):
 
 def test_reconnect_to_another_process_mid_stream(stack):
     stack.create_user("alice")
-    first, second = stack.start_daphne(), stack.start_daphne()
+    first, second = stack.start_server(), stack.start_server()
     cookie = first.login("alice")
     path = "/agents/demo-agent/elsewhere"
 
@@ -87,7 +87,7 @@ def test_reconnect_to_another_process_mid_stream(stack):
 
 def test_drops_at_a_hundred_random_points_lose_and_duplicate_nothing(stack):
     stack.create_user("alice")
-    daphnes = [stack.start_daphne(), stack.start_daphne()]
+    daphnes = [stack.start_server(), stack.start_server()]
     cookie = daphnes[0].login("alice")
     path = "/agents/demo-agent/flaky"
     rng = random.Random(20261129)
@@ -124,7 +124,7 @@ def test_kill_minus_nine_then_reconnect_replays_the_partial_and_a_worker_continu
     """cf-golden-frames R4 across processes: the reconnecting client gets the stored part of the
     cut reply (ending ``aborted``), then the recovery, run by the Celery worker, continues it live."""
     stack.create_user("alice")
-    doomed, survivor = stack.start_daphne(), stack.start_daphne()
+    doomed, survivor = stack.start_server(), stack.start_server()
     stack.start_celery_worker()
     cookie = survivor.login("alice")
     path = "/agents/demo-agent/killed"

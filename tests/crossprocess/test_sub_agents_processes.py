@@ -2,7 +2,7 @@
 
 The child (``child-1`` of ``parent-agent/p1``) is kept busy by a turn a worker runs (a scheduled
 call, due at once); the parent's callable method then asks the child for a reply. That turn queues
-behind the busy one, so the worker that finishes it runs it: the callback, in Daphne, must still
+behind the busy one, so the worker that finishes it runs it: the callback, in the server process, must still
 get every chunk in order, once, then ``on_done``.
 """
 
@@ -36,7 +36,7 @@ def test_a_child_turn_run_by_a_celery_worker_streams_to_the_parent_in_daphne(tmp
         "AGENT_LOG_LEVEL": "WARNING"})
     try:
         stack.create_user("alice")
-        daphne = stack.start_daphne()
+        daphne = stack.start_server()
         worker = stack.start_celery_worker()
         stack.start_celery_beat()
         cookie = daphne.login("alice")
@@ -66,4 +66,4 @@ def test_a_child_turn_run_by_a_celery_worker_streams_to_the_parent_in_daphne(tmp
     assert "".join(e.get("delta", "") for e in events) == "(demo model, offline) You said: the history of Oslo"
     with sqlite3.connect(stack.database_url.removeprefix("sqlite:///")) as conn:
         [(ran_on,)] = conn.execute("SELECT worker FROM agents_app_turn WHERE request_id = ?", (request_id,))
-    assert ran_on.split(" ")[0].endswith(f":{worker.pid}"), (ran_on, worker.pid)  # the worker, not Daphne
+    assert ran_on.split(" ")[0].endswith(f":{worker.pid}"), (ran_on, worker.pid)  # the worker, not the server process

@@ -1,4 +1,4 @@
-"""Turns started on either Daphne process or in a Celery worker reach clients on both processes."""
+"""Turns started on either server process or in a Celery worker reach clients on both processes."""
 
 import asyncio
 import json
@@ -6,6 +6,7 @@ import json
 import pytest
 
 from tests.support.frames import chat_request, is_done, text_of, user_message
+from tests.support.live import SERVERS
 from tests.support.wsclient import open_socket, recv_json, recv_until
 
 pytestmark = pytest.mark.crossprocess
@@ -20,9 +21,11 @@ async def _connect(daphne, cookie):
     return sock
 
 
-def test_turns_from_each_process_reach_both_clients(stack):
+@pytest.mark.parametrize("server", SERVERS)
+def test_turns_from_each_process_reach_both_clients(stack, server):
+    """On uvicorn (production) and on Daphne (``make run``) alike."""
     alice = stack.create_user("alice")
-    first, second = stack.start_daphne(), stack.start_daphne()
+    first, second = stack.start_server(server), stack.start_server(server)
     stack.start_celery_worker()
     cookie = first.login("alice")
 
@@ -56,3 +59,18 @@ def test_turns_from_each_process_reach_both_clients(stack):
         assert [m["role"] for m in messages] == ["user", "assistant"] * 3
 
     asyncio.run(scenario())
+
+
+def test_uvicorn_workers_on_one_port_serve_one_conversation_together(stack):
+    """The Deployment section's ``--workers``: sockets of one conversation land on either process."""
+    stack.create_user("alice")
+    server = stack.start_server("uvicorn", workers=2)
+    cookie = server.login("alice")
+
+    async def scenario():
+        sockets = [await _connect(server, cookie) for _ in range(8)]
+        await sockets[0].send(json.dumps(chat_request("r1", [user_message("u1", "to every worker")])))
+        return [text_of(await recv_until(sock, is_done("r1"))) for sock in sockets]
+
+    texts = asyncio.run(scenario())
+    assert texts == ["(demo model, offline) You said: to every worker"] * 8

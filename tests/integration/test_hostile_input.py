@@ -1,7 +1,7 @@
 """Issue 17's hostile frames, each over a WebSocket: a clear error frame or a clean effect, the socket
 stays open, the conversation goes on, and nothing reaches the client as a pydantic dump.
 
-(The same frames against a live Daphne on PostgreSQL: ``tests/crossprocess/test_hostile_live.py``.)
+(The same frames against a live server on PostgreSQL: ``tests/crossprocess/test_hostile_live.py``.)
 """
 
 import json

@@ -1,5 +1,6 @@
 """The stream buffer's packing, reading and retention (spec §2.7 storage, §6.10 chunk buffer)."""
 
+import asyncio
 import json
 from datetime import timedelta
 
@@ -36,11 +37,29 @@ def body(i, size=0):
 
 
 def test_many_chunks_are_read_back_in_order_from_few_rows(stream):
-    bodies = [body(i) for i in range(45)]
-    assert write(stream, bodies) == 44
+    count = buffer.CHUNK_BUFFER_SIZE * 2 + buffer.CHUNK_BUFFER_SIZE // 2
+    bodies = [body(i) for i in range(count)]
+    assert write(stream, bodies) == count - 1
     assert [b for _, b in buffer.read(stream)] == bodies
-    assert [i for i, _ in buffer.read(stream)] == list(range(45))
-    assert StreamSegment.objects.filter(stream=stream).count() == 5
+    assert [i for i, _ in buffer.read(stream)] == list(range(count))
+    assert StreamSegment.objects.filter(stream=stream).count() == 3
+
+
+def test_a_row_is_written_when_its_first_chunk_is_row_max_age_old(stream):
+    """A slow stream's chunks reach the database within a quarter second, not when a row is full."""
+    writer = buffer.StreamWriter(stream.pk)
+
+    async def run():
+        writer.append(0, body(0))
+        writer.append(1, body(1))
+        started = asyncio.get_running_loop().time()
+        while not await StreamSegment.objects.filter(stream=stream).aexists():
+            await asyncio.sleep(0.01)
+        return asyncio.get_running_loop().time() - started
+
+    waited = async_to_sync(run)()
+    assert waited >= buffer.ROW_MAX_AGE * 0.9  # by age, not before
+    assert [b for _, b in buffer.read(stream)] == [body(0), body(1)]
 
 
 def test_a_big_chunk_starts_its_own_row(stream):

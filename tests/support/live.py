@@ -1,4 +1,4 @@
-"""Real processes for tests that cross process boundaries: Redis, Daphne, Celery, PostgreSQL.
+"""Real processes for tests that cross process boundaries: Redis, ASGI servers, Celery, PostgreSQL.
 
 A ``LiveStack`` owns a database of its own (a SQLite file, or PostgreSQL when asked), migrated
 by ``manage.py migrate`` in a subprocess, and starts servers against it with the production
@@ -30,8 +30,28 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 STARTUP_TIMEOUT = 30.0
-# As DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE in settings (the daphne command does not read settings).
+# As DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE in settings (the server commands do not read settings).
 MAX_MESSAGE = 16 * 1024 * 1024
+# The ASGI server live stacks run: "uvicorn" (production, README "Deployment") or "daphne" (what
+# `make run` serves through runserver); THINK_SERVER chooses the default.
+SERVERS = ("uvicorn", "daphne")
+DEFAULT_SERVER = os.environ.get("THINK_SERVER", "uvicorn")
+
+
+def server_command(kind: str, port: int, app: str = "thinkproject.asgi:application", workers: int = 1) -> list[str]:
+    """The command line of an ASGI server of ``kind`` on 127.0.0.1:``port``: the README's flags.
+
+    ``workers``: uvicorn's processes sharing the port.
+    """
+    if kind == "uvicorn":
+        return ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop",
+                "--ws", "websockets", "--ws-max-size", str(MAX_MESSAGE), "--ws-ping-interval", "20",
+                "--ws-ping-timeout", "30", *(["--workers", str(workers)] if workers > 1 else []), app]
+    if kind == "daphne":
+        return ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "--websocket-max-message-size",
+                str(MAX_MESSAGE), "--websocket-max-frame-size", str(MAX_MESSAGE),
+                "--websocket_connect_timeout", "30", app]
+    raise ValueError(f"unknown server {kind!r} (one of {SERVERS})")
 
 
 def free_port() -> int:
@@ -199,15 +219,14 @@ class LiveStack:
         self.procs.append(proc)
         return proc
 
-    def start_daphne(self) -> "Daphne":
+    def start_server(self, kind: str = DEFAULT_SERVER, workers: int = 1) -> "Server":
+        """One more ASGI server serving the project (``kind``: see ``SERVERS``; ``workers``: uvicorn's)."""
         port = free_port()
-        # The flags the README's Deployment section gives.
-        proc = self._spawn([PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                            "--websocket-max-message-size", str(MAX_MESSAGE), "--websocket-max-frame-size",
-                            str(MAX_MESSAGE), "--websocket_connect_timeout", "30",
-                            "thinkproject.asgi:application"], f"daphne-{port}.log")
+        proc = self._spawn([PYTHON, *server_command(kind, port, workers=workers)], f"server-{port}.log")
         wait_for_port(port, proc)
-        return Daphne(proc, port)
+        if workers > 1:  # the port is the parent's; each worker says when it serves
+            self._started(proc, f"server-{port}.log", "Application startup complete.", count=workers)
+        return Server(proc, port)
 
     def start_celery_worker(self, name: str = "w1") -> subprocess.Popen[Any]:
         proc = self._spawn([PYTHON, "-m", "celery", "-A", "thinkproject", "worker", "--pool", "solo",
@@ -221,14 +240,15 @@ class LiveStack:
                             "--schedule", str(self.workdir / f"celerybeat-{name}")], f"celery-{name}.log")
         return self._started(proc, f"celery-{name}.log", "beat: Starting...")
 
-    def _started(self, proc: subprocess.Popen[Any], log_name: str, ready: str) -> subprocess.Popen[Any]:
-        """``proc`` once its log says ``ready``; its log if it exits or is silent for STARTUP_TIMEOUT."""
+    def _started(self, proc: subprocess.Popen[Any], log_name: str, ready: str, count: int = 1) -> subprocess.Popen[Any]:
+        """``proc`` once its log says ``ready`` (``count`` times); its log if it exits or is not ready
+        within STARTUP_TIMEOUT."""
         deadline = time.monotonic() + STARTUP_TIMEOUT
         log = self.workdir / log_name
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"{log_name} process exited:\n{log.read_text()}")
-            if log.exists() and ready in log.read_text():
+            if log.exists() and log.read_text().count(ready) >= count:
                 return proc
             time.sleep(0.1)
         raise TimeoutError(f"{log_name} process not ready:\n{log.read_text()}")
@@ -245,7 +265,9 @@ class LiveStack:
             print(f"----- {log.name} (last {len(tail)} lines)", *tail, sep="\n")
 
 
-class Daphne:
+class Server:
+    """A running ASGI server of the project (any kind) and its URLs."""
+
     def __init__(self, proc: subprocess.Popen[Any], port: int) -> None:
         self.proc, self.port = proc, port
         self.http = f"http://127.0.0.1:{port}"

@@ -1,4 +1,4 @@
-"""A real WebSocket client (the ``websockets`` package) for tests against a live Daphne."""
+"""A real WebSocket client (the ``websockets`` package) for tests against a live server."""
 
 import asyncio
 import json

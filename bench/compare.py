@@ -1,0 +1,289 @@
+"""Us against the reference ``AIChatAgent``, side by side in one run: the rows of issue 16.
+
+    .venv/bin/python -m bench.compare [--only P1,P3] [--processes 2] [--json FILE]
+                                      [--peer http://127.0.0.1:8799 | --peer-dir /tmp/cfpeer | --no-peer]
+
+Starts our stack (Redis, a fresh SQLite database, ``--processes`` servers, a logged-in bench user:
+``bench._stack.Stack``) and the peer (``bench._peer.Peer``: reuses the one running from
+``--peer-dir``, else builds it there with the peer's ``setup.sh`` if needed and starts it with
+``start.sh``, stopping it at the end; ``--peer URL`` uses one someone else started and leaves it
+alone). Then each row runs on both, the peer and us back to back, the side that goes first
+alternating from row to row, with the same client code: the rooms client of ``bench/rooms.py``
+(P1-P4, P8) and the resume client of ``bench/replay.py`` (P5), sending the same bytes to both
+servers (our demo model reads the prompt ``/burst N`` or ``/slow N MS``, the peer the body's
+``chunks``, ``chunkSize: 4``, ``mode: "text"``, ``delayMs``).
+
+Rows (``bench/README.md`` gives the definitions):
+
+P1  minimal turn: 1 room, 30 sequential turns of 1 chunk: median turn ms, server CPU ms per turn
+P2  one room, 10 turns of 200 chunks: median turn ms
+P3  50 rooms x 10 turns x 200 chunks: aggregate chunks/s, p95 turn ms
+P4  50 rooms x 2 turns x 200 chunks 10 ms apart: first-chunk p95 ms, server CPU µs per chunk
+P5  reconnect after 2,000 of 2,600 chunks (5 ms apart): ACK → replayComplete ms
+P8  200 rooms, one 200-chunk turn each: server RSS MB
+
+Rooms go round-robin over our servers' ports (room i → process i mod P), as in rooms.py; P5
+uses the first Server for both sockets. Errors (a turn short of its chunks, an error frame, a
+missing ``done``, a replay gap or doubled chunk) are counted per row and side.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import _peer, replay, rooms
+from bench._peer import PEER_SOURCE, Peer, workerd_pids
+from bench._stack import Stack, add_stack_arguments, machine_load, parse_env, rss_mb, table
+from tests.support.live import ROOT
+
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P8")
+
+
+@dataclass
+class Side:
+    """One server as the row runners see it."""
+
+    name: str  # "ours" or "peer"
+    rooms: rooms.Target
+    replay: Callable[[replay.Plan], replay.Target]
+    # The other accounting of memory: ours with its Redis, the peer's workerd without wrangler's node.
+    alt_rss_pids: list[int]
+
+
+@dataclass
+class Options:
+    turn_timeout: float
+    run_timeout: float
+    replay_runs: int
+
+
+@dataclass
+class Metric:
+    name: str
+    key: str
+    # "<=" / ">=" and the bound on ours/peer that issue 16 asks for; "" for a figure shown for context.
+    goal: str = ""
+    bound: float = 0.0
+
+
+@dataclass
+class Row:
+    id: str
+    title: str
+    run: Callable[[Side, Options], Awaitable[dict[str, Any]]]
+    metrics: list[Metric]
+    rooms: int  # at once (each of ours owned by a user of its own)
+
+
+async def rooms_row(side: Side, o: Options, k: int, turns: int, chunks: int, delay_ms: int = 0) -> dict[str, Any]:
+    wl = rooms.Workload(k, turns, chunks, o.turn_timeout, o.run_timeout, delay_ms)
+    row = await rooms.run_row(side.rooms, wl)
+    turns_done = max(1, row["turns"])
+    return {**row,
+            "cpu_ms_per_turn": row["server_cpu_s"] / turns_done * 1000,
+            "cpu_redis_ms_per_turn": (row["server_cpu_s"] + _zero(row["redis_cpu_s"])) / turns_done * 1000,
+            "cpu_us_per_chunk": row["server_cpu_s"] / max(1, row["chunks"]) * 1e6,
+            "cpu_redis_us_per_chunk": (row["server_cpu_s"] + _zero(row["redis_cpu_s"])) / max(1, row["chunks"]) * 1e6}
+
+
+def _zero(x: float) -> float:
+    """The peer has no Redis: its nan counts as nothing."""
+    return 0.0 if x != x else x
+
+
+async def p1(side: Side, o: Options) -> dict[str, Any]:
+    return await rooms_row(side, o, k=1, turns=30, chunks=1)
+
+
+async def p2(side: Side, o: Options) -> dict[str, Any]:
+    return await rooms_row(side, o, k=1, turns=10, chunks=200)
+
+
+async def p3(side: Side, o: Options) -> dict[str, Any]:
+    return await rooms_row(side, o, k=50, turns=10, chunks=200)
+
+
+async def p4(side: Side, o: Options) -> dict[str, Any]:
+    return await rooms_row(side, o, k=50, turns=2, chunks=200, delay_ms=10)
+
+
+async def p5(side: Side, o: Options) -> dict[str, Any]:
+    plan = replay.Plan(chunks=2600, delay_ms=5, cut=2000, runs=o.replay_runs, warmup=1)
+    row = await replay.run_row(side.replay(plan), plan)
+    for e in row["error_list"][:8]:
+        print(f"  error: {e}")
+    return row
+
+
+async def p8(side: Side, o: Options) -> dict[str, Any]:
+    before = rss_mb(side.rooms.server_pids)
+    row = await rooms_row(side, o, k=200, turns=1, chunks=200)
+    return {**row, "rss_before_mb": before, "rss_alt_mb": rss_mb(side.alt_rss_pids)}
+
+
+ROWS = [
+    Row("P1", "minimal turn (1 chunk), 1 room, 30 turns", p1, [
+        Metric("median turn ms", "turn_med_ms", "<=", 1.5),
+        Metric("server CPU ms per turn", "cpu_ms_per_turn", "<=", 3.0),
+        Metric("server CPU ms per turn, ours + Redis", "cpu_redis_ms_per_turn"),
+    ], rooms=1),
+    Row("P2", "1 room, 10 turns x 200 chunks", p2, [
+        Metric("median turn ms", "turn_med_ms", "<=", 1.0),
+    ], rooms=1),
+    Row("P3", "50 rooms x 10 turns x 200 chunks", p3, [
+        Metric("aggregate chunks/s", "agg_chunks_per_s", ">=", 1.5),
+        Metric("p95 turn ms", "turn_p95_ms", "<=", 1.0),
+        Metric("server cores used", "server_cores"),
+    ], rooms=50),
+    Row("P4", "50 rooms x 2 turns x 200 chunks, 10 ms apart", p4, [
+        Metric("first chunk p95 ms", "first_chunk_p95_ms", "<=", 0.5),
+        Metric("server CPU µs per chunk", "cpu_us_per_chunk", "<=", 1.0),
+        Metric("server CPU µs per chunk, ours + Redis", "cpu_redis_us_per_chunk"),
+    ], rooms=50),
+    Row("P5", "reconnect after 2,000 of 2,600 chunks (5 ms apart)", p5, [
+        Metric("ACK → replayComplete median ms", "complete_med_ms", "<=", 1.0),
+        Metric("ACK → first replayed frame median ms", "first_med_ms"),
+        Metric("replayed frames median", "replayed_frames_med"),
+    ], rooms=1),
+    Row("P8", "200 rooms, one 200-chunk turn each", p8, [
+        Metric("server RSS MB (ours: servers; peer: wrangler tree)", "server_rss_mb", "<=", 0.5),
+        Metric("server RSS MB (ours: + Redis; peer: workerd only)", "rss_alt_mb"),
+        Metric("server RSS MB before the row", "rss_before_mb"),
+    ], rooms=200),
+]
+
+
+def tree() -> str:
+    """The commit measured, and whether the work tree had changes on top of it."""
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short", "HEAD") + (" + uncommitted changes" if dirty else "")
+
+
+def ratio_cells(metric: Metric, ours: float | None, peer: float | None) -> tuple[str, str]:
+    """ours/peer, and whether it meets the issue's goal (blank without the peer or a goal)."""
+    if ours is None or peer is None or peer == 0 or ours != ours or peer != peer:
+        return "", ""
+    r = ours / peer
+    if not metric.goal:
+        return f"{r:.2f}", ""
+    met = r <= metric.bound if metric.goal == "<=" else r >= metric.bound
+    return f"{r:.2f}", ("yes" if met else "no")
+
+
+HEADERS = ["row", "metric", "ours", "peer", "ours/peer", "goal", "met", "errors ours / peer", "load before → after"]
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    lines = []
+    for res in results:
+        row = next(r for r in ROWS if r.id == res["id"])
+        ours, peer = res.get("ours"), res.get("peer")
+        errors = f"{ours['errors'] if ours else ''} / {peer['errors'] if peer else ''}"
+        for i, m in enumerate(row.metrics):
+            o = ours.get(m.key) if ours else None
+            p = peer.get(m.key) if peer else None
+            r, met = ratio_cells(m, o, p)
+            goal = f"{'≤' if m.goal == '<=' else '≥'} {m.bound:g}" if m.goal else ""
+            lines.append([f"{row.id} {row.title}" if i == 0 else row.id, m.name,
+                          "" if o is None else o, "" if p is None else p, r, goal, met,
+                          errors if i == 0 else "",
+                          f"{res['load_before']:.2f} → {res['load_after']:.2f}" if i == 0 else ""])
+    return table(HEADERS, lines, left=2)
+
+
+async def run(sides: list[Side], row_ids: list[str], o: Options, pause: float) -> list[dict[str, Any]]:
+    results = []
+    for n, row in enumerate(r for r in ROWS if r.id in row_ids):
+        order = sides if n % 2 == 0 else sides[::-1]
+        res: dict[str, Any] = {"id": row.id, "title": row.title, "load_before": os.getloadavg()[0],
+                               "order": [s.name for s in order]}
+        for side in order:
+            print(f"{row.id} {row.title}: {side.rooms.label}", flush=True)
+            res[side.name] = await row.run(side, o)
+            await asyncio.sleep(pause)
+        res["load_after"] = os.getloadavg()[0]
+        results.append(res)
+    return results
+
+
+async def main_async(args: argparse.Namespace, row_ids: list[str]) -> dict[str, Any]:
+    measured = tree()
+    print(f"tree {measured}; machine: {machine_load()} (other processes on the machine skew the figures)",
+          flush=True)
+    o = Options(args.turn_timeout, args.run_timeout, args.replay_runs)
+    with contextlib.ExitStack() as stack_of:
+        peer = None if args.no_peer else stack_of.enter_context(
+            Peer(url=args.peer, peer_dir=args.peer_dir, source=args.peer_source, pid_list=args.peer_pids))
+        if peer is not None and peer.note:
+            print(f"peer: {peer.note}\npeer: the peer columns stay blank", flush=True)
+        stack = stack_of.enter_context(Stack(args.processes, profile_dir=args.profile, extra_env=parse_env(args.env),
+                                                keep=args.keep))
+        ours_rooms = rooms.Target.ours(stack, max(r.rooms for r in ROWS if r.id in row_ids))
+        first = stack.servers[0]
+        sides = [Side("ours", ours_rooms,
+                      lambda plan: replay.Target.ours(ours_rooms.label, first.ws, stack.cookie,
+                                                      ours_rooms.server_pids, plan),
+                      [*ours_rooms.server_pids, stack.redis_pid])]
+        print(f"ours: {ours_rooms.label}, pids {ours_rooms.server_pids}, ports {[d.port for d in stack.servers]}, "
+              f"redis {stack.redis_pid}, workdir {stack.workdir}", flush=True)
+        if peer is not None and peer.url:
+            pids = peer.pids()
+            peer_url = peer.url
+            sides.insert(0, Side("peer", rooms.Target.peer(peer_url, args.peer_agent, pids),
+                                 lambda plan: replay.Target.peer(peer_url, args.peer_agent, lambda: pids, plan),
+                                 workerd_pids(pids)))
+            print(f"peer: {peer_url}, pids {pids}", flush=True)
+        results = await run(sides, row_ids, o, args.pause)
+    text = render(results)
+    print()
+    print(f"## bench/compare.py: us ({args.processes} x {stack.server}) against the "
+          f"reference AIChatAgent, tree {measured}, {time.strftime('%Y-%m-%d %H:%M')}")
+    print(text)
+    print(f"machine after: {machine_load()}")
+    if peer is not None and peer.note:
+        print(f"peer: {peer.note}")
+    return {"tree": measured, "date": time.strftime("%Y-%m-%d %H:%M"), "processes": args.processes,
+            "peer": None if peer is None else (peer.url or peer.note), "rows": results, "table": text}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=",".join(ROW_IDS), help="rows to run, e.g. P1,P3 (default all)")
+    parser.add_argument("--processes", type=int, default=2, help="our Server processes (default 2)")
+    _peer.add_arguments(parser)  # without --peer: the peer of --peer-dir, started there if none runs
+    parser.add_argument("--peer-source", type=Path, default=PEER_SOURCE,
+                        help=f"the peer's sources, whose setup.sh builds it in --peer-dir (default {PEER_SOURCE})")
+    parser.add_argument("--no-peer", action="store_true", help="ours only; the peer columns stay blank")
+    parser.add_argument("--replay-runs", type=int, default=5, help="P5 measured runs per side (default 5, +1 warm-up)")
+    parser.add_argument("--pause", type=float, default=1.0, help="seconds between sides (default 1)")
+    parser.add_argument("--turn-timeout", type=float, default=60,
+                        help="seconds to wait for a turn's done frame before giving up on the room (default 60)")
+    parser.add_argument("--run-timeout", type=float, default=600, help="bound on one row of one side, seconds")
+    add_stack_arguments(parser)
+    args = parser.parse_args()
+    row_ids = [r.strip().upper() for r in args.only.split(",") if r.strip()]
+    if not row_ids or any(r not in ROW_IDS for r in row_ids):
+        parser.error(f"--only takes rows of {', '.join(ROW_IDS)}")
+    if not 1 <= args.processes <= 16 or not 1 <= args.replay_runs <= 100:
+        parser.error("--processes in 1..16, --replay-runs in 1..100")
+    if args.no_peer and args.peer:
+        parser.error("--no-peer and --peer exclude each other")
+    _peer.check_arguments(parser, args)
+    result = asyncio.run(main_async(args, row_ids))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
