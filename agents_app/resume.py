@@ -54,12 +54,12 @@ def load_state(instance: AgentInstance) -> ResumeState:
     )
 
 
-# The outcome a replayed terminal frame reports for a finished turn (none for a completed one).
 # A replay lets the event loop run other connections after this many frames: sending only
 # buffers in the transport, so 2,000 frames in one go held the whole process for ~30 ms and the
 # first frame left when the last was produced.
 REPLAY_YIELD_EVERY = 100
 
+# The outcome a replayed terminal frame reports for a finished turn (none for a completed one).
 _OUTCOMES = {Turn.Status.ABORTED: Outcome.ABORTED, Turn.Status.ERROR: Outcome.ERROR,
              Turn.Status.SKIPPED: Outcome.SKIPPED}
 
