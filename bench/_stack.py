@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -128,8 +129,10 @@ class Stack:
         return self.redis.proc.pid
 
     def close(self) -> None:
+        # SIGINT: uvicorn re-raises the signal it stopped on, and a SIGTERM would end the process
+        # before cProfile writes its file; a KeyboardInterrupt lets it.
         for proc in reversed(self.extra):
-            stop_process(proc, timeout=30)
+            stop_process(proc, signal.SIGINT, timeout=30)
         self.extra.clear()
         if self.live is not None:
             self.live.stop()
