@@ -33,12 +33,11 @@ from .hooks import ToolCall, ToolCallDecision
 from .llm import ui_messages
 from .messages import UIMessage
 from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
+from .schedule_dsl import ScheduledTask
 from .tools import ApprovalGate, ToolPolicy, client_tools_from_schemas, compile_tools
 
 if TYPE_CHECKING:
-    from .handles import AgentHandle
     from .models import AgentInstance
-    from .schedules import ScheduledTask
 
 # What on_chat_message may return: UI message chunks (dicts), plain-text pieces (str), a whole
 # plain-text reply, or None for "no response".
@@ -68,8 +67,10 @@ class SaveMessagesResult:
 
 # Builds the handle of an instance (``aget``, ``ChatAgent.handle``). Handles drive turns and
 # approvals, which are built on this class, so they live a layer above (``agents_app.handles``),
-# which registers its factory here when the app is ready (``AgentsAppConfig.ready``).
-HandleFactory = Callable[..., "AgentHandle"]
+# which registers its factory here when the app is ready (``AgentsAppConfig.ready``). Its type,
+# ``agents_app.handles.AgentHandle``, is not named here either (not even for type checking), so
+# that imports run one way; the methods returning one say so in their docstrings.
+HandleFactory = Callable[..., Any]
 _handle_factory: HandleFactory | None = None
 
 
@@ -79,7 +80,7 @@ def register_handle_factory(factory: HandleFactory) -> None:
     _handle_factory = factory
 
 
-def _handle(agent_class: type["ChatAgent"], instance: "AgentInstance", user: Any = None) -> "AgentHandle":
+def _handle(agent_class: type["ChatAgent"], instance: "AgentInstance", user: Any = None) -> Any:
     if _handle_factory is None:
         raise RuntimeError("agents_app is not ready: add it to INSTALLED_APPS and call django.setup() first")
     return _handle_factory(agent_class, instance, user)
@@ -161,7 +162,7 @@ class ChatAgent:
         return camel_case_to_kebab_case(cls.__name__)
 
     @classmethod
-    async def aget(cls, name: str = DEFAULT_INSTANCE_NAME, *, owner: Any = None) -> "AgentHandle":
+    async def aget(cls, name: str = DEFAULT_INSTANCE_NAME, *, owner: Any = None) -> Any:
         """A handle on instance ``name`` in ``owner``'s namespace (created on first use, owned by them).
 
         ``owner=None`` is the global namespace: conversations that belong to no user (scheduled
@@ -178,12 +179,12 @@ class ChatAgent:
         return _handle(cls, instance)
 
     @property
-    def handle(self) -> "AgentHandle":
+    def handle(self) -> Any:
         """The handle on this agent's instance (``agents_app.handles.AgentHandle``); in a turn, the
         turns it starts run for the same user (``authorize_turn`` sees them)."""
         return _handle(type(self), self.instance, self.user)
 
-    async def sub_agent(self, agent_class: type["ChatAgent"], name: str) -> "AgentHandle":
+    async def sub_agent(self, agent_class: type["ChatAgent"], name: str) -> Any:
         """A handle on sub-agent ``name`` of class ``agent_class``: an instance of its own, owned
         by this one (made on first use; ``AgentHandle.sub_agent``). Its turns run for this turn's
         user; its class must be in ``AGENT_CLASSES``, as every agent's."""
@@ -315,7 +316,7 @@ class ChatAgent:
     async def on_chat_response(self, result: ChatResponseResult) -> None:
         """Called after each turn's reply is persisted (errors are logged, never raised)."""
 
-    def get_scheduled_tasks(self) -> "dict[str, ScheduledTask]":
+    def get_scheduled_tasks(self) -> dict[str, ScheduledTask]:
         """Tasks this instance runs on a schedule (spec §4.7): ``{task_id: {"schedule", "prompt" | "handler", ...}}``.
 
         ``schedule`` is the schedule language (``"every day at 09:00"``, ``"every weekday at 08:30

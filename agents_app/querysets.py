@@ -4,13 +4,10 @@ Managers built from these querysets are attached in ``models``; this module impo
 (``self.model`` reaches the statuses), so ``models`` can import it.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import models
 from django.utils import timezone
-
-if TYPE_CHECKING:
-    from .models import AgentInstance
 
 
 class AgentInstanceQuerySet(models.QuerySet[Any]):
@@ -32,7 +29,7 @@ class AgentInstanceQuerySet(models.QuerySet[Any]):
 
 
 class TurnQuerySet(models.QuerySet[Any]):
-    def of(self, instance: "AgentInstance | int") -> "TurnQuerySet":
+    def of(self, instance: models.Model | int) -> "TurnQuerySet":
         """Turns of one instance (an instance or its pk)."""
         return self.filter(instance_id=getattr(instance, "pk", instance))
 

@@ -27,10 +27,11 @@ first pass. Interval schedules run every N minutes from the previous occurrence,
 """
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 from zoneinfo import ZoneInfo, available_timezones
 
 from cronsim import CronSim, CronSimError
@@ -295,3 +296,13 @@ def scheduled_occurrence(messages: Any) -> dict[str, Any] | None:
     last_user = next((m for m in reversed(list(messages)) if m.get("role") == "user"), None)
     metadata = (last_user or {}).get("metadata") or {}
     return metadata if metadata.get("source") == SCHEDULE_SOURCE else None
+
+
+class ScheduledTask(TypedDict, total=False):
+    """One entry of ``get_scheduled_tasks()`` (spec §4.7 ``ThinkScheduledTask``): a prompt or a handler."""
+
+    schedule: str
+    prompt: str | Callable[[], Any]
+    handler: Callable[[ScheduledTaskContext], Any]
+    timezone: str
+    metadata: dict[str, Any]

@@ -27,7 +27,7 @@ import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -42,6 +42,7 @@ from .agent import ChatAgent
 from .errors import AgentConfigurationError
 from .messages import UIMessage, new_message_id, new_request_id
 from .models import AgentInstance, Schedule, ScheduleRun, Turn
+from .schedule_dsl import ScheduledTask
 
 __all__ = [
     "ScheduleEntry",
@@ -412,16 +413,6 @@ def scheduled_message(text: str, context: dsl.ScheduledTaskContext) -> UIMessage
 
 
 # --- schedules declared in code ---------------------------------------------------------------------
-class ScheduledTask(TypedDict, total=False):
-    """One entry of ``get_scheduled_tasks()`` (spec §4.7 ``ThinkScheduledTask``): a prompt or a handler."""
-
-    schedule: str
-    prompt: str | Callable[[], Any]
-    handler: Callable[[dsl.ScheduledTaskContext], Any]
-    timezone: str
-    metadata: dict[str, Any]
-
-
 @dataclass(frozen=True)
 class DeclaredTask:
     """A validated ``get_scheduled_tasks()`` entry."""
