@@ -52,7 +52,7 @@ DEFAULT_POLICY = Policy()
 
 def load(instance: AgentInstance | int) -> list[UIMessage]:
     """The transcript of an instance (or instance pk) in order (what ``get-messages`` returns)."""
-    return [row.data for row in ChatMessage.objects.filter(instance=instance).only("data")]
+    return list(ChatMessage.objects.filter(instance=instance).values_list("data", flat=True))
 
 
 def next_position(instance: AgentInstance) -> int:
@@ -63,6 +63,15 @@ def next_position(instance: AgentInstance) -> int:
 
 def _tool_call_ids(message: UIMessage) -> set[str]:
     return {p["toolCallId"] for p in message.get("parts", []) if is_tool_part(p) and "toolCallId" in p}
+
+
+@dataclass
+class _Row:
+    """A stored message as ``persist`` works on it (``pk`` None: inserted by this call)."""
+
+    pk: int | None
+    position: int
+    data: UIMessage
 
 
 def persist(
@@ -80,7 +89,9 @@ def persist(
     """
     with transaction.atomic():
         AgentInstance.objects.touch(instance.pk)
-        rows = {row.message_id: row for row in ChatMessage.objects.filter(instance=instance)}
+        # Plain rows, not model instances: this runs on every request, over the whole transcript.
+        rows = {message_id: _Row(pk, position, data) for pk, message_id, position, data in
+                ChatMessage.objects.filter(instance=instance).values_list("pk", "message_id", "position", "data")}
         known = set(rows)
         by_tool_call = {cid: mid for mid, row in rows.items() for cid in _tool_call_ids(row.data)}
         position = max((row.position for row in rows.values()), default=-1) + 1
@@ -98,27 +109,32 @@ def persist(
             seen.append(message_id)
             row = rows.get(message_id)
             if row is None:
-                rows[message_id] = created[message_id] = ChatMessage(
-                    instance=instance, message_id=message_id, role=message["role"],
-                    position=position, data=policy.prepare(message),
+                data = policy.prepare(message)
+                rows[message_id] = _Row(None, position, data)
+                created[message_id] = ChatMessage(
+                    instance=instance, message_id=message_id, role=message["role"], position=position, data=data,
                 )
                 position += 1
             elif message_id in created:  # the same new id twice: the later copy wins
-                row.data, row.role = policy.prepare(message), message["role"]
+                row.data = created[message_id].data = policy.prepare(message)
+                created[message_id].role = message["role"]
             else:
                 merged = _keep_server_tool_results(row.data, message)
                 # Stored as prepared: an unchanged copy of a stored message is not prepared again.
                 if merged != row.data and (merged := policy.prepare(merged)) != row.data:
                     row.data = merged
-                    row.role = merged["role"]
-                    row.save(update_fields=["data", "role", "updated_at"])
+                    ChatMessage.objects.filter(pk=row.pk).update(data=merged, role=merged["role"],
+                                                                 updated_at=timezone.now())
         ChatMessage.objects.bulk_create(created.values(), batch_size=BULK_BATCH_SIZE)
         if delete_stale and incoming and all(mid in known for mid in seen):
             stale = set(rows) - set(seen)
             if stale:
                 ChatMessage.objects.filter(instance=instance, message_id__in=stale).delete()
-        _prune(instance, policy)
-        return load(instance)
+                for message_id in stale:
+                    del rows[message_id]
+        if _prune(instance, policy):
+            return load(instance)
+        return [row.data for row in sorted(rows.values(), key=lambda row: row.position)]
 
 
 def _keep_server_tool_results(stored: UIMessage, incoming: UIMessage) -> UIMessage:
@@ -206,17 +222,18 @@ def merge_user_run(instance: AgentInstance, from_position: int, policy: Policy =
     return True
 
 
-def _prune(instance: AgentInstance, policy: Policy) -> None:
-    """Delete the oldest messages beyond ``policy.max_messages`` (storage only), in batches."""
+def _prune(instance: AgentInstance, policy: Policy) -> bool:
+    """Delete the oldest messages beyond ``policy.max_messages`` (storage only), in batches; True if any."""
     if policy.max_messages is None:
-        return
+        return False
     excess = ChatMessage.objects.filter(instance=instance).count() - max(0, policy.max_messages)
     if excess <= 0:
-        return
+        return False
     oldest = list(ChatMessage.objects.filter(instance=instance).order_by("position")
                   .values_list("pk", flat=True)[:excess])
     for batch in _batches(oldest, PRUNE_BATCH_SIZE):
         ChatMessage.objects.filter(pk__in=batch).delete()
+    return True
 
 
 def _batches(items: list[int], size: int) -> Iterable[list[int]]:

@@ -12,9 +12,11 @@ What still fails validation (a text part whose text is no string) is refused at 
 """
 
 import asyncio
+import functools
+import json
 import time
 import typing
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_ai.messages import ModelMessage, repair_messages
@@ -74,13 +76,34 @@ def _project_part(part: Any) -> Any:
     return projected
 
 
-def project(messages: list[UIMessageData]) -> list[UIMessageData]:
-    """The messages with only the fields pydantic-ai's models declare (module docstring)."""
-    return [
-        {**{k: v for k, v in message.items() if k in _MESSAGE_KEYS},
-         "parts": [_project_part(part) for part in message.get("parts", [])]}
-        for message in messages
-    ]
+def _project_message(message: UIMessageData) -> UIMessageData:
+    """The message with only the fields pydantic-ai's models declare (module docstring)."""
+    return {**{k: v for k, v in message.items() if k in _MESSAGE_KEYS},
+            "parts": [_project_part(part) for part in message.get("parts", [])]}
+
+
+# Validated messages kept per process, by their JSON text. ``useAgentChat`` re-sends the whole
+# transcript with every request and each turn gives it to the model again, so without this every
+# message was validated twice per turn for the rest of its conversation (about 30 µs each time,
+# against about 3 µs to write its JSON). A message's JSON is all its validation depends on.
+VALIDATED_CACHE_SIZE: Final = 8192
+# Longer messages are validated every time: their JSON would be a large key to keep.
+VALIDATED_CACHE_MAX_CHARS: Final = 16_384
+
+
+@functools.lru_cache(maxsize=VALIDATED_CACHE_SIZE)
+def _validated_json(text: str) -> ui.UIMessage:
+    return _MESSAGE.validate_python(_project_message(json.loads(text)))
+
+
+def _validated(message: UIMessageData) -> ui.UIMessage:
+    try:
+        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):  # not JSON (a programmatic message): validated as it is
+        text = None
+    if text is None or len(text) > VALIDATED_CACHE_MAX_CHARS:
+        return _MESSAGE.validate_python(_project_message(message))
+    return _validated_json(text)
 
 
 def for_model(messages: list[UIMessageData]) -> list[ui.UIMessage]:
@@ -92,9 +115,9 @@ def for_model(messages: list[UIMessageData]) -> list[ui.UIMessage]:
     # One message per call: validating a long list in one call would hold the GIL in pydantic-core
     # for tens of milliseconds, stalling the event loop even when this runs on another thread.
     validated = []
-    for index, message in enumerate(project(messages)):
+    for index, message in enumerate(messages):
         try:
-            validated.append(_MESSAGE.validate_python(message))
+            validated.append(_validated(message))
         except ValidationError as exc:
             raise UnreadableMessage(_reason(exc, messages, index)) from None
         if index % SLICE_MESSAGES == SLICE_MESSAGES - 1:
@@ -159,7 +182,7 @@ def _reason(exc: ValidationError, messages: list[UIMessageData], index: int) -> 
     message = messages[index]
     where = f"message {message.get('id')!r}"
     if len(location) > 1 and location[0] == "parts" and isinstance(location[1], int):
-        part = project([message])[0]["parts"][location[1]]
+        part = _project_message(message)["parts"][location[1]]
         model = _part_model(part) if isinstance(part, dict) else None
         if model is None:
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__

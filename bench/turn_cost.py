@@ -1,0 +1,194 @@
+"""What one turn costs inside one process: SQL statements, thread hops, CPU and wall time.
+
+    .venv/bin/python -m bench.turn_cost [--turns 30] [--chunks 1] [--history 0] [--by-caller]
+
+Issue 16's P1 row (a minimal turn) is mostly fixed per-turn work, not streaming, and the other
+scripts see it only from outside. This one runs the project's ASGI application in this process
+(``channels.testing.WebsocketCommunicator``, the in-memory channel layer, a fresh SQLite file, the
+demo model), sends T sequential turns of ``/burst N`` on one socket with the whole history re-sent
+(as ``useAgentChat`` does; ``--history H`` starts from H stored messages), waits after each turn
+until its background work has settled, and counts, per turn:
+
+* SQL statements on every connection of the process (``connection.execute_wrapper``), with
+  ``--by-caller`` grouped by the innermost ``agents_app`` frame that issued them;
+* thread hops: calls of ``asgiref``'s ``SyncToAsync`` (``database_sync_to_async`` included);
+* process CPU (``time.process_time``, every thread) and wall time from send to ``done``.
+
+It prints medians over the turns after the first (the first one creates the instance).
+"""
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+def _configure(workdir: str) -> None:
+    os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret")
+    os.environ["VAR_DIR"] = workdir
+    os.environ["CHANNEL_LAYER"] = "memory"
+    os.environ["AGENT_LOG_LEVEL"] = "WARNING"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "thinkproject.settings"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+class Counters:
+    """Statements and hops seen while ``active``, with the caller of each statement."""
+
+    def __init__(self, by_caller: bool) -> None:
+        self.by_caller = by_caller
+        self.statements = 0
+        self.hops = 0
+        self.callers: collections.Counter[str] = collections.Counter()
+
+    def reset(self) -> None:
+        self.statements = self.hops = 0
+        self.callers.clear()
+
+    def statement(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        self.statements += 1
+        if self.by_caller:
+            frames = [f for f in traceback.extract_stack() if "/agents_app/" in f.filename]
+            where = f"{frames[-1].filename.split('/agents_app/')[1]}:{frames[-1].name}" if frames else "(other)"
+            self.callers[f"{where}  {sql.split(' ', 1)[0]}"] += 1
+        return execute(sql, params, many, context)
+
+
+@contextmanager
+def _counting(counters: Counters) -> Iterator[None]:
+    from asgiref import sync
+    from django.db import connections
+    from django.db.backends.signals import connection_created
+
+    def install(sender: Any, connection: Any, **kwargs: Any) -> None:
+        if counters.statement not in connection.execute_wrappers:
+            connection.execute_wrappers.append(counters.statement)
+
+    connection_created.connect(install, weak=False)
+    for connection in connections.all():
+        install(None, connection)
+    original = sync.SyncToAsync.__call__
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counters.hops += 1
+        return await original(self, *args, **kwargs)
+
+    sync.SyncToAsync.__call__ = counted  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        sync.SyncToAsync.__call__ = original  # type: ignore[method-assign]
+        connection_created.disconnect(install)
+
+
+async def _run(args: argparse.Namespace, counters: Counters) -> list[dict[str, float]]:
+    from channels.db import database_sync_to_async
+    from channels.testing import WebsocketCommunicator
+    from django.conf import settings
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from agents_app.turns import engine
+    from thinkproject.asgi import application
+
+    def login() -> str:
+        user = get_user_model().objects.create_user(username="bench", password="pw")
+        session = SessionStore()
+        session[SESSION_KEY] = str(user.pk)
+        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        session.save()
+        return session.session_key or ""
+
+    key = await database_sync_to_async(login)()
+    headers = [(b"origin", b"http://localhost"), (b"cookie", f"{settings.SESSION_COOKIE_NAME}={key}".encode())]
+    ws = WebsocketCommunicator(application, "/agents/demo-agent/bench", headers=headers)
+    connected, _ = await ws.connect()
+    assert connected, "the socket was refused"
+    history: list[dict[str, Any]] = []
+    for index in range(args.history // 2):
+        history.append({"id": f"h{index}u", "role": "user", "parts": [{"type": "text", "text": f"earlier {index}"}]})
+        history.append({"id": f"h{index}a", "role": "assistant",
+                        "parts": [{"type": "text", "text": f"(demo model, offline) You said: earlier {index}"}]})
+    rows = []
+    for turn in range(args.turns):
+        user = {"id": f"u{turn}", "role": "user", "parts": [{"type": "text", "text": f"/burst {args.chunks}"}]}
+        body = {"messages": [*history, user], "trigger": "submit-message"}
+        frame = {"type": "cf_agent_use_chat_request", "id": f"r{turn}",
+                 "init": {"method": "POST", "body": json.dumps(body)}}
+        counters.reset()
+        cpu, wall = time.process_time(), time.perf_counter()
+        await ws.send_json_to(frame)
+        text = []
+        while True:
+            reply = await ws.receive_json_from(timeout=60)
+            if reply.get("type") != "cf_agent_use_chat_response" or reply.get("id") != f"r{turn}":
+                continue
+            if reply.get("body"):
+                chunk = json.loads(reply["body"])
+                if chunk.get("type") == "text-delta":
+                    text.append(chunk["delta"])
+            if reply.get("done"):
+                break
+        done = time.perf_counter() - wall
+        pending = [task for task in engine._background if not task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=60)
+        rows.append({"wall_ms": done * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
+                     "statements": counters.statements, "hops": counters.hops})
+        if turn == args.turns - 1 and args.by_caller:
+            rows[-1]["callers"] = dict(counters.callers)  # type: ignore[assignment]
+        history += [user, {"id": f"a{turn}", "role": "assistant", "parts": [{"type": "text", "text": "".join(text)}]}]
+    await ws.disconnect()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--chunks", type=int, default=1)
+    parser.add_argument("--history", type=int, default=0, help="messages re-sent before the first turn")
+    parser.add_argument("--by-caller", action="store_true", help="the last turn's statements by caller")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    sys.path.insert(0, os.getcwd())
+    with tempfile.TemporaryDirectory(prefix="think-turn-cost-") as workdir:
+        _configure(workdir)
+        counters = Counters(args.by_caller)
+        with _counting(counters):
+            rows = asyncio.run(_run(args, counters))
+    warm = rows[1:] or rows
+    summary = {name: statistics.median(row[name] for row in warm)
+               for name in ("wall_ms", "cpu_ms", "statements", "hops")}
+    print(f"## bench/turn_cost.py: {args.turns} turns of /burst {args.chunks}, "
+          f"history from {args.history} messages, one process")
+    print("| turn median ms | CPU ms per turn | SQL statements per turn | thread hops per turn |")
+    print("|--:|--:|--:|--:|")
+    print(f"| {summary['wall_ms']:.1f} | {summary['cpu_ms']:.1f} | {summary['statements']:.0f} "
+          f"| {summary['hops']:.0f} |")
+    callers = rows[-1].get("callers")
+    if callers:
+        print("\nStatements of the last turn by caller:\n")
+        for where, count in sorted(callers.items(), key=lambda item: -item[1]):  # type: ignore[union-attr]
+            print(f"  {count:3d}  {where}")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"summary": summary, "turns": rows}, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
