@@ -10,14 +10,14 @@ returns a handle on the instance (``agents_app.handles.AgentHandle``: ``save_mes
 
 import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from channels.db import database_sync_to_async
 from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelRequest, ModelResponse
-from pydantic_ai.models import Model
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.ui.vercel_ai import VercelAIEventStream
 from pydantic_ai.usage import UsageLimits
 
@@ -30,7 +30,7 @@ from .actions.pipeline import action_tool, needs_approval
 from .chat_recovery import ChatRecovery, ChatRecoveryContext
 from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
-from .llm import ui_messages
+from .llm import direct, ui_messages
 from .messages import UIMessage
 from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
 from .schedule_dsl import ScheduledTask
@@ -352,6 +352,10 @@ class ChatAgent:
 
         Tools get the turn's ``TurnState`` as ``ctx.deps`` (``ctx.deps.agent`` is this object).
         """
+        return self._build()[0]
+
+    def _build(self) -> tuple[Agent[TurnState[Any], Any], ModelRequestParameters | None]:
+        """The agent, and the parameters of its first request when ``llm.direct`` can make it."""
         turn = self.turn
         actions = self.compiled_actions()
         toolset = compile_tools(
@@ -360,10 +364,11 @@ class ChatAgent:
             action_gates={name: _approval_gate(a) for name, a in actions.items() if a.approval_configured},
         )
         turn.tool_names = sorted([*(t.name for t in toolset.server), *toolset.client_names])
-        return Agent(
+        instructions = self.get_system_prompt()
+        agent = Agent(
             self.get_model(),
             deps_type=TurnState,
-            instructions=self.get_system_prompt(),
+            instructions=instructions,
             tools=toolset.server,
             toolsets=[toolset.external] if toolset.external else [],
             output_type=[str, DeferredToolRequests],
@@ -372,6 +377,8 @@ class ChatAgent:
                 models={name: a.input_schema for name, a in actions.items()},
             )],
         )
+        external = [replace(d, kind="external") for d in toolset.external.tool_defs] if toolset.external else []
+        return agent, direct.parameters(toolset.server, external, instructions)
 
     async def _authorize_turn(self, agent: Agent[Any, Any]) -> None:
         """Ask ``authorize_turn`` once for this model run (spec §5.11)."""
@@ -401,7 +408,10 @@ class ChatAgent:
         become pydantic-ai's deferred results); a new prompt closes calls left unanswered.
         """
         turn = self.turn
-        agent = self.build_pydantic_agent()
+        if type(self).build_pydantic_agent is ChatAgent.build_pydantic_agent:
+            agent, first = self._build()
+        else:  # an agent of the subclass's making: only a run of it knows what it sends
+            agent, first = self.build_pydantic_agent(), None
         await self._authorize_turn(agent)
         history = await ui_messages.model_history(turn.messages, repair_last_response=not turn.continuation)
         deferred = _approved_calls(turn.messages) if turn.continuation else None
@@ -409,19 +419,45 @@ class ChatAgent:
             # Nothing to resume and no new user message (``continue_last_turn``): an empty
             # request makes pydantic-ai ask the model to go on instead of ending at once.
             history = [*history, ModelRequest(parts=[])]
-        token = CancellationToken()
-        turn.abort_signal.add_callback(token.cancel)
+        step = None
+        # Only a new reply's first request: a continuation resumes one, in the agent run it left.
+        if (first is not None and not turn.continuation and direct.FirstStep.can_start(history)
+                and self.get_max_steps() >= 1 and conf.get("AGENT_DIRECT_FIRST_STEP")):
+            step = direct.FirstStep(agent.model, history, first)
         encoder: VercelAIEventStream[Any, Any] = VercelAIEventStream(None, sdk_version=6)
-        limits = UsageLimits(request_limit=self.get_max_steps())
         # Entering the agent opens (and leaving closes) the provider's HTTP client.
-        async with agent, agent.run_stream_events(
-            message_history=history, cancellation_token=token, usage_limits=limits, deps=turn,
-            deferred_tool_results=deferred,
-        ) as events:
-            async for chunk in encoder.transform_stream(_until_step_limit(events)):
+        async with agent:
+            async for chunk in encoder.transform_stream(self._model_events(agent, history, deferred, step)):
                 data = chunk.model_dump(mode="json", by_alias=True, exclude_none=True)
                 if not _is_encoder_internal(data):
                     yield self._annotate(data)
+
+    async def _model_events(self, agent: Agent[TurnState[Any], Any], history: list[ModelMessage],
+                            deferred: DeferredToolResults | None, step: direct.FirstStep | None) -> AsyncIterator[Any]:
+        """The turn's model events: the direct first request if there is one (``llm.direct``), then,
+        unless it answered with text alone, an agent run going on from where it ended.
+
+        A reply of text alone ends without the run-result event an agent run adds at the end: its
+        chunk (pydantic-ai's timestamp in ``message-metadata``) is one the wire does not carry
+        (``_is_encoder_internal``), and the finish reason is the engine's (``rewrite_finish``).
+        """
+        turn = self.turn
+        usage = None
+        if step is not None:
+            async for event in step.events():
+                yield event
+            if not step.calls_tools:
+                return
+            history, usage = step.history, step.usage
+        token = CancellationToken()
+        turn.abort_signal.add_callback(token.cancel)
+        limits = UsageLimits(request_limit=self.get_max_steps())
+        async with agent.run_stream_events(
+            message_history=history, cancellation_token=token, usage_limits=limits, deps=turn,
+            deferred_tool_results=deferred, usage=usage,
+        ) as events:
+            async for event in _until_step_limit(events):
+                yield event
 
 
 async def _until_step_limit(events: AsyncIterator[Any]) -> AsyncIterator[Any]:

@@ -36,6 +36,10 @@ DEFAULTS: dict[str, Any] = {
     "AGENT_MAX_ACTIVE_TURNS_PER_USER": 20,
     # Largest number of model requests in one turn (tool loops), as pydantic-ai's request limit.
     "AGENT_MAX_STEPS": 10,
+    # Make a turn's first model request with pydantic-ai's direct API, and go on as an agent run
+    # only when the model calls tools (``agents_app.llm.direct``): a quarter less CPU per turn. Off
+    # runs every turn wholly as an agent run (what the equivalence test compares with).
+    "AGENT_DIRECT_FIRST_STEP": True,
     # Store each reply's chunks so a reconnecting client resumes mid-stream. Off only to measure
     # what storing costs (the "stream buffer off" row of bench/stream.py): a reconnect then replays nothing.
     "AGENT_STREAM_BUFFER": True,

@@ -87,7 +87,8 @@ def persist(
     * ``delete_stale`` (a chat request): when every incoming id is already stored, the client sent
       a subset (regenerate trimmed the last reply), so stored rows it left out are deleted.
     """
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction (admission's): a failure here fails that too.
+    with transaction.atomic(savepoint=False):
         AgentInstance.objects.touch(instance.pk)
         # Plain rows, not model instances: this runs on every request, over the whole transcript.
         rows = {message_id: _Row(pk, position, data) for pk, message_id, position, data in
@@ -252,9 +253,13 @@ def clear(instance: AgentInstance) -> None:
 def store_request_context(
     instance: AgentInstance, body: dict[str, Any] | None, client_tools: list[dict[str, Any]] | None
 ) -> None:
-    """Remember the last custom body and client tools (continuations reuse them)."""
-    RequestContext.objects.update_or_create(
-        instance=instance, defaults={"body": body, "client_tools": client_tools}
+    """Remember the last custom body and client tools (continuations reuse them).
+
+    One upsert statement: it runs with every chat request (``update_or_create`` took four).
+    """
+    RequestContext.objects.bulk_create(
+        [RequestContext(instance=instance, body=body, client_tools=client_tools)],
+        update_conflicts=True, unique_fields=["instance"], update_fields=["body", "client_tools", "updated_at"],
     )
 
 

@@ -22,6 +22,7 @@ from agents_app import (
     callable,
     scheduled_occurrence,
 )
+from agents_app.demo.agents import DemoAgent
 
 # Results seen by on_chat_response, per instance name (tests read and clear it).
 RESPONSES: dict[str, list[ChatResponseResult]] = {}
@@ -452,3 +453,37 @@ class ToolParentAgent(ChatAgent):
 
     def get_tools(self) -> list[Any]:
         return [DELEGATE]
+
+
+# What RecordingAgent's model was asked, by instance name: (messages, AgentInfo) per request.
+RECORDED: dict[str, list[tuple[list[Any], Any]]] = {}
+
+
+class RecordingAgent(DemoAgent):
+    """The demo agent, whose model records every request it gets (the direct first step's test)."""
+
+    def get_model(self) -> Any:
+        from pydantic_ai.models.function import FunctionModel
+
+        from agents_app.llm.demo import build_demo_model
+
+        demo = build_demo_model()
+        calls = RECORDED.setdefault(self.name, [])
+
+        def request(messages: list[Any], info: Any) -> Any:
+            calls.append((messages, info))
+            return demo.function(messages, info)  # type: ignore[misc]
+
+        async def stream(messages: list[Any], info: Any) -> AsyncIterator[Any]:
+            calls.append((messages, info))
+            async for item in demo.stream_function(messages, info):  # type: ignore[misc]
+                yield item
+
+        return FunctionModel(request, stream_function=stream, model_name=demo.model_name)
+
+
+class CustomBuildAgent(RecordingAgent):
+    """Builds its own pydantic-ai agent: only a run of it knows what it sends (no direct first step)."""
+
+    def build_pydantic_agent(self) -> Any:
+        return super().build_pydantic_agent()

@@ -273,6 +273,8 @@ AGENT_MODEL_API_KEY = os.environ.get("AGENT_MODEL_API_KEY") or None
 AGENT_DEMO_DELAY_MS = int(os.environ.get("AGENT_DEMO_DELAY_MS", "15"))
 # Store reply chunks for mid-stream resume (default on; off only to measure its cost).
 AGENT_STREAM_BUFFER = os.environ.get("AGENT_STREAM_BUFFER", "1") == "1"
+# First model request of a turn through pydantic-ai's direct API (default on; agents_app/conf.py).
+AGENT_DIRECT_FIRST_STEP = os.environ.get("AGENT_DIRECT_FIRST_STEP", "1") == "1"
 
 # Daphne (make run: runserver) refuses WebSocket messages above 1 MiB by closing the socket; accept up to 16 MiB so an
 # oversized chat frame reaches the app and gets a clear error frame (AGENT_MAX_FRAME_BYTES is the

@@ -50,5 +50,7 @@ AGENT_CLASSES = [
     "tests.agents.ParentAgent",
     "tests.agents.ChildAgent",
     "tests.agents.ToolParentAgent",
+    "tests.agents.RecordingAgent",
+    "tests.agents.CustomBuildAgent",
     "tests.action_agents.ActionTestAgent",
 ]

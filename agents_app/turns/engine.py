@@ -313,8 +313,8 @@ class TurnRun:
         it, and who asked; None for a continuation with nothing to continue yet (it is skipped,
         silently).
         """
-        instance = AgentInstance.objects.get(pk=self.turn.instance_id)
-        cancel_requested = Turn.objects.values_list("cancel_requested", flat=True).get(pk=self.turn.pk)
+        current = Turn.objects.select_related("instance").only("cancel_requested", "instance").get(pk=self.turn.pk)
+        instance, cancel_requested = current.instance, current.cancel_requested
         messages = transcript.load(instance)
         if self.attempt is not None and self.attempt.history_end is not None:
             # Messages after the one a recovery attempt answers belong to turns queued behind it.
