@@ -185,7 +185,8 @@ def save_message(instance: AgentInstance, message: UIMessage, *, after: str | No
     (a recovered reply goes after the request it answers, before messages sent since).
     """
     stored = policy.prepare(message)
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction (the end of a turn): a failure fails that too.
+    with transaction.atomic(savepoint=False):
         AgentInstance.objects.touch(instance.pk)
         updated = ChatMessage.objects.filter(instance=instance, message_id=message["id"]).update(
             data=stored, role=stored["role"], updated_at=timezone.now()

@@ -525,23 +525,28 @@ class TurnRun:
                 lock.finish(self.turn, Turn.Status.ABORTED, recovery.STALLED)
                 self.recovering = recovery.schedule(self.turn)
             return
-        cleared = AgentInstance.objects.generation_of(instance.pk) > self.turn.generation
-        # A clear during the turn wins: its partial reply is not written back.
-        if self.builder.has_content() and not cleared:
-            # A recovery retry's reply goes right after the request it answers.
-            after = self.attempt.history_end if self.attempt is not None and not self.turn.continuation else None
-            transcript.save_message(instance, self.builder.message, after=after, policy=self.policy)
-            self.final_transcript = transcript.load(instance)
-        failed = self.status == Turn.Status.ERROR
-        buffer.finish(self.stream_pk, error=failed)
-        if len(self.attachments):
-            Turn.objects.filter(pk=self.turn.pk).update(attachments=self.attachments.items())
-        # The last failure is replayed to clients that were away, until a later turn supersedes it.
-        AgentInstance.objects.filter(pk=instance.pk).update(
-            terminal_request_id=self.turn.request_id if failed else "",
-            terminal_error=(self.error or "Error") if failed else "",
-        )
-        lock.finish(self.turn, self.status, self.error or "")
+        # One transaction for the turn's end: on SQLite each write transaction waits for the
+        # database's one write lock, which other processes' turns hold in turn.
+        with transaction.atomic():
+            cleared = AgentInstance.objects.generation_of(instance.pk) > self.turn.generation
+            # A clear during the turn wins: its partial reply is not written back.
+            saved = self.builder.has_content() and not cleared
+            if saved:
+                # A recovery retry's reply goes right after the request it answers.
+                after = self.attempt.history_end if self.attempt is not None and not self.turn.continuation else None
+                transcript.save_message(instance, self.builder.message, after=after, policy=self.policy)
+            failed = self.status == Turn.Status.ERROR
+            buffer.finish(self.stream_pk, error=failed)
+            if len(self.attachments):
+                Turn.objects.filter(pk=self.turn.pk).update(attachments=self.attachments.items())
+            # The last failure is replayed to clients that were away, until a later turn supersedes it.
+            AgentInstance.objects.filter(pk=instance.pk).update(
+                terminal_request_id=self.turn.request_id if failed else "",
+                terminal_error=(self.error or "Error") if failed else "",
+            )
+            if saved:
+                self.final_transcript = transcript.load(instance)
+            lock.finish(self.turn, self.status, self.error or "")
 
 
 def _store_computed(turn: Turn, messages: list[UIMessage]) -> list[UIMessage]:
