@@ -69,7 +69,7 @@ async def drain(instance_pk: int) -> None:
     """Run queued turns of the instance until none is left or another process holds the lock."""
     channel = await control.channel_name()
     while True:
-        claim = await database_sync_to_async(lock.claim_next)(instance_pk, channel)
+        claim, latest = await database_sync_to_async(_claim_next_or_latest)(instance_pk, channel)
         if claim is None:
             break
         if claim.blocked:
@@ -92,9 +92,20 @@ async def drain(instance_pk: int) -> None:
     # unless the queue stopped here only because another process runs the instance's next turn.
     # The event names the newest turn it has seen, so a connection parked on a later one (whose
     # answer overtook this event) keeps waiting.
-    latest = await Turn.objects.of(instance_pk).order_by("-pk").values("pk", "status").afirst()
+    if claim is not None:  # stopped for another reason than an empty queue: look now
+        latest = await database_sync_to_async(_latest_turn)(instance_pk)
     if latest is not None and latest["status"] not in Turn.ACTIVE_STATUSES:
         await fanout.publish_item(instance_pk, Item(event=Event.TURNS_IDLE, turn=latest["pk"]))
+
+
+def _claim_next_or_latest(instance_pk: int, channel: str) -> tuple[lock.Claim | None, dict[str, Any] | None]:
+    """The next claim; with none, the newest turn instead (the queue's last look, in the same hop)."""
+    claim = lock.claim_next(instance_pk, channel)
+    return (claim, None) if claim is not None else (None, _latest_turn(instance_pk))
+
+
+def _latest_turn(instance_pk: int) -> dict[str, Any] | None:
+    return Turn.objects.of(instance_pk).order_by("-pk").values("pk", "status").first()
 
 
 # ``on_chat_response`` calls waiting to run, per event loop and instance. A turn's hook runs once
@@ -537,8 +548,6 @@ class TurnRun:
                 transcript.save_message(instance, self.builder.message, after=after, policy=self.policy)
             failed = self.status == Turn.Status.ERROR
             buffer.finish(self.stream_pk, error=failed)
-            if len(self.attachments):
-                Turn.objects.filter(pk=self.turn.pk).update(attachments=self.attachments.items())
             # The last failure is replayed to clients that were away, until a later turn supersedes it.
             AgentInstance.objects.filter(pk=instance.pk).update(
                 terminal_request_id=self.turn.request_id if failed else "",
@@ -546,7 +555,9 @@ class TurnRun:
             )
             if saved:
                 self.final_transcript = transcript.load(instance)
-            lock.finish(self.turn, self.status, self.error or "")
+            # The request's message ids as the live terminal frame gave them: a replayed one reads them here.
+            also = {"attachments": self.attachments.items()} if len(self.attachments) else {}
+            lock.finish(self.turn, self.status, self.error or "", message_ids=self.turn.message_ids, **also)
 
 
 def _store_computed(turn: Turn, messages: list[UIMessage]) -> list[UIMessage]:

@@ -3,6 +3,7 @@
 import json
 from typing import Any
 
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 RESP = "cf_agent_use_chat_response"
@@ -39,16 +40,51 @@ async def open_agent(ws: Any, path: str) -> WebsocketCommunicator:
 
 
 async def follow_continuation(a: WebsocketCommunicator) -> list[dict[str, Any]]:
-    """As useAgentChat does after answering: probe, wait (pending), ACK the continuation, read it."""
+    """As useAgentChat does after answering: probe, wait (pending), ACK the continuation, read it.
+
+    A short continuation may end between the server's ``resuming`` and its reading of the ACK.
+    The connection then gets the final transcript and a done frame without the stream: the end
+    releases it (its live done; the ACK then gets only an empty replayed done), or the ACK,
+    read after the stream ended but before its end reached this connection, gets the stored
+    transcript and the replayed done (``streaming.handshake``, as the reference, cf-golden-frames
+    §7 item 3); the real client shows the final transcript. So that tests check the continuation's
+    chunks however the race went, the chunks are then taken from the stream buffer the server
+    replays from, and put where a timely ACK would have had them: before the final transcript.
+    """
     await a.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p2"})
     frames = []
+    acked = None
     while True:
         frame = await a.receive_json_from(timeout=5)
         frames.append(frame)
         if frame["type"] == "cf_agent_stream_resuming":
+            acked = frame["id"]
             await a.send_json_to({"type": "cf_agent_stream_resume_ack", "id": frame["id"]})
         if frame.get("done"):
-            return frames
+            break
+    missed = acked is not None and not any(
+        f.get("type") == RESP and f.get("id") == acked and f.get("body") and not f.get("done") for f in frames)
+    if not missed:
+        return frames
+    if not frame.get("replay"):
+        # Released by the end: the ACK's answer comes after it. Read it, so no later read gets it.
+        late = await a.receive_json_from(timeout=5)
+        assert (late.get("id"), late.get("done"), late.get("replay"), late.get("body")) == (acked, True, True, ""), late
+    stored = await database_sync_to_async(_stored_chunks)(acked)
+    end = max(i for i, f in enumerate(frames) if f["type"] == "cf_agent_chat_messages")
+    return [*frames[:end], *stored, *frames[end:]]
+
+
+def _stored_chunks(request_id: str) -> list[dict[str, Any]]:
+    """A finished stream's chunks as live frames, from the buffer (``follow_continuation``)."""
+    from agents_app.models import StreamRecord
+    from agents_app.streaming import buffer
+
+    stream = StreamRecord.objects.filter(request_id=request_id).last()
+    assert stream is not None, f"no stream buffer for {request_id}"
+    frame: dict[str, Any] = {"done": False, "id": request_id, "type": RESP}
+    return [{**frame, "body": body, "seq": index, **({"continuation": True} if stream.continuation else {})}
+            for index, body in buffer.read(stream)]
 
 
 def is_done(request_id: str) -> Any:
