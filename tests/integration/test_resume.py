@@ -140,6 +140,19 @@ async def test_an_ack_that_overtakes_the_end_gets_the_transcript_then_done(ws):
     assert (await b.receive_json_from())["type"] == "cf_agent_chat_messages"
 
 
+async def test_a_late_ack_for_a_continuation_gets_the_message_ids_its_live_done_gave(ws):
+    """The continuation's request ids are found when it runs; its row keeps them for replays."""
+    a, _ = await opened(ws)
+    await a.send_json_to(chat_request("r1", [user_message("u1", "/tool getBrowserInfo")]))
+    await receive_until(a, is_done("r1"))
+    await a.send_json_to({"type": "cf_agent_tool_result", "toolCallId": "demo_0_0", "toolName": "getBrowserInfo",
+                          "output": {"language": "fr"}, "autoContinue": True})
+    live = (await receive_until(a, lambda f: f.get("done") is True and f.get("continuation")))[-1]
+    assert live["messageIds"] == ["u1"]
+    await a.send_json_to({"type": "cf_agent_stream_resume_ack", "id": live["id"]})
+    assert await a.receive_json_from() == {**live, "replay": True}
+
+
 async def test_late_ack_without_buffer_gets_a_clean_close(ws):
     a, _ = await opened(ws)
     await a.send_json_to({"type": "cf_agent_stream_resume_ack", "id": "gone"})
