@@ -99,20 +99,14 @@ async def _run(args: argparse.Namespace, counters: Counters) -> list[dict[str, f
     from channels.db import database_sync_to_async
     from channels.testing import WebsocketCommunicator
     from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.auth import get_user_model
 
     from agents_app.turns import engine
+    from tests.support.sessions import session_key
     from thinkproject.asgi import application
 
     def login() -> str:
-        user = get_user_model().objects.create_user(username="bench", password="pw")
-        session = SessionStore()
-        session[SESSION_KEY] = str(user.pk)
-        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-        session.save()
-        return session.session_key or ""
+        return session_key(get_user_model().objects.create_user(username="bench", password="pw"))
 
     key = await database_sync_to_async(login)()
     headers = [(b"origin", b"http://localhost"), (b"cookie", f"{settings.SESSION_COOKIE_NAME}={key}".encode())]

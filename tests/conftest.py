@@ -38,18 +38,10 @@ async def connect(
     headers = [ORIGIN] if origin else []
     if user is not None:
         from django.conf import settings
-        from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-        from django.contrib.sessions.backends.db import SessionStore
 
-        def make_session() -> str:
-            session = SessionStore()
-            session[SESSION_KEY] = str(user.pk)
-            session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-            session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-            session.save()
-            return session.session_key or ""
+        from tests.support.sessions import session_key
 
-        key = await database_sync_to_async(make_session)()
+        key = await database_sync_to_async(session_key)(user)
         headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={key}".encode()))
     communicator = WebsocketCommunicator(application, path, headers=headers)
     connected, code = await communicator.connect()
