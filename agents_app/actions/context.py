@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from django.conf import LazySettings, settings
 
@@ -22,14 +22,28 @@ from ..messages import UIMessage
 from .attachments import NO_ATTACHMENTS, AttachmentAttempt, NullReplyAttachments, ReplyAttachments
 from .descriptor import ActionKind
 
-if TYPE_CHECKING:
-    from ..agent import ChatAgent
-
 __all__ = [
-    "ActionAuthorizationContext", "ActionContext", "AuthorizationDecision", "TurnContext", "TurnState",
+    "ActionAgent", "ActionAuthorizationContext", "ActionContext", "AuthorizationDecision", "TurnContext",
+    "TurnState",
 ]
 
 logger = logging.getLogger("agents_app.actions")
+
+
+class ActionAgent(Protocol):
+    """What actions need of the agent they run for; ``ChatAgent`` is one.
+
+    A protocol rather than ``ChatAgent`` itself: ``agents_app.agent`` builds on this package, and
+    naming its class here made the two import each other. At run time ``agent`` is always the
+    ``ChatAgent`` subclass of the conversation; ``TurnState[MyAgent]`` types it as such in tools.
+    """
+
+    instance: Any
+
+    @property
+    def user(self) -> Any: ...
+
+    async def authorize_action(self, ctx: "ActionAuthorizationContext") -> Any: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +63,7 @@ class ActionContext:
     idempotency key) and that second run finds the first one's work instead of repeating it.
     """
 
-    agent: "ChatAgent"
+    agent: ActionAgent
     action: str
     request_id: str
     tool_call_id: str
@@ -107,7 +121,7 @@ class AuthorizationDecision:
 
 ALLOW_ALL = AuthorizationDecision(allowed=True)
 
-AgentT = TypeVar("AgentT", bound="ChatAgent")
+AgentT = TypeVar("AgentT", bound=ActionAgent)
 
 
 @dataclass(kw_only=True, eq=False)
@@ -168,7 +182,7 @@ class TurnState(Generic[AgentT]):
 class TurnContext:
     """What ``authorize_turn`` sees, once per model run (every turn and continuation)."""
 
-    agent: "ChatAgent"
+    agent: ActionAgent
     system: str
     messages: Sequence[dict[str, Any]]
     tools: Sequence[str]
@@ -184,7 +198,7 @@ class TurnContext:
 class ActionAuthorizationContext:
     """What ``authorize_action`` sees, for every action call (spec §5.11)."""
 
-    agent: "ChatAgent"
+    agent: ActionAgent
     action: str
     kind: ActionKind
     request_id: str

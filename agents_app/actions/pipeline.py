@@ -24,7 +24,7 @@ from pydantic_ai import RunContext, Tool
 from .. import events, ledger
 from ..errors import ActionAbortedError, ActionApprovalInputError, ActionTimeoutError
 from .attachments import NO_ATTACHMENTS
-from .context import ActionAuthorizationContext, ActionContext, AuthorizationDecision, TurnState
+from .context import ActionAgent, ActionAuthorizationContext, ActionContext, AuthorizationDecision, TurnState
 from .descriptor import (
     Action,
     approval_descriptor,
@@ -44,7 +44,6 @@ from .envelopes import (
 from .parking import park
 
 if TYPE_CHECKING:
-    from ..agent import ChatAgent
     from ..models import PendingApproval
 
 __all__ = ["action_tool", "execute_action", "input_json", "needs_approval", "run_approved_pause"]
@@ -153,7 +152,7 @@ async def execute_action(turn: TurnState[Any], action: Action[Any], input: Any, 
         return error_envelope(exc)
 
 
-async def run_approved_pause(agent: "ChatAgent", action: Action[Any], row: "PendingApproval") -> Any:
+async def run_approved_pause(agent: ActionAgent, action: Action[Any], row: "PendingApproval") -> Any:
     """Run a parked call that staff approved: no turn, no re-authorization (spec §5.10).
 
     Authorization was checked when the call parked and the approver's decision stands. The
