@@ -43,6 +43,9 @@ class ActionAgent(Protocol):
     @property
     def user(self) -> Any: ...
 
+    @property
+    def messages(self) -> list[UIMessage]: ...
+
     async def authorize_action(self, ctx: "ActionAuthorizationContext") -> Any: ...
 
 
