@@ -85,7 +85,7 @@ def assert_each_chunk_once(frames: list[Frame]) -> None:
     add up to every chunk once, in order), so the page never has to guess what a repeat means.
     One exception, as recorded from the reference (cf-golden-frames §7.3): a stream that ended
     while the socket's resume ACK was on its way ends live, and the late ACK then gets an empty
-    replayed ``done`` (no chunk, no message ids), which the client ignores.
+    replayed ``done`` (no chunk; the same message ids as the live one), which the client ignores.
     """
     seen: dict[tuple[str, int], Frame] = {}
     terminal: dict[str, list[Frame]] = {}
@@ -94,7 +94,10 @@ def assert_each_chunk_once(frames: list[Frame]) -> None:
             continue
         if frame.get("done"):
             ends = terminal.setdefault(frame["id"], [])
-            if not (ends and frame.get("replay") and frame.get("body") == "" and not frame.get("messageIds")):
+            late_ack_echo = bool(ends) and frame.get("replay") and frame.get("body") == ""
+            if late_ack_echo:
+                assert frame.get("messageIds") == ends[0].get("messageIds"), (ends[0], frame)
+            else:
                 ends.append(frame)
         elif isinstance(frame.get("seq"), int) and frame.get("body"):
             key = (frame["id"], frame["seq"])
