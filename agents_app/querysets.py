@@ -4,28 +4,48 @@ Managers built from these querysets are attached in ``models``; this module impo
 (``self.model`` reaches the statuses), so ``models`` can import it.
 """
 
+import functools
 from typing import Any
 
 from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
+
+from . import statements
+
+
+@functools.cache
+def _queue_state_select(model: type[models.Model]) -> statements.Select:
+    """Every turn reads it, twice: written out (``agents_app.statements``)."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        instance = statements.Columns(model, "i").bound(connection)
+        # Identifiers from the model's metadata, quoted; the value is a parameter.
+        return (f"SELECT {instance('generation')}, {instance('overlap_sequence')} "  # noqa: S608
+                f"FROM {instance.table} WHERE {instance('pk')} = %s")
+
+    return statements.Select(model, build)
 
 
 class AgentInstanceQuerySet(models.QuerySet[Any]):
     def generation_of(self, instance_pk: int) -> int:
         """The instance's clear generation now: turns accepted in an older one are stale."""
-        return int(self.values_list("generation", flat=True).get(pk=instance_pk))
+        return self.queue_state(instance_pk)[0]
 
     def queue_state(self, instance_pk: int) -> tuple[int, int]:
         """(generation, overlap sequence) now: what ``Turn.is_stale`` compares a queued turn with."""
-        generation, sequence = self.values_list("generation", "overlap_sequence").get(pk=instance_pk)
-        return int(generation), int(sequence)
+        row = _queue_state_select(self.model).row(instance_pk)
+        if row is None:
+            raise self.model.DoesNotExist(f"No agent instance {instance_pk}")
+        return int(row[0]), int(row[1])
+
     def touch(self, instance_pk: int) -> None:
         """Mark the conversation changed now (``updated_at``).
 
         One UPDATE, because the engine's other writes to the row are UPDATEs too, which skip
         ``auto_now``.
         """
-        self.filter(pk=instance_pk).update(updated_at=timezone.now())
+        statements.update(self.model, {"pk": instance_pk}, updated_at=timezone.now())
 
 
 class TurnQuerySet(models.QuerySet[Any]):

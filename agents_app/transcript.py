@@ -14,9 +14,11 @@ from itertools import takewhile
 from typing import Any, Final
 
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import F
 from django.utils import timezone
 
+from . import statements
 from .messages import UIMessage, is_tool_part, merge_user_messages
 from .models import AgentInstance, ChatMessage, RequestContext
 from .sanitize import prepare_for_storage
@@ -50,15 +52,41 @@ class Policy:
 DEFAULT_POLICY = Policy()
 
 
+# The transcript is read two or three times per turn: these reads are written out
+# (``agents_app.statements``), and its rows read as plain values, not model instances.
+_ROW = statements.Columns(ChatMessage, "m", ("id", "message_id", "position", "data"))
+
+
+def _rows_sql(connection: BaseDatabaseWrapper) -> str:
+    row = _ROW.bound(connection)
+    # Identifiers from the model's metadata, quoted; the value is a parameter.
+    return f"SELECT {row.select} FROM {row.table} WHERE {row('instance')} = %s ORDER BY {row('position')}"  # noqa: S608
+
+
+def _next_position_sql(connection: BaseDatabaseWrapper) -> str:
+    row = _ROW.bound(connection)
+    # Identifiers from the model's metadata, quoted; the value is a parameter.
+    return f"SELECT MAX({row('position')}) FROM {row.table} WHERE {row('instance')} = %s"  # noqa: S608
+
+
+_ROWS = statements.Select(ChatMessage, _rows_sql)
+_NEXT_POSITION = statements.Select(ChatMessage, _next_position_sql)
+
+
+def _stored(instance: AgentInstance | int) -> list[list[Any]]:
+    """(pk, message id, position, data) of every stored message of the instance, in order."""
+    return _ROW.converted(_ROWS.rows(getattr(instance, "pk", instance)), _ROWS.connection)
+
+
 def load(instance: AgentInstance | int) -> list[UIMessage]:
     """The transcript of an instance (or instance pk) in order (what ``get-messages`` returns)."""
-    return list(ChatMessage.objects.filter(instance=instance).values_list("data", flat=True))
+    return [data for _pk, _message_id, _position, data in _stored(instance)]
 
 
 def next_position(instance: AgentInstance) -> int:
     """Where the next new message of the instance goes."""
-    last = ChatMessage.objects.filter(instance=instance).aggregate(m=Max("position"))["m"]
-    return 0 if last is None else last + 1
+    row = _NEXT_POSITION.row(instance.pk)
+    return 0 if row is None or row[0] is None else int(row[0]) + 1
 
 
 def _tool_call_ids(message: UIMessage) -> set[str]:
@@ -91,8 +119,7 @@ def persist(
     with transaction.atomic(savepoint=False):
         AgentInstance.objects.touch(instance.pk)
         # Plain rows, not model instances: this runs on every request, over the whole transcript.
-        rows = {message_id: _Row(pk, position, data) for pk, message_id, position, data in
-                ChatMessage.objects.filter(instance=instance).values_list("pk", "message_id", "position", "data")}
+        rows = {message_id: _Row(pk, position, data) for pk, message_id, position, data in _stored(instance)}
         known = set(rows)
         by_tool_call = {cid: mid for mid, row in rows.items() for cid in _tool_call_ids(row.data)}
         position = max((row.position for row in rows.values()), default=-1) + 1
@@ -188,9 +215,8 @@ def save_message(instance: AgentInstance, message: UIMessage, *, after: str | No
     # No savepoint inside a caller's transaction (the end of a turn): a failure fails that too.
     with transaction.atomic(savepoint=False):
         AgentInstance.objects.touch(instance.pk)
-        updated = ChatMessage.objects.filter(instance=instance, message_id=message["id"]).update(
-            data=stored, role=stored["role"], updated_at=timezone.now()
-        )
+        updated = statements.update(ChatMessage, {"instance": instance.pk, "message_id": message["id"]},
+                                    data=stored, role=stored["role"], updated_at=timezone.now())
         if not updated:
             anchor = ChatMessage.objects.filter(instance=instance, message_id=after).first() if after else None
             if anchor is None:

@@ -10,7 +10,8 @@ demo model), sends T sequential turns of ``/burst N`` on one socket with the who
 until its background work has settled, and counts, per turn:
 
 * SQL statements on every connection of the process (``connection.execute_wrapper``), with
-  ``--by-caller`` grouped by the innermost ``agents_app`` frame that issued them;
+  ``--by-caller`` grouped by the innermost ``agents_app`` frame that issued them (outside
+  ``agents_app/statements.py``, which runs the statements others write);
 * thread hops: calls of ``asgiref``'s ``SyncToAsync`` (``database_sync_to_async`` included);
 * process CPU (``time.process_time``, every thread) and wall time from send to ``done``.
 
@@ -62,7 +63,8 @@ class Counters:
     def statement(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
         self.statements += 1
         if self.by_caller:
-            frames = [f for f in traceback.extract_stack() if "/agents_app/" in f.filename]
+            frames = [f for f in traceback.extract_stack()
+                      if "/agents_app/" in f.filename and not f.filename.endswith("/agents_app/statements.py")]
             where = f"{frames[-1].filename.split('/agents_app/')[1]}:{frames[-1].name}" if frames else "(other)"
             self.callers[f"{where}  {sql.split(' ', 1)[0]}"] += 1
         return execute(sql, params, many, context)

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from .. import statements
 from ..messages import MessageBuilder, UIMessage, builder_for_reply
 from ..models import AgentInstance, StreamRecord, StreamSegment, Turn
 
@@ -104,7 +105,7 @@ class StreamWriter:
 def _write_segments(stream_pk: int, rows: list[tuple[int, list[str]]]) -> None:
     with transaction.atomic():
         # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
-        if StreamRecord.objects.filter(pk=stream_pk).update(last_chunk_at=timezone.now()):
+        if statements.update(StreamRecord, {"pk": stream_pk}, last_chunk_at=timezone.now()):
             StreamSegment.objects.bulk_create(
                 StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies))
                 for first, bodies in rows
@@ -120,9 +121,9 @@ def start(turn: Turn, message_id: str) -> StreamRecord:
 
 
 def finish(stream_pk: int, *, error: bool) -> None:
-    StreamRecord.objects.filter(pk=stream_pk, status=StreamRecord.Status.STREAMING).update(
-        status=StreamRecord.Status.ERROR if error else StreamRecord.Status.COMPLETED,
-        completed_at=timezone.now(),
+    statements.update(
+        StreamRecord, {"pk": stream_pk, "status": StreamRecord.Status.STREAMING},
+        status=StreamRecord.Status.ERROR if error else StreamRecord.Status.COMPLETED, completed_at=timezone.now(),
     )
 
 

@@ -20,10 +20,11 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import IntegrityError, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F
 from django.utils import timezone
 
-from .. import concurrency, conf, registry, transcript
+from .. import concurrency, conf, registry, statements, transcript
 from ..abort import AbortSignal
 from ..llm import ui_messages
 from ..messages import UIMessage, new_message_id, request_message_ids
@@ -56,8 +57,8 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
             AgentInstance.objects.filter(pk=instance.pk).update(overlap_sequence=F("overlap_sequence"))
             generation, sequence = AgentInstance.objects.queue_state(instance.pk)
             active = Turn.objects.of(instance).active().filter(generation=generation)
-            decision = concurrency.decide(setting, submit=request.trigger == SUBMIT_TRIGGER,
-                                          overlapping=active.exists())
+            overlapping = _ACTIVE_TURN.row(instance.pk, generation, *Turn.ACTIVE_STATUSES) is not None
+            decision = concurrency.decide(setting, submit=request.trigger == SUBMIT_TRIGGER, overlapping=overlapping)
             if decision.action == "drop":
                 return Admission(current_transcript(instance), dropped=True)
             submit_sequence = None
@@ -97,9 +98,27 @@ def _check_user_turns(user: Any, request_id: str) -> None:
     limit = conf.get("AGENT_MAX_ACTIVE_TURNS_PER_USER")
     if limit is None or not getattr(user, "is_authenticated", False):
         return
-    if Turn.objects.filter(user=user).active().count() >= limit:
+    row = _USER_ACTIVE_TURNS.row(user.pk, *Turn.ACTIVE_STATUSES)
+    if row is not None and row[0] >= limit:
         raise ProtocolError(f"You have {limit} replies queued or running; wait for one to finish",
                             code="too_many_turns", request_id=request_id)
+
+
+# Per-request reads, written out (``agents_app.statements``). Identifiers come from the model's
+# metadata, quoted; every value is a parameter.
+def _active_turn_sql(connection: BaseDatabaseWrapper) -> str:
+    turn = statements.Columns(Turn, "t").bound(connection)
+    return (f"SELECT {turn('id')} FROM {turn.table} WHERE {turn('instance')} = %s AND {turn('generation')} = %s "  # noqa: S608
+            f"AND {turn('status')} IN (%s, %s) LIMIT 1")
+
+
+def _user_active_turns_sql(connection: BaseDatabaseWrapper) -> str:
+    turn = statements.Columns(Turn, "t").bound(connection)
+    return f"SELECT COUNT(*) FROM {turn.table} WHERE {turn('user')} = %s AND {turn('status')} IN (%s, %s)"  # noqa: S608
+
+
+_ACTIVE_TURN = statements.Select(Turn, _active_turn_sql)
+_USER_ACTIVE_TURNS = statements.Select(Turn, _user_active_turns_sql)
 
 
 def _merge_start(instance: AgentInstance, active: Any) -> int:

@@ -18,8 +18,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .. import conf, events, registry, transcript
+from .. import conf, events, registry, statements, transcript
 from ..abort import AbortSignal
 from ..actions.attachments import ReplyAttachments
 from ..actions.envelopes import to_json_safe
@@ -104,8 +105,20 @@ def _claim_next_or_latest(instance_pk: int, channel: str) -> tuple[lock.Claim | 
     return (claim, None) if claim is not None else (None, _latest_turn(instance_pk))
 
 
+def _latest_turn_sql(connection: BaseDatabaseWrapper) -> str:
+    turn = statements.Columns(Turn, "t").bound(connection)
+    # Identifiers from the model's metadata, quoted; the value is a parameter.
+    return (f"SELECT {turn('id')}, {turn('status')} FROM {turn.table} "  # noqa: S608
+            f"WHERE {turn('instance')} = %s ORDER BY {turn('id')} DESC LIMIT 1")
+
+
+_LATEST_TURN = statements.Select(Turn, _latest_turn_sql)
+
+
 def _latest_turn(instance_pk: int) -> dict[str, Any] | None:
-    return Turn.objects.of(instance_pk).order_by("-pk").values("pk", "status").first()
+    """The instance's newest turn (pk and status): every drain's last look, written out (``statements``)."""
+    row = _LATEST_TURN.row(instance_pk)
+    return None if row is None else {"pk": row[0], "status": row[1]}
 
 
 # ``on_chat_response`` calls waiting to run, per event loop and instance. A turn's hook runs once
@@ -324,8 +337,7 @@ class TurnRun:
         it, and who asked; None for a continuation with nothing to continue yet (it is skipped,
         silently).
         """
-        current = Turn.objects.select_related("instance").only("cancel_requested", "instance").get(pk=self.turn.pk)
-        instance, cancel_requested = current.instance, current.cancel_requested
+        instance, cancel_requested = _instance_and_cancel_flag(self.turn.pk)
         messages = transcript.load(instance)
         if self.attempt is not None and self.attempt.history_end is not None:
             # Messages after the one a recovery attempt answers belong to turns queued behind it.
@@ -549,7 +561,8 @@ class TurnRun:
             failed = self.status == Turn.Status.ERROR
             buffer.finish(self.stream_pk, error=failed)
             # The last failure is replayed to clients that were away, until a later turn supersedes it.
-            AgentInstance.objects.filter(pk=instance.pk).update(
+            statements.update(
+                AgentInstance, {"pk": instance.pk},
                 terminal_request_id=self.turn.request_id if failed else "",
                 terminal_error=(self.error or "Error") if failed else "",
             )
@@ -558,6 +571,30 @@ class TurnRun:
             # The request's message ids as the live terminal frame gave them: a replayed one reads them here.
             also = {"attachments": self.attachments.items()} if len(self.attachments) else {}
             lock.finish(self.turn, self.status, self.error or "", message_ids=self.turn.message_ids, **also)
+
+
+_INSTANCE = statements.Columns(AgentInstance, "i")
+
+
+def _instance_and_cancel_flag_sql(connection: BaseDatabaseWrapper) -> str:
+    instance, turn = _INSTANCE.bound(connection), statements.Columns(Turn, "t").bound(connection)
+    # Identifiers from the models' metadata, quoted; the value is a parameter.
+    return (f"SELECT {instance.select}, {turn('cancel_requested')} "  # noqa: S608
+            f"FROM {turn.table} JOIN {instance.table} ON {instance('id')} = {turn('instance')} WHERE {turn('id')} = %s")
+
+
+_INSTANCE_AND_CANCEL_FLAG = statements.Select(Turn, _instance_and_cancel_flag_sql)
+
+
+def _instance_and_cancel_flag(turn_pk: int) -> tuple[AgentInstance, bool]:
+    """The turn's instance, and whether a cancel came for the turn: one per-turn read, written out
+    (``agents_app.statements``)."""
+    row = _INSTANCE_AND_CANCEL_FLAG.row(turn_pk)
+    if row is None:
+        raise Turn.DoesNotExist(f"Turn {turn_pk} is gone")
+    instance = _INSTANCE.instance(row, 0, _INSTANCE_AND_CANCEL_FLAG.connection)
+    assert isinstance(instance, AgentInstance)
+    return instance, bool(row[-1])
 
 
 def _store_computed(turn: Turn, messages: list[UIMessage]) -> list[UIMessage]:

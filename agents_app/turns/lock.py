@@ -5,12 +5,16 @@ turn" a single conditional UPDATE: it either wins, or raises ``IntegrityError`` 
 process already runs a turn of that instance (that process drains the queue when it finishes).
 """
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
+from .. import statements
 from ..models import AgentInstance, Turn
 from . import liveness
 
@@ -44,35 +48,32 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
     """
     # Looked at first without a transaction: on SQLite every transaction takes the database's
     # write lock, which the drain's last look at an empty queue, after each turn, need not wait for.
-    if not Turn.objects.of(instance_id).queued().exists():
+    if _queued_head(instance_id) is None:
         return None
     while True:
         with transaction.atomic():
-            # The user comes along: the engine hands it to authorize_turn without another query.
-            turn = Turn.objects.of(instance_id).queued().select_related("user").order_by("-priority", "id").first()
-            if turn is None:
+            head = _queued_head(instance_id)
+            if head is None:
                 return None
+            turn, generation, overlap_sequence = head
+            still_queued = {"pk": turn.pk, "status": Turn.Status.QUEUED}
             if turn.affinity and turn.affinity != liveness.worker_label(control_channel):
                 if liveness.affinity_alive(turn):
                     return Claim(turn, deferred=True)
-                if Turn.objects.filter(pk=turn.pk).queued().update(
-                    status=Turn.Status.ERROR, error=ORPHANED_AFFINITY, finished_at=timezone.now()
-                ):
+                if statements.update(Turn, still_queued, status=Turn.Status.ERROR, error=ORPHANED_AFFINITY,
+                                     finished_at=timezone.now()):
                     return Claim(turn, failed=True)
                 continue
-            if turn.is_stale(*AgentInstance.objects.queue_state(instance_id)):
-                if Turn.objects.filter(pk=turn.pk).queued().update(
-                    status=Turn.Status.SKIPPED, finished_at=timezone.now()
-                ):
+            if turn.is_stale(generation, overlap_sequence):
+                if statements.update(Turn, still_queued, status=Turn.Status.SKIPPED, finished_at=timezone.now()):
                     turn.status = Turn.Status.SKIPPED
                     return Claim(turn, skipped=True)
                 continue
             now, worker = timezone.now(), liveness.worker_label(control_channel)
             try:
                 with transaction.atomic():
-                    won = Turn.objects.filter(pk=turn.pk).queued().update(
-                        status=Turn.Status.RUNNING, started_at=now, worker=worker,
-                    )
+                    won = statements.update(Turn, still_queued, status=Turn.Status.RUNNING, started_at=now,
+                                            worker=worker)
             except IntegrityError:
                 running = Turn.objects.of(instance_id).running().first()
                 if running is None:
@@ -87,5 +88,46 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
 def finish(turn: Turn, status: str, error: str = "", **also: Any) -> None:
     """Record the end of a running turn, releasing the instance for the next one (and ``also``,
     more columns of the turn, in the same statement)."""
-    Turn.objects.filter(pk=turn.pk).update(status=status, error=error, finished_at=timezone.now(), **also)
+    statements.update(Turn, {"pk": turn.pk}, status=status, error=error, finished_at=timezone.now(), **also)
     turn.status, turn.error = status, error
+
+
+_TURN = statements.Columns(Turn, "t")
+_INSTANCE = statements.Columns(AgentInstance, "i")
+
+
+@functools.cache
+def _user() -> statements.Columns:
+    return statements.Columns(get_user_model(), "u")
+
+
+def _head_sql(connection: BaseDatabaseWrapper) -> str:
+    turn, instance, user = _TURN.bound(connection), _INSTANCE.bound(connection), _user().bound(connection)
+    # Identifiers from the models' metadata, quoted; every value is a parameter.
+    return (
+        f"SELECT {turn.select}, {user.select}, {instance('generation')}, {instance('overlap_sequence')} "  # noqa: S608
+        f"FROM {turn.table} JOIN {instance.table} ON {instance('id')} = {turn('instance')} "
+        f"LEFT JOIN {user.table} ON {user('pk')} = {turn('user')} "
+        f"WHERE {turn('instance')} = %s AND {turn('status')} = %s "
+        f"ORDER BY {turn('priority')} DESC, {turn('id')} ASC LIMIT 1"
+    )
+
+
+_HEAD = statements.Select(Turn, _head_sql)
+
+
+def _queued_head(instance_id: int) -> tuple[Turn, int, int] | None:
+    """The instance's next queued turn (by priority, then oldest) with its user, and the
+    instance's (generation, overlap sequence) that ``Turn.is_stale`` compares it with.
+
+    The hottest read of the engine (twice per turn), written out (``agents_app.statements``).
+    """
+    row = _HEAD.row(instance_id, Turn.Status.QUEUED)
+    if row is None:
+        return None
+    connection = _HEAD.connection
+    turn = _TURN.instance(row, 0, connection)
+    assert isinstance(turn, Turn)
+    # The user comes along, as select_related leaves it: authorize_turn gets it without a query.
+    turn.user = _user().instance(row, len(_TURN), connection)
+    return turn, int(row[-2]), int(row[-1])

@@ -1,0 +1,208 @@
+"""The turn engine's per-turn statements, written as SQL once instead of built by a queryset each time.
+
+Every turn makes the same few dozen statements on whichever process runs it. Django builds and
+compiles a queryset for each call: measured on this project's models, 0.13 ms of CPU for an
+``UPDATE`` of one row by its key and 0.7 ms for reading the next queued ``Turn`` (30 columns) with
+its user, against 0.02 to 0.03 ms for the same statements written out (SQLite runs each in a few
+microseconds). Per turn that was a third of its CPU (``bench/turn_cost.py``, bench/README.md
+"Third round").
+
+So the hottest ones are written here, from the models' own metadata (table and column names,
+each field's conversions to and from the database), and cached per database vendor:
+
+* ``update``: ``UPDATE … SET … WHERE column = %s AND …``, values prepared as ``QuerySet.update``
+  prepares them (``Field.get_db_prep_save``), returning the row count.
+* ``Columns``: a model's columns in a hand-written ``SELECT``, and the values or the model
+  instance made from them as the ORM's iterator makes them (each field's database converters,
+  then ``Model.from_db``), so the code that receives them cannot tell the difference.
+
+Anything else stays a queryset: these are for statements measured to matter, each one a plain
+read or write of known rows. Both databases (SQLite and PostgreSQL) run the same text.
+"""
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.db import connections, router
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field, Model
+
+ModelT = TypeVar("ModelT", bound=Model)
+
+Converter = Callable[[Any, Any, BaseDatabaseWrapper], Any]
+
+
+def connection_for(model: type[Model]) -> BaseDatabaseWrapper:
+    """The connection the ORM would write ``model``'s rows with (reads go there too: one database)."""
+    return connections[router.db_for_write(model)]
+
+
+def table(model: type[Model], connection: BaseDatabaseWrapper) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def _column(model: type[Model], name: str, connection: BaseDatabaseWrapper) -> str:
+    meta = model._meta
+    return connection.ops.quote_name(meta.pk.column if name == "pk" else meta.get_field(name).column)
+
+
+@functools.cache
+def _update_sql(model: type[Model], columns: tuple[str, ...], conditions: tuple[str, ...], alias: str) -> str:
+    connection = connections[alias]
+    assignments = ", ".join(f"{_column(model, name, connection)} = %s" for name in columns)
+    where = " AND ".join(f"{_column(model, name, connection)} = %s" for name in conditions)
+    # Identifiers from the model's metadata, quoted; every value is a parameter.
+    return f"UPDATE {table(model, connection)} SET {assignments} WHERE {where}"  # noqa: S608
+
+
+def _prepared(model: type[Model], name: str, value: Any, connection: BaseDatabaseWrapper) -> Any:
+    if hasattr(value, "resolve_expression"):
+        raise TypeError(f"statements.update takes plain values, not {value!r}: use a queryset for expressions")
+    field = model._meta.pk if name == "pk" else model._meta.get_field(name)
+    return field.get_db_prep_save(value, connection)
+
+
+def update(model: type[Model], where: dict[str, Any], **values: Any) -> int:
+    """``model.objects.filter(**where).update(**values)``, where every filter is an equality and
+    every value a plain one (no ``F()``); returns how many rows changed.
+
+    As ``QuerySet.update``: no signals, no ``auto_now``, no ``save()``.
+    """
+    if not where:
+        raise ValueError("statements.update changes rows it names: give it a filter")
+    connection = connection_for(model)
+    sql = _update_sql(model, tuple(values), tuple(where), connection.alias)
+    params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+class Select:
+    """A ``SELECT`` over ``model``'s table, its text written by ``build(connection)`` once per database."""
+
+    def __init__(self, model: type[Model], build: Callable[[BaseDatabaseWrapper], str]) -> None:
+        self.model = model
+        self.build = build
+        self._sql: dict[str, str] = {}
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        return connection_for(self.model)
+
+    def rows(self, *params: Any) -> list[tuple[Any, ...]]:
+        connection = self.connection
+        with connection.cursor() as cursor:
+            cursor.execute(self._text(connection), params)
+            return cursor.fetchall()
+
+    def row(self, *params: Any) -> tuple[Any, ...] | None:
+        connection = self.connection
+        with connection.cursor() as cursor:
+            cursor.execute(self._text(connection), params)
+            return cursor.fetchone()
+
+    def _text(self, connection: BaseDatabaseWrapper) -> str:
+        sql = self._sql.get(connection.alias)
+        if sql is None:
+            sql = self._sql[connection.alias] = self.build(connection)
+        return sql
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Columns of ``model`` in a ``SELECT`` under table alias ``alias``: the fields ``names``
+    (attribute or field names), or every concrete field."""
+
+    model: type[Model]
+    alias: str
+    names: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def fields(self) -> tuple[Field, ...]:
+        if self.names:
+            return tuple(self.model._meta.get_field(name) for name in self.names)  # type: ignore[misc]
+        return tuple(self.model._meta.concrete_fields)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def bound(self, connection: BaseDatabaseWrapper) -> "BoundColumns":
+        """These columns as SQL text for ``connection``'s database."""
+        return BoundColumns(self, connection)
+
+    def values(self, row: Sequence[Any], start: int, connection: BaseDatabaseWrapper) -> list[Any]:
+        """The Python values in ``row[start:start + len(self)]``, converted as the ORM converts them."""
+        values = list(row[start:start + len(self.fields)])
+        for index, converters, expression in _converters(self, connection.alias):
+            value = values[index]
+            for convert in converters:
+                value = convert(value, expression, connection)
+            values[index] = value
+        return values
+
+    def converted(self, rows: Sequence[Sequence[Any]], connection: BaseDatabaseWrapper) -> list[list[Any]]:
+        """``values`` of each row (the columns from the first on)."""
+        converters = _converters(self, connection.alias)
+        converted = []
+        for row in rows:
+            values = list(row)
+            for index, field_converters, expression in converters:
+                value = values[index]
+                for convert in field_converters:
+                    value = convert(value, expression, connection)
+                values[index] = value
+            converted.append(values)
+        return converted
+
+    def instance(self, row: Sequence[Any], start: int, connection: BaseDatabaseWrapper) -> Model | None:
+        """The instance in ``row[start:start + len(self)]`` (every concrete field); None for a LEFT
+        JOIN that found no row."""
+        if row[start + self._pk_index] is None:
+            return None
+        return self.model.from_db(connection.alias, self._attnames, self.values(row, start, connection))
+
+    @functools.cached_property
+    def _attnames(self) -> list[str]:
+        return [field.attname for field in self.fields]
+
+    @functools.cached_property
+    def _pk_index(self) -> int:
+        return self.fields.index(self.model._meta.pk)
+
+
+@dataclass(frozen=True)
+class BoundColumns:
+    """``Columns`` as SQL text: ``select`` (``t."id", t."status", …`` in the order ``Columns.instance``
+    reads them), ``table`` (``"table" t``), and called with a field name, that column
+    (``t."column"``; ``"pk"`` works)."""
+
+    columns: Columns
+    connection: BaseDatabaseWrapper
+
+    def __call__(self, name: str) -> str:
+        return f"{self.columns.alias}.{_column(self.columns.model, name, self.connection)}"
+
+    @property
+    def select(self) -> str:
+        quote = self.connection.ops.quote_name
+        return ", ".join(f"{self.columns.alias}.{quote(field.column)}" for field in self.columns.fields)
+
+    @property
+    def table(self) -> str:
+        return f"{table(self.columns.model, self.connection)} {self.columns.alias}"
+
+
+@functools.cache
+def _converters(columns: Columns, alias: str) -> list[tuple[int, list[Converter], Any]]:
+    """Per column, what the ORM's compiler applies to a value read from database ``alias``."""
+    connection = connections[alias]
+    found = []
+    for index, field in enumerate(columns.fields):
+        expression = field.get_col(columns.model._meta.db_table)
+        converters = [*connection.ops.get_db_converters(expression), *field.get_db_converters(connection)]
+        if converters:
+            found.append((index, converters, expression))
+    return found

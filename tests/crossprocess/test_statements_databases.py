@@ -1,0 +1,114 @@
+"""The engine's written-out statements read and write what the ORM would, on SQLite and PostgreSQL.
+
+``agents_app.statements`` replaces the querysets of the per-turn reads and writes with SQL made
+from the models' metadata. A script process (the production settings on a migrated database of
+each kind) makes each read both ways, over rows holding every kind of column the engine stores
+(JSON, datetimes, booleans, a user or none), and each write, and prints what differs.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.live import LiveStack, ScriptProcess, database_url
+
+pytestmark = pytest.mark.crossprocess
+
+SCRIPT = r"""
+import json
+from datetime import timedelta
+
+import django
+django.setup()
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from agents_app import statements, transcript
+from agents_app.models import AgentInstance, ChatMessage, StreamRecord, Turn
+from agents_app.turns import engine, lock
+
+def fields(obj):
+    return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
+
+report = {}
+user = get_user_model().objects.create_user("statements", password="x", email="s@example.com")
+instance = AgentInstance.objects.create(slug="demo-agent", name="statements", generation=3, overlap_sequence=5)
+later = timezone.now() + timedelta(seconds=30)
+done = Turn.objects.create(instance=instance, request_id="done", status=Turn.Status.COMPLETED, generation=3)
+first = Turn.objects.create(
+    instance=instance, request_id="r1", generation=3, user=user, priority=1, run_after=later,
+    body={"model": "x", "nested": {"a": [1, 2.5, None, "é"]}}, client_tools=[{"name": "t"}],
+    message_ids=["u1", "u2"], cancel_requested=True, submit_sequence=5,
+)
+Turn.objects.create(instance=instance, request_id="r2", generation=3)
+
+head, generation, sequence = lock._queued_head(instance.pk)
+orm = Turn.objects.select_related("user").get(pk=first.pk)
+report["head"] = {
+    "same_turn": fields(head) == fields(orm),
+    "same_user": fields(head.user) == fields(orm.user),
+    "state": [generation, sequence],
+    "is_stale": head.is_stale(generation, sequence),
+}
+anonymous = Turn.objects.create(instance=AgentInstance.objects.create(slug="demo-agent", name="anon"), request_id="a")
+head_anonymous = lock._queued_head(anonymous.instance_id)[0]
+report["anonymous"] = {"user": head_anonymous.user,
+                       "same": fields(head_anonymous) == fields(Turn.objects.get(pk=anonymous.pk))}
+report["empty"] = lock._queued_head(AgentInstance.objects.create(slug="demo-agent", name="empty").pk)
+
+read, cancel = engine._instance_and_cancel_flag(first.pk)
+report["instance"] = {"same": fields(read) == fields(AgentInstance.objects.get(pk=instance.pk)), "cancel": cancel}
+newest = Turn.objects.filter(instance=instance).order_by("-pk").values("pk", "status").first()
+report["latest"] = engine._latest_turn(instance.pk) == newest
+
+messages = [{"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"t{i} ✓"}]} for i in range(5)]
+transcript.persist(instance, messages)
+stored_data = list(ChatMessage.objects.filter(instance=instance).values_list("data", flat=True))
+report["load"] = transcript.load(instance) == stored_data
+report["next_position"] = transcript.next_position(instance)
+
+now = timezone.now()
+with transaction.atomic():
+    claimed = statements.update(Turn, {"pk": first.pk, "status": Turn.Status.QUEUED},
+                                status=Turn.Status.RUNNING, started_at=now, worker="w")
+    again = statements.update(Turn, {"pk": first.pk, "status": Turn.Status.QUEUED}, status=Turn.Status.RUNNING)
+lock.finish(first, Turn.Status.COMPLETED, "", message_ids=["u9"], attachments=[{"kind": "file", "n": 1}])
+stored = Turn.objects.get(pk=first.pk)
+report["update"] = {
+    "counts": [claimed, again],
+    "started_at": stored.started_at == now,
+    "values": [stored.status, stored.worker, stored.message_ids, stored.attachments, stored.finished_at is not None],
+}
+record = StreamRecord.objects.create(instance=instance, turn=first, request_id="r1")
+report["stream_finish"] = [statements.update(StreamRecord, {"pk": record.pk, "status": StreamRecord.Status.STREAMING},
+                                             status=StreamRecord.Status.COMPLETED),
+                           StreamRecord.objects.get(pk=record.pk).status]
+try:
+    statements.update(Turn, {"pk": first.pk}, priority=django.db.models.F("priority") + 1)
+except TypeError as exc:
+    report["expression"] = "plain values" in str(exc)
+print(json.dumps(report), flush=True)
+"""
+
+
+@pytest.mark.parametrize("database", ["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
+def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    url = database_url(request, database, tmp_path, "statements")
+    stack = LiveStack(tmp_path, "redis://127.0.0.1:9/0", url, extra_env={"CHANNEL_LAYER": "memory"})
+    report: dict[str, Any] = ScriptProcess(SCRIPT, stack.env, tmp_path / "script.log").receive(timeout=120)
+    assert report["head"] == {"same_turn": True, "same_user": True, "state": [3, 5], "is_stale": False}
+    assert report["anonymous"] == {"user": None, "same": True}
+    assert report["empty"] is None
+    assert report["instance"] == {"same": True, "cancel": True}
+    assert report["latest"] is True
+    assert report["load"] is True
+    assert report["next_position"] == 5
+    assert report["update"] == {
+        "counts": [1, 0], "started_at": True,
+        "values": ["completed", "w", ["u9"], [{"kind": "file", "n": 1}], True],
+    }
+    assert report["stream_finish"] == [1, "completed"]
+    assert report["expression"] is True
