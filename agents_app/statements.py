@@ -11,7 +11,9 @@ So the hottest ones are written here, from the models' own metadata (table and c
 each field's conversions to and from the database), and cached per database vendor:
 
 * ``update``: ``UPDATE … SET … WHERE column = %s AND …``, values prepared as ``QuerySet.update``
-  prepares them (``Field.get_db_prep_save``), returning the row count.
+  prepares them (``Field.get_db_prep_save``), returning the row count; ``lock_row``.
+* ``insert`` and ``insert_many``: a new row (its key read back) or many, as ``save()`` and
+  ``bulk_create`` write them (each field's ``pre_save`` then ``get_db_prep_save``).
 * ``Columns``: a model's columns in a hand-written ``SELECT``, and the values or the model
   instance made from them as the ORM's iterator makes them (each field's database converters,
   then ``Model.from_db``), so the code that receives them cannot tell the difference.
@@ -27,16 +29,21 @@ from typing import Any, TypeVar
 
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field, Model
+from django.db.models import Field, Model, signals
 
 ModelT = TypeVar("ModelT", bound=Model)
 
 Converter = Callable[[Any, Any, BaseDatabaseWrapper], Any]
 
 
+@functools.cache
+def _alias(model: type[Model]) -> str:
+    return router.db_for_write(model)
+
+
 def connection_for(model: type[Model]) -> BaseDatabaseWrapper:
     """The connection the ORM would write ``model``'s rows with (reads go there too: one database)."""
-    return connections[router.db_for_write(model)]
+    return connections[_alias(model)]
 
 
 def table(model: type[Model], connection: BaseDatabaseWrapper) -> str:
@@ -78,6 +85,91 @@ def update(model: type[Model], where: dict[str, Any], **values: Any) -> int:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+def lock_row(model: type[Model], pk: Any, column: str) -> None:
+    """Take the row's write lock for the rest of the transaction (``SET column = column``): writers
+    of the same row wait for it on PostgreSQL; on SQLite every write waits for the database's one."""
+    connection = connection_for(model)
+    sql = _lock_sql(model, column, connection.alias)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [model._meta.pk.get_db_prep_value(pk, connection)])
+
+
+@functools.cache
+def _lock_sql(model: type[Model], name: str, alias: str) -> str:
+    connection = connections[alias]
+    column = _column(model, name, connection)
+    # Identifiers from the model's metadata, quoted; the value is a parameter.
+    return f"UPDATE {table(model, connection)} SET {column} = {column} WHERE {_column(model, 'pk', connection)} = %s"  # noqa: S608
+
+
+def _insert_fields(model: type[Model], with_pk: bool) -> tuple[Field, ...]:
+    meta = model._meta
+    return tuple(f for f in meta.local_concrete_fields if with_pk or f is not meta.auto_field)
+
+
+@functools.cache
+def _insert_sql(model: type[Model], with_pk: bool, rows: int, returning: bool, alias: str) -> str:
+    connection = connections[alias]
+    fields = _insert_fields(model, with_pk)
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    values = ", ".join([f"({', '.join(['%s'] * len(fields))})"] * rows)
+    # Identifiers from the model's metadata, quoted; every value is a parameter.
+    sql = f"INSERT INTO {table(model, connection)} ({columns}) VALUES {values}"  # noqa: S608
+    if returning:
+        returned, _params = connection.ops.return_insert_columns([model._meta.pk])
+        sql += f" {returned}"
+    return sql
+
+
+def _check_no_receivers(model: type[Model]) -> None:
+    if signals.pre_save.has_listeners(model) or signals.post_save.has_listeners(model):
+        raise TypeError(f"{model.__name__} has save signal receivers: save() it, statements.insert sends none")
+
+
+def _row_params(obj: Model, fields: Sequence[Field], connection: BaseDatabaseWrapper) -> list[Any]:
+    return [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for f in fields]
+
+
+def insert(obj: Model) -> None:
+    """``obj.save()`` of a new row, as the ORM's INSERT makes it (each field's ``pre_save``:
+    defaults, ``auto_now_add``; its ``get_db_prep_save``), then its primary key read back.
+
+    For models with no parents, no save signal receivers and no ``save()`` of their own to run.
+    """
+    model = type(obj)
+    _check_no_receivers(model)
+    connection = connection_for(model)
+    with_pk = obj.pk is not None
+    returning = not with_pk and connection.features.can_return_columns_from_insert
+    sql = _insert_sql(model, with_pk, 1, returning, connection.alias)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _row_params(obj, _insert_fields(model, with_pk), connection))
+        if not with_pk:
+            pk = cursor.fetchone()[0] if returning else connection.ops.last_insert_id(
+                cursor, model._meta.db_table, model._meta.pk.column)
+            obj.pk = pk
+    obj._state.adding, obj._state.db = False, connection.alias
+
+
+def insert_many(objs: Sequence[Model], batch_size: int | None = None) -> None:
+    """``bulk_create(objs, batch_size)`` of new rows of one model; their primary keys are not read
+    back (``insert`` says what is written)."""
+    if not objs:
+        return
+    model = type(objs[0])
+    _check_no_receivers(model)
+    connection = connection_for(model)
+    fields = _insert_fields(model, with_pk=False)
+    size = max(1, min(batch_size or len(objs), connection.ops.bulk_batch_size(list(fields), objs)))
+    with connection.cursor() as cursor:
+        for start in range(0, len(objs), size):
+            batch = objs[start:start + size]
+            params = [value for obj in batch for value in _row_params(obj, fields, connection)]
+            cursor.execute(_insert_sql(model, False, len(batch), False, connection.alias), params)
+    for obj in objs:
+        obj._state.adding, obj._state.db = False, connection.alias
 
 
 class Select:

@@ -153,7 +153,7 @@ def persist(
                     row.data = merged
                     ChatMessage.objects.filter(pk=row.pk).update(data=merged, role=merged["role"],
                                                                  updated_at=timezone.now())
-        ChatMessage.objects.bulk_create(created.values(), batch_size=BULK_BATCH_SIZE)
+        statements.insert_many(list(created.values()), batch_size=BULK_BATCH_SIZE)
         if delete_stale and incoming and all(mid in known for mid in seen):
             stale = set(rows) - set(seen)
             if stale:
@@ -225,9 +225,9 @@ def save_message(instance: AgentInstance, message: UIMessage, *, after: str | No
                 position = anchor.position + 1
                 ChatMessage.objects.filter(instance=instance, position__gte=position).update(
                     position=F("position") + 1)
-            ChatMessage.objects.create(
+            statements.insert(ChatMessage(
                 instance=instance, message_id=stored["id"], role=stored["role"], position=position, data=stored,
-            )
+            ))
         _prune(instance, policy)
     return stored
 

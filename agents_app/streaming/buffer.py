@@ -106,18 +106,20 @@ def _write_segments(stream_pk: int, rows: list[tuple[int, list[str]]]) -> None:
     with transaction.atomic():
         # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
         if statements.update(StreamRecord, {"pk": stream_pk}, last_chunk_at=timezone.now()):
-            StreamSegment.objects.bulk_create(
+            statements.insert_many([
                 StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies))
                 for first, bodies in rows
-            )
+            ])
 
 
 def start(turn: Turn, message_id: str) -> StreamRecord:
     """Open the buffer of a turn that starts streaming."""
-    return StreamRecord.objects.create(
+    record = StreamRecord(
         instance_id=turn.instance_id, turn=turn, request_id=turn.request_id,
         message_id=message_id, continuation=turn.continuation,
     )
+    statements.insert(record)
+    return record
 
 
 def finish(stream_pk: int, *, error: bool) -> None:

@@ -21,7 +21,6 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import F
 from django.utils import timezone
 
 from .. import concurrency, conf, registry, statements, transcript
@@ -54,9 +53,8 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
     try:
         with transaction.atomic():
             # The decision's lock: this write makes concurrent accepts of the instance take turns.
-            AgentInstance.objects.filter(pk=instance.pk).update(overlap_sequence=F("overlap_sequence"))
+            statements.lock_row(AgentInstance, instance.pk, "overlap_sequence")
             generation, sequence = AgentInstance.objects.queue_state(instance.pk)
-            active = Turn.objects.of(instance).active().filter(generation=generation)
             overlapping = _ACTIVE_TURN.row(instance.pk, generation, *Turn.ACTIVE_STATUSES) is not None
             decision = concurrency.decide(setting, submit=request.trigger == SUBMIT_TRIGGER, overlapping=overlapping)
             if decision.action == "drop":
@@ -64,13 +62,13 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
             submit_sequence = None
             if decision.supersedable:
                 submit_sequence = sequence + 1
-                AgentInstance.objects.filter(pk=instance.pk).update(overlap_sequence=submit_sequence)
-            merge_from = _merge_start(instance, active) if decision.strategy == "merge" else None
+                statements.update(AgentInstance, {"pk": instance.pk}, overlap_sequence=submit_sequence)
+            merge_from = _merge_start(instance, generation) if decision.strategy == "merge" else None
             stored = transcript.persist(instance, request.messages, delete_stale=True, policy=policy)
             if merge_from is not None and transcript.merge_user_run(instance, merge_from, policy):
                 stored = transcript.load(instance)
             transcript.store_request_context(instance, request.body, request.client_tools)
-            Turn.objects.create(
+            statements.insert(Turn(
                 instance=instance, request_id=request.request_id, kind=Turn.Kind.CHAT, generation=generation,
                 origin_channel=origin_channel, user=user if getattr(user, "is_authenticated", False) else None,
                 body=request.body, client_tools=request.client_tools,
@@ -78,7 +76,7 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
                 strategy=decision.strategy or "", submit_sequence=submit_sequence, merge_from=merge_from,
                 run_after=(timezone.now() + timedelta(milliseconds=decision.wait_ms)
                            if decision.wait_ms is not None else None),
-            )
+            ))
     except IntegrityError:  # unique_turn_request: the whole request is rolled back
         raise ProtocolError(f"Request id {request.request_id!r} was already used in this conversation",
                             code="duplicate_request_id", request_id=request.request_id) from None
@@ -121,8 +119,9 @@ _ACTIVE_TURN = statements.Select(Turn, _active_turn_sql)
 _USER_ACTIVE_TURNS = statements.Select(Turn, _user_active_turns_sql)
 
 
-def _merge_start(instance: AgentInstance, active: Any) -> int:
+def _merge_start(instance: AgentInstance, generation: int) -> int:
     """Where the overlap's user messages begin: as the first merge turn of this overlap said, or here."""
+    active = Turn.objects.of(instance).active().filter(generation=generation)
     earlier = active.filter(strategy="merge", merge_from__isnull=False).order_by("pk").values_list(
         "merge_from", flat=True).first()
     return int(earlier) if earlier is not None else transcript.next_position(instance)

@@ -3,7 +3,8 @@
 ``agents_app.statements`` replaces the querysets of the per-turn reads and writes with SQL made
 from the models' metadata. A script process (the production settings on a migrated database of
 each kind) makes each read both ways, over rows holding every kind of column the engine stores
-(JSON, datetimes, booleans, a user or none), and each write, and prints what differs.
+(JSON, datetimes, booleans, a user or none), makes each write (updates, inserts read back
+through the ORM, a row lock) and prints what it found.
 """
 
 from pathlib import Path
@@ -27,7 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents_app import statements, transcript
-from agents_app.models import AgentInstance, ChatMessage, StreamRecord, Turn
+from agents_app.models import AgentInstance, ChatMessage, StreamRecord, StreamSegment, Turn
 from agents_app.turns import engine, lock
 
 def fields(obj):
@@ -86,6 +87,15 @@ record = StreamRecord.objects.create(instance=instance, turn=first, request_id="
 report["stream_finish"] = [statements.update(StreamRecord, {"pk": record.pk, "status": StreamRecord.Status.STREAMING},
                                              status=StreamRecord.Status.COMPLETED),
                            StreamRecord.objects.get(pk=record.pk).status]
+new = Turn(instance=instance, request_id="inserted", body={"x": [1, "é"]}, message_ids=["a"], run_after=later)
+statements.insert(new)
+report["insert"] = {"same": fields(new) == fields(Turn.objects.get(pk=new.pk)), "adding": new._state.adding}
+segments = [StreamSegment(stream=record, first_index=i * 10, bodies=json.dumps([f"b{i}"])) for i in range(7)]
+statements.insert_many(segments, batch_size=3)
+report["insert_many"] = list(StreamSegment.objects.filter(stream=record).values_list("first_index", "bodies"))
+with transaction.atomic():
+    statements.lock_row(AgentInstance, instance.pk, "overlap_sequence")
+report["lock_row"] = AgentInstance.objects.queue_state(instance.pk)
 try:
     statements.update(Turn, {"pk": first.pk}, priority=django.db.models.F("priority") + 1)
 except TypeError as exc:
@@ -112,3 +122,6 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
     }
     assert report["stream_finish"] == [1, "completed"]
     assert report["expression"] is True
+    assert report["insert"] == {"same": True, "adding": False}
+    assert report["insert_many"] == [[i * 10, f'["b{i}"]'] for i in range(7)]
+    assert report["lock_row"] == [3, 5]
