@@ -12,7 +12,8 @@ until its background work has settled, and counts, per turn:
 * SQL statements on every connection of the process (``connection.execute_wrapper``), with
   ``--by-caller`` grouped by the innermost ``agents_app`` frame that issued them (outside
   ``agents_app/statements.py``, which runs the statements others write);
-* thread hops: calls of ``asgiref``'s ``SyncToAsync`` (``database_sync_to_async`` included);
+* thread hops: calls of ``asgiref``'s ``SyncToAsync`` (``database_sync_to_async`` included),
+  with ``--by-caller`` by the function each one runs;
 * process CPU (``time.process_time``, every thread) and wall time from send to ``done``.
 
 It prints medians over the turns after the first (the first one creates the instance).
@@ -55,10 +56,12 @@ class Counters:
         self.statements = 0
         self.hops = 0
         self.callers: collections.Counter[str] = collections.Counter()
+        self.hop_callers: collections.Counter[str] = collections.Counter()
 
     def reset(self) -> None:
         self.statements = self.hops = 0
         self.callers.clear()
+        self.hop_callers.clear()
 
     def statement(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
         self.statements += 1
@@ -87,6 +90,8 @@ def _counting(counters: Counters) -> Iterator[None]:
 
     async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         counters.hops += 1
+        if counters.by_caller:
+            counters.hop_callers[getattr(self.func, "__qualname__", repr(self.func))] += 1
         return await original(self, *args, **kwargs)
 
     sync.SyncToAsync.__call__ = counted  # type: ignore[method-assign]
@@ -148,6 +153,7 @@ async def _run(args: argparse.Namespace, counters: Counters) -> list[dict[str, f
                      "statements": counters.statements, "hops": counters.hops})
         if turn == args.turns - 1 and args.by_caller:
             rows[-1]["callers"] = dict(counters.callers)  # type: ignore[assignment]
+            rows[-1]["hop_callers"] = dict(counters.hop_callers)  # type: ignore[assignment]
         history += [user, {"id": f"a{turn}", "role": "assistant", "parts": [{"type": "text", "text": "".join(text)}]}]
     await ws.disconnect()
     return rows
@@ -158,7 +164,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--chunks", type=int, default=1)
     parser.add_argument("--history", type=int, default=0, help="messages re-sent before the first turn")
-    parser.add_argument("--by-caller", action="store_true", help="the last turn's statements by caller")
+    parser.add_argument("--by-caller", action="store_true",
+                        help="the last turn's statements by caller, and its thread hops by function")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     sys.path.insert(0, os.getcwd())
@@ -180,6 +187,9 @@ def main() -> None:
     if callers:
         print("\nStatements of the last turn by caller:\n")
         for where, count in sorted(callers.items(), key=lambda item: -item[1]):  # type: ignore[union-attr]
+            print(f"  {count:3d}  {where}")
+        print("\nThread hops of the last turn by function:\n")
+        for where, count in sorted(rows[-1]["hop_callers"].items(), key=lambda item: -item[1]):  # type: ignore[union-attr]
             print(f"  {count:3d}  {where}")
     if args.json:
         with open(args.json, "w") as out:

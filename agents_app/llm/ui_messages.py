@@ -23,6 +23,8 @@ from pydantic_ai.messages import ModelMessage, repair_messages
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from pydantic_ai.ui.vercel_ai import request_types as ui
 
+from ..protocol import codec
+
 UIMessageData = dict[str, Any]
 
 _MESSAGE = TypeAdapter(ui.UIMessage)
@@ -85,7 +87,8 @@ def _project_message(message: UIMessageData) -> UIMessageData:
 # Validated messages kept per process, by their JSON text. ``useAgentChat`` re-sends the whole
 # transcript with every request and each turn gives it to the model again, so without this every
 # message was validated twice per turn for the rest of its conversation (about 30 µs each time,
-# against about 3 µs to write its JSON). A message's JSON is all its validation depends on.
+# against about 3 µs to write its JSON). A message's JSON is all its validation depends on (a
+# float that is not a number is validated as the ``null`` the codec writes for it).
 VALIDATED_CACHE_SIZE: Final = 8192
 # Longer messages are validated every time: their JSON would be a large key to keep.
 VALIDATED_CACHE_MAX_CHARS: Final = 16_384
@@ -98,7 +101,7 @@ def _validated_json(text: str) -> ui.UIMessage:
 
 def _validated(message: UIMessageData) -> ui.UIMessage:
     try:
-        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+        text = codec.dumps(message)
     except (TypeError, ValueError):  # not JSON (a programmatic message): validated as it is
         text = None
     if text is None or len(text) > VALIDATED_CACHE_MAX_CHARS:

@@ -5,9 +5,9 @@ response frames are ``body, done, id, type`` then the optional flags. Golden tes
 shapes; an intended wire change edits a fixture on purpose.
 """
 
-import json
 from typing import Any
 
+from . import codec
 from .types import MessageType, Outcome, StreamResumeNoneReason
 
 Frame = dict[str, Any]
@@ -15,7 +15,7 @@ Frame = dict[str, Any]
 
 def encode(frame: Frame) -> str:
     """Serialise a frame for the socket (compact separators, as the reference server sends)."""
-    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+    return codec.dumps(frame)
 
 
 def identity(*, name: str, agent: str) -> Frame:

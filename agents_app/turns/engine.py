@@ -7,7 +7,6 @@ connection of the instance, on any process, through ``streaming.fanout``.
 
 import asyncio
 import dataclasses
-import json
 import logging
 import time
 import weakref
@@ -38,7 +37,7 @@ from ..messages import (
     rewrite_finish,
 )
 from ..models import AgentInstance, Turn
-from ..protocol import frames
+from ..protocol import codec, frames
 from ..protocol.types import Outcome
 from ..streaming import buffer, fanout
 from ..streaming.fanout import Publisher
@@ -499,7 +498,7 @@ class TurnRun:
         assert self.builder is not None
         assert self.writer is not None
         self.builder.apply(chunk)
-        body = json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)
+        body = codec.dumps(chunk)
         frame = frames.chunk(request_id=self.turn.request_id, body=body, seq=self.seq,
                              continuation=self.turn.continuation)
         # Stored (or buffered for storage) before it is sent: a reader that asks the writer to
