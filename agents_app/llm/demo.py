@@ -33,20 +33,28 @@ decided later), or, with neither, says it goes on (``continue_last_turn``).
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    ModelResponseStreamEvent,
     RetryPromptPart,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models import ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import RunContext
+from pydantic_ai.usage import RequestUsage
 
 MODEL_NAME = "demo-offline"
 ECHO_PREFIX = "(demo model, offline) You said: "
@@ -219,6 +227,89 @@ def _rest_of_cut_reply(messages: list[ModelMessage], info: AgentInfo, default_de
     return Plan(words=re.findall(r"\S+\s*|\s+", full[len(sent):]), delay=whole.delay)
 
 
+# The input tokens a request counts, as FunctionModel guesses them (its "overhead of every call").
+_INPUT_TOKENS = 50
+
+
+class DemoModel(FunctionModel):
+    """The demo's ``FunctionModel``, streaming through a ``StreamedResponse`` of its own.
+
+    ``FunctionModel`` is pydantic-ai's testing model: it reads the stream function through a
+    peekable stream that takes an anyio lock per item, and sums the usage item by item. On a
+    200-word reply that was half of what pydantic-ai spent per streamed event, more than the
+    rest of the chunk's way to the socket (bench/README.md, "Third round"). ``DemoStream`` does
+    what pydantic-ai asks of a model's stream (``StreamedResponse._get_event_iterator``, events
+    from its parts manager) and counts the words once. Requests that do not stream, and the
+    ``function``/``stream_function`` others wrap (``tests/agents.py``), are ``FunctionModel``'s.
+    """
+
+    @asynccontextmanager
+    async def request_stream(
+        self, messages: list[ModelMessage], model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters, run_context: RunContext[Any] | None = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        model_settings, model_request_parameters = self.prepare_request(model_settings, model_request_parameters)
+        info = AgentInfo(
+            function_tools=model_request_parameters.declared_function_tools,
+            allow_text_output=model_request_parameters.allow_text_output,
+            output_tools=model_request_parameters.output_tools,
+            model_settings=model_settings, model_request_parameters=model_request_parameters, instructions=None,
+        )
+        assert self.stream_function is not None
+        items = self.stream_function(messages, info)
+        try:
+            yield DemoStream(model_request_parameters=model_request_parameters, _model_name=self.model_name,
+                             _items=items)
+        finally:
+            await items.aclose()  # type: ignore[attr-defined]
+
+
+@dataclass
+class DemoStream(StreamedResponse):
+    """The events of the demo model's stream function: words as text deltas, calls as tool-call deltas."""
+
+    _model_name: str = ""
+    _items: AsyncIterator[str | dict[int, DeltaToolCall]] | None = None
+    _timestamp: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    async def _get_event_iterator(self) -> AsyncIterator[ModelResponseStreamEvent]:
+        assert self._items is not None
+        words = 0
+        try:
+            async for item in self._items:
+                if isinstance(item, str):
+                    words += len(item.split())
+                    for event in self._parts_manager.handle_text_delta(vendor_part_id="content", content=item):
+                        yield event
+                    continue
+                for index, delta in item.items():
+                    if delta.json_args:
+                        words += len(delta.json_args.split())
+                    for event in self._parts_manager.handle_tool_call_delta_events(
+                        vendor_part_id=index, tool_name=delta.name, args=delta.json_args,
+                        tool_call_id=delta.tool_call_id,
+                    ):
+                        yield event
+        finally:
+            self._usage = RequestUsage(input_tokens=_INPUT_TOKENS, output_tokens=words)
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name
+
+    @property
+    def provider_name(self) -> None:
+        return None
+
+    @property
+    def provider_url(self) -> None:
+        return None
+
+    @property
+    def timestamp(self) -> datetime:
+        return self._timestamp
+
+
 def build_demo_model(delay: float = 0.0) -> FunctionModel:
     """The demo model; ``delay`` (seconds between words) makes streaming visible in a browser."""
 
@@ -243,4 +334,4 @@ def build_demo_model(delay: float = 0.0) -> FunctionModel:
         if p.fail:
             raise DemoModelError("The demo model failed on purpose (/fail).")
 
-    return FunctionModel(request, stream_function=stream, model_name=MODEL_NAME)
+    return DemoModel(request, stream_function=stream, model_name=MODEL_NAME)

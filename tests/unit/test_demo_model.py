@@ -415,3 +415,36 @@ async def test_a_tool_turn_needs_two_requests() -> None:
     result = await agent.run('/tool get_weather {"city": "Oslo"}', usage_limits=UsageLimits(request_limit=2))
     assert result.usage.requests == 2
     assert result.usage.tool_calls == 1
+
+
+@pytest.mark.parametrize("prompt", ["/burst 5", "hello there", '/tool plan_trip {"city": "Oslo", "days": 2}',
+                                    "/tool nope", "/fail"])
+async def test_the_demo_stream_gives_the_events_functionmodel_gives(prompt: str) -> None:
+    """``DemoModel`` streams without FunctionModel's per-item machinery: same events, same response."""
+    from pydantic_ai.direct import model_request_stream
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.models.function import FunctionModel
+
+    demo = build_demo_model()
+    function = FunctionModel(demo.function, stream_function=demo.stream_function, model_name=demo.model_name)
+    parameters = ModelRequestParameters(function_tools=[Tool(plan_trip).tool_def], allow_text_output=True)
+
+    async def run(model: Any) -> tuple[list[Any], Any, str | None]:
+        events: list[Any] = []
+        try:
+            async with model_request_stream(model, [ModelRequest(parts=[UserPromptPart(prompt)])],
+                                            model_request_parameters=parameters) as response:
+                async for event in response:
+                    events.append(event)
+        except DemoModelError as exc:
+            return events, None, str(exc)
+        return events, response.get(), None
+
+    demo_events, demo_response, demo_error = await run(demo)
+    events, response, error = await run(function)
+    assert demo_events == events
+    assert demo_error == error
+    if response is not None:
+        assert (demo_response.parts, demo_response.model_name) == (response.parts, response.model_name)
+        assert demo_response.usage.output_tokens > 0
