@@ -15,12 +15,12 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 # complete server; behind a proxy that serves `collectstatic` output, set SERVE_STATIC=0.
 http_application = ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from genai_prices.data_snapshot import get_snapshot  # noqa: E402
 
 from agents_app.routing import websocket_urlpatterns  # noqa: E402
+from thinkproject.middleware import websocket_auth_stack  # noqa: E402 - needs Django set up first
 
 # pydantic-ai loads the model price table when it builds its first model (~0.2 s): at start-up,
 # not on the event loop in the middle of the first turn while other connections stream.
@@ -36,6 +36,6 @@ gc.freeze()
 application = ProtocolTypeRouter(
     {
         "http": http_application,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": AllowedHostsOriginValidator(websocket_auth_stack(URLRouter(websocket_urlpatterns))),
     }
 )
