@@ -8,7 +8,7 @@ microseconds). Per turn that was a third of its CPU (``bench/turn_cost.py``, ben
 "Third round").
 
 So the hottest ones are written here, from the models' own metadata (table and column names,
-each field's conversions to and from the database), and cached per database vendor:
+each field's conversions to and from the database), their text made once per database:
 
 * ``update``: ``UPDATE … SET … WHERE column = %s AND …``, values prepared as ``QuerySet.update``
   prepares them (``Field.get_db_prep_save``), returning the row count; ``lock_row``.
@@ -25,13 +25,11 @@ read or write of known rows. Both databases (SQLite and PostgreSQL) run the same
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model, signals
-
-ModelT = TypeVar("ModelT", bound=Model)
 
 Converter = Callable[[Any, Any, BaseDatabaseWrapper], Any]
 
@@ -99,9 +97,9 @@ def lock_row(model: type[Model], pk: Any, column: str) -> None:
 @functools.cache
 def _lock_sql(model: type[Model], name: str, alias: str) -> str:
     connection = connections[alias]
-    column = _column(model, name, connection)
+    column, pk = _column(model, name, connection), _column(model, "pk", connection)
     # Identifiers from the model's metadata, quoted; the value is a parameter.
-    return f"UPDATE {table(model, connection)} SET {column} = {column} WHERE {_column(model, 'pk', connection)} = %s"  # noqa: S608
+    return f"UPDATE {table(model, connection)} SET {column} = {column} WHERE {pk} = %s"  # noqa: S608
 
 
 def _insert_fields(model: type[Model], with_pk: bool) -> tuple[Field, ...]:
@@ -215,7 +213,7 @@ class Columns:
     @functools.cached_property
     def fields(self) -> tuple[Field, ...]:
         if self.names:
-            return tuple(self.model._meta.get_field(name) for name in self.names)  # type: ignore[misc]
+            return tuple(self.model._meta.get_field(name) for name in self.names)
         return tuple(self.model._meta.concrete_fields)
 
     def __len__(self) -> int:
@@ -227,27 +225,12 @@ class Columns:
 
     def values(self, row: Sequence[Any], start: int, connection: BaseDatabaseWrapper) -> list[Any]:
         """The Python values in ``row[start:start + len(self)]``, converted as the ORM converts them."""
-        values = list(row[start:start + len(self.fields)])
-        for index, converters, expression in _converters(self, connection.alias):
-            value = values[index]
-            for convert in converters:
-                value = convert(value, expression, connection)
-            values[index] = value
-        return values
+        return _convert(list(row[start:start + len(self.fields)]), _converters(self, connection.alias), connection)
 
     def converted(self, rows: Sequence[Sequence[Any]], connection: BaseDatabaseWrapper) -> list[list[Any]]:
         """``values`` of each row (the columns from the first on)."""
         converters = _converters(self, connection.alias)
-        converted = []
-        for row in rows:
-            values = list(row)
-            for index, field_converters, expression in converters:
-                value = values[index]
-                for convert in field_converters:
-                    value = convert(value, expression, connection)
-                values[index] = value
-            converted.append(values)
-        return converted
+        return [_convert(list(row), converters, connection) for row in rows]
 
     def instance(self, row: Sequence[Any], start: int, connection: BaseDatabaseWrapper) -> Model | None:
         """The instance in ``row[start:start + len(self)]`` (every concrete field); None for a LEFT
@@ -285,6 +268,16 @@ class BoundColumns:
     @property
     def table(self) -> str:
         return f"{table(self.columns.model, self.connection)} {self.columns.alias}"
+
+
+def _convert(values: list[Any], converters: list[tuple[int, list[Converter], Any]],
+             connection: BaseDatabaseWrapper) -> list[Any]:
+    for index, field_converters, expression in converters:
+        value = values[index]
+        for convert in field_converters:
+            value = convert(value, expression, connection)
+        values[index] = value
+    return values
 
 
 @functools.cache
