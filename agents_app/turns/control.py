@@ -13,6 +13,7 @@ cancelled in the database (a queued one ends before it starts) and sends ``turn.
 """
 
 import asyncio
+import collections
 import contextlib
 import logging
 import weakref
@@ -44,6 +45,10 @@ class _Running:
     writer: StreamWriter | None = None
 
 
+# Cancels kept for turns not (or no longer) listening on this process, most recent last.
+EARLY_CANCELS_KEPT = 1024
+
+
 class _ProcessControl:
     """The control channel of one event loop, and the turns running on it."""
 
@@ -51,6 +56,16 @@ class _ProcessControl:
         self.channel = channel
         self.turns: dict[int, _Running] = {}
         self.task: asyncio.Task[None] | None = None
+        # A turn is claimed, and reads its cancel flag, in the hop before it starts listening: a
+        # cancel that reaches this process in between waits here for it (``listening``). A late
+        # cancel for a turn that has ended waits here too, until newer ones push it out.
+        self.early_cancels: collections.OrderedDict[int, str] = collections.OrderedDict()
+
+    def keep_cancel(self, turn_pk: int, reason: str) -> None:
+        self.early_cancels[turn_pk] = reason
+        self.early_cancels.move_to_end(turn_pk)
+        while len(self.early_cancels) > EARLY_CANCELS_KEPT:
+            self.early_cancels.popitem(last=False)
 
     async def receive(self) -> None:
         layer = get_channel_layer()
@@ -58,7 +73,9 @@ class _ProcessControl:
             message = await layer.receive(self.channel)
             running = self.turns.get(message.get("turn", -1))
             if running is None:
-                continue  # the turn has ended: a late cancel or flush request has nothing to do
+                if message.get("type") == CANCEL_EVENT and isinstance(message.get("turn"), int):
+                    self.keep_cancel(message["turn"], message.get("reason") or "Cancelled")
+                continue  # a flush request for a turn that is not running has nothing to do
             try:
                 await _handle(running, message)
             except Exception:  # one bad request must not stop the channel (logged)
@@ -107,6 +124,9 @@ async def listening(turn_pk: int, signal: AbortSignal) -> AsyncIterator[Registra
     """While the turn runs: abort ``signal`` on ``turn.cancel``; answer flush requests."""
     control = await _control()
     running = control.turns[turn_pk] = _Running(signal)
+    early = control.early_cancels.pop(turn_pk, None)
+    if early is not None:
+        signal.abort(early)
     try:
         yield Registration(running)
     finally:
@@ -118,9 +138,14 @@ async def send(channel: str | None, turn_pk: int, message: dict[str, Any]) -> No
     if not channel:
         return
     control = _controls.get(asyncio.get_running_loop())
-    local = control.turns.get(turn_pk) if control is not None and control.channel == channel else None
-    if local is not None and message["type"] == CANCEL_EVENT:
-        local.signal.abort(message.get("reason") or "Cancelled")
+    here = control is not None and control.channel == channel
+    if here and message["type"] == CANCEL_EVENT:
+        assert control is not None
+        local = control.turns.get(turn_pk)
+        if local is not None:
+            local.signal.abort(message.get("reason") or "Cancelled")
+        else:
+            control.keep_cancel(turn_pk, message.get("reason") or "Cancelled")
         return
     await get_channel_layer().send(channel, {**message, "turn": turn_pk})
 

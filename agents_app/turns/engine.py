@@ -69,7 +69,7 @@ async def drain(instance_pk: int) -> None:
     """Run queued turns of the instance until none is left or another process holds the lock."""
     channel = await control.channel_name()
     while True:
-        claim, latest = await database_sync_to_async(_claim_next_or_latest)(instance_pk, channel)
+        claim, latest, started = await database_sync_to_async(_claim_next_or_latest)(instance_pk, channel)
         if claim is None:
             break
         if claim.blocked:
@@ -86,7 +86,7 @@ async def drain(instance_pk: int) -> None:
         if claim.skipped:
             await _report_skipped(claim.turn)
             continue
-        await TurnRun(claim.turn).run()
+        await TurnRun(claim.turn, started).run()
         await _respond(instance_pk)
     # Connections parked on "a turn is coming" learn that none is (spec §2.7, pre-stream window),
     # unless the queue stopped here only because another process runs the instance's next turn.
@@ -98,10 +98,23 @@ async def drain(instance_pk: int) -> None:
         await fanout.publish_item(instance_pk, Item(event=Event.TURNS_IDLE, turn=latest["pk"]))
 
 
-def _claim_next_or_latest(instance_pk: int, channel: str) -> tuple[lock.Claim | None, dict[str, Any] | None]:
-    """The next claim; with none, the newest turn instead (the queue's last look, in the same hop)."""
+def _claim_next_or_latest(instance_pk: int, channel: str
+                          ) -> tuple[lock.Claim | None, dict[str, Any] | None, "_Started | None"]:
+    """The next claim, and the start of its turn when nothing comes between them (``_starts_at_once``);
+    with no claim, the newest turn instead (the queue's last look). One thread hop for either."""
     claim = lock.claim_next(instance_pk, channel)
-    return (claim, None) if claim is not None else (None, _latest_turn(instance_pk))
+    if claim is None:
+        return None, _latest_turn(instance_pk), None
+    return claim, None, _start(claim.turn, None) if _starts_at_once(claim) else None
+
+
+def _starts_at_once(claim: lock.Claim) -> bool:
+    """A claimed turn that goes straight to its start: a new prompt admitted to run at once (no
+    debounce or merge to wait for, no messages to compute, no recovery plan, nothing to continue)."""
+    turn = claim.turn
+    return not (claim.blocked or claim.deferred or claim.failed or claim.skipped or turn.continuation
+                or turn.pending_messages or turn.kind == Turn.Kind.RECOVERY
+                or turn.strategy in admission.DEFERRED_STRATEGIES)
 
 
 def _latest_turn_sql(connection: BaseDatabaseWrapper) -> str:
@@ -179,10 +192,12 @@ async def _report_skipped(turn: Turn) -> None:
 
 
 class TurnRun:
-    """One claimed turn, from its first chunk to its persisted reply."""
+    """One claimed turn, from its first chunk to its persisted reply (``started``: its start, when
+    the claim's hop made it already)."""
 
-    def __init__(self, turn: Turn) -> None:
+    def __init__(self, turn: Turn, started: "_Started | None" = None) -> None:
         self.turn = turn
+        self.started = started
         self.signal = AbortSignal()
         self.publisher = Publisher(turn.instance_id)
         self.writer: buffer.StreamWriter | None = None
@@ -191,7 +206,7 @@ class TurnRun:
         self.error: str | None = None
         self.builder: MessageBuilder | None = None
         self.text_id: str | None = None
-        # Set by _prepare / _persist_and_finish.
+        # Set at the start (``_start``) / by _persist_and_finish.
         self.instance: AgentInstance | None = None
         self.stream_pk = 0
         self.final_transcript: list[dict[str, Any]] | None = None
@@ -235,13 +250,14 @@ class TurnRun:
                 await database_sync_to_async(lock.finish)(turn, self.attempt.status, self.attempt.error)
                 return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
                                           status=self.attempt.status, error=self.attempt.error or None)
-        prepared = await database_sync_to_async(self._prepare)()
-        if prepared is None:
+        started = self.started or await database_sync_to_async(_start)(turn, self.attempt)
+        if started is None:
             return ChatResponseResult(message=None, request_id=turn.request_id, continuation=True,
                                       status=Turn.Status.SKIPPED)
-        assert self.writer is not None
+        instance, messages, user = started.instance, started.messages, turn.user
+        self.instance, self.builder, self.stream_pk = instance, started.builder, started.stream_pk
+        self.writer = buffer.StreamWriter(started.stream_pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
         registration.serve_flushes(self.writer)
-        instance, messages, cancel_requested, user = prepared
         agent = self.agent = registry.get_agent_class(instance.slug).for_turn(
             instance, request_id=turn.request_id, messages=messages, body=turn.body, client_tools=turn.client_tools,
             continuation=turn.continuation, user=user, abort_signal=self.signal,
@@ -251,7 +267,7 @@ class TurnRun:
         if not turn.message_ids:
             turn.message_ids = request_message_ids(messages)
         await self.publisher.send_item(Item(event=Event.STREAM_START, request_id=turn.request_id))
-        if cancel_requested:
+        if started.cancel_requested:
             self.signal.abort("Cancelled before it started")
         started = time.monotonic()
         self._emit_event(events.TURN_START, trigger=turn.kind, continuation=turn.continuation,
@@ -328,33 +344,6 @@ class TurnRun:
     def _emit_failure(self, stage: str) -> None:
         self._emit_event(events.MESSAGE_ERROR, error=self.error)
         self._emit_event(events.REQUEST_FAILED, stage=stage, messagesPersisted=True, error=self.error)
-
-    def _prepare(self) -> tuple[AgentInstance, list[dict[str, Any]], bool, Any] | None:
-        """One database round trip before the first chunk: transcript, cancel flag, buffer.
-
-        Returns the instance, its transcript, whether a cancel came before the turn could hear
-        it, and who asked; None for a continuation with nothing to continue yet (it is skipped,
-        silently).
-        """
-        instance, cancel_requested = _instance_and_cancel_flag(self.turn.pk)
-        messages = transcript.load(instance)
-        if self.attempt is not None and self.attempt.history_end is not None:
-            # Messages after the one a recovery attempt answers belong to turns queued behind it.
-            ids = [m.get("id") for m in messages]
-            if self.attempt.history_end in ids:
-                messages = messages[: ids.index(self.attempt.history_end) + 1]
-        if self.turn.continuation and not ready_to_continue(messages):
-            lock.finish(self.turn, Turn.Status.SKIPPED)
-            return None
-        self.instance = instance
-        self.builder = builder_for_reply(
-            messages, continuation=self.turn.continuation,
-            message_id=self.turn.assistant_message_id or new_message_id(),
-        )
-        stream = buffer.start(self.turn, self.builder.message["id"])
-        self.stream_pk = stream.pk
-        self.writer = buffer.StreamWriter(stream.pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
-        return instance, messages, cancel_requested, self.turn.user
 
     async def _stream(self, agent: ChatAgent, *, stall_timeout: float = 0) -> None:
         response = await agent.on_chat_message()
@@ -570,6 +559,36 @@ class TurnRun:
             # The request's message ids as the live terminal frame gave them: a replayed one reads them here.
             also = {"attachments": self.attachments.items()} if len(self.attachments) else {}
             lock.finish(self.turn, self.status, self.error or "", message_ids=self.turn.message_ids, **also)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Started:
+    """What a turn reads and opens in one database round trip before its first chunk (``_start``)."""
+
+    instance: AgentInstance
+    messages: list[dict[str, Any]]
+    # A cancel that came before the turn could hear it (``turns.control`` keeps later ones).
+    cancel_requested: bool
+    builder: MessageBuilder
+    stream_pk: int
+
+
+def _start(turn: Turn, attempt: recovery.Attempt | None) -> _Started | None:
+    """The turn's instance and transcript, its cancel flag, its reply's builder and stream buffer;
+    None for a continuation with nothing to continue yet (it is skipped, silently)."""
+    instance, cancel_requested = _instance_and_cancel_flag(turn.pk)
+    messages = transcript.load(instance)
+    if attempt is not None and attempt.history_end is not None:
+        # Messages after the one a recovery attempt answers belong to turns queued behind it.
+        ids = [m.get("id") for m in messages]
+        if attempt.history_end in ids:
+            messages = messages[: ids.index(attempt.history_end) + 1]
+    if turn.continuation and not ready_to_continue(messages):
+        lock.finish(turn, Turn.Status.SKIPPED)
+        return None
+    builder = builder_for_reply(messages, continuation=turn.continuation,
+                                message_id=turn.assistant_message_id or new_message_id())
+    return _Started(instance, messages, cancel_requested, builder, buffer.start(turn, builder.message["id"]).pk)
 
 
 _INSTANCE = statements.Columns(AgentInstance, "i")
