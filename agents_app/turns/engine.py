@@ -109,12 +109,16 @@ def _claim_next_or_latest(instance_pk: int, channel: str
 
 
 def _starts_at_once(claim: lock.Claim) -> bool:
-    """A claimed turn that goes straight to its start: a new prompt admitted to run at once (no
-    debounce or merge to wait for, no messages to compute, no recovery plan, nothing to continue)."""
-    turn = claim.turn
-    return not (claim.blocked or claim.deferred or claim.failed or claim.skipped or turn.continuation
-                or turn.pending_messages or turn.kind == Turn.Kind.RECOVERY
-                or turn.strategy in admission.DEFERRED_STRATEGIES)
+    """A claimed turn that goes straight to its start: a new prompt with no preamble, nothing to continue."""
+    return not (claim.blocked or claim.deferred or claim.failed or claim.skipped
+                or claim.turn.continuation or _has_preamble(claim.turn))
+
+
+def _has_preamble(turn: Turn) -> bool:
+    """``TurnRun._run``'s steps before the start: a debounce or merge to wait for
+    (``_still_due``), messages to compute (``_materialize``), a recovery plan (``begin_attempt``)."""
+    return (turn.strategy in admission.DEFERRED_STRATEGIES or turn.pending_messages
+            or turn.kind == Turn.Kind.RECOVERY)
 
 
 def _latest_turn_sql(connection: BaseDatabaseWrapper) -> str:
@@ -196,6 +200,7 @@ class TurnRun:
     the claim's hop made it already)."""
 
     def __init__(self, turn: Turn, started: "_Started | None" = None) -> None:
+        assert started is None or not _has_preamble(turn), "a turn with a preamble starts after it"
         self.turn = turn
         self.started = started
         self.signal = AbortSignal()
@@ -238,6 +243,7 @@ class TurnRun:
 
     async def _run(self, registration: control.Registration) -> ChatResponseResult:
         turn = self.turn
+        # The preamble (``_has_preamble`` names its steps); a turn without one may have started already.
         if turn.strategy in admission.DEFERRED_STRATEGIES and not await self._still_due():
             return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
                                       status=Turn.Status.SKIPPED)
@@ -250,13 +256,13 @@ class TurnRun:
                 await database_sync_to_async(lock.finish)(turn, self.attempt.status, self.attempt.error)
                 return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
                                           status=self.attempt.status, error=self.attempt.error or None)
-        started = self.started or await database_sync_to_async(_start)(turn, self.attempt)
-        if started is None:
+        opened = self.started or await database_sync_to_async(_start)(turn, self.attempt)
+        if opened is None:
             return ChatResponseResult(message=None, request_id=turn.request_id, continuation=True,
                                       status=Turn.Status.SKIPPED)
-        instance, messages, user = started.instance, started.messages, turn.user
-        self.instance, self.builder, self.stream_pk = instance, started.builder, started.stream_pk
-        self.writer = buffer.StreamWriter(started.stream_pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
+        instance, messages, user = opened.instance, opened.messages, turn.user
+        self.instance, self.builder, self.stream_pk = instance, opened.builder, opened.stream_pk
+        self.writer = buffer.StreamWriter(opened.stream_pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
         registration.serve_flushes(self.writer)
         agent = self.agent = registry.get_agent_class(instance.slug).for_turn(
             instance, request_id=turn.request_id, messages=messages, body=turn.body, client_tools=turn.client_tools,
@@ -267,7 +273,7 @@ class TurnRun:
         if not turn.message_ids:
             turn.message_ids = request_message_ids(messages)
         await self.publisher.send_item(Item(event=Event.STREAM_START, request_id=turn.request_id))
-        if started.cancel_requested:
+        if opened.cancel_requested:
             self.signal.abort("Cancelled before it started")
         started = time.monotonic()
         self._emit_event(events.TURN_START, trigger=turn.kind, continuation=turn.continuation,
