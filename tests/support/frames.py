@@ -78,12 +78,12 @@ async def follow_continuation(a: WebsocketCommunicator) -> list[dict[str, Any]]:
 def _stored_chunks(request_id: str) -> list[dict[str, Any]]:
     """A finished stream's chunks as live frames, from the buffer (``follow_continuation``)."""
     from agents_app.models import StreamRecord
+    from agents_app.protocol import frames
     from agents_app.streaming import buffer
 
     stream = StreamRecord.objects.filter(request_id=request_id).last()
     assert stream is not None, f"no stream buffer for {request_id}"
-    frame: dict[str, Any] = {"done": False, "id": request_id, "type": RESP}
-    return [{**frame, "body": body, "seq": index, **({"continuation": True} if stream.continuation else {})}
+    return [frames.chunk(request_id=request_id, body=body, seq=index, continuation=stream.continuation)
             for index, body in buffer.read(stream)]
 
 
