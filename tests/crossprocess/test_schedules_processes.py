@@ -3,8 +3,8 @@ PostgreSQL and on SQLite (WAL), with real processes: Redis, two ``celery beat`` 
 ``celery worker`` processes of the production settings.
 
 Both beats send the claim task every half second, so both workers claim at once; the schedules
-become due together. Half of them are due now; the other half were missed for five hours (every
-process was down) and must run once each, not five times. Then every run task is delivered again,
+become due together. Half of them are due now; the other half were missed for five and a half
+hours (every process was down) and must run once each, not five times. Then every run task is delivered again,
 as a broker redelivering after a lost acknowledgement would: nothing runs twice.
 """
 
@@ -23,7 +23,7 @@ from tests.support.live import LiveStack, RedisServer
 
 pytestmark = pytest.mark.crossprocess
 
-# Schedules of each kind (due now; missed for five hours), one agent instance each.
+# Schedules of each kind (due now; missed for five and a half hours), one agent instance each.
 SCHEDULES = 12
 PATIENCE = 120.0
 
@@ -45,7 +45,9 @@ from django.utils import timezone
 from agents_app.models import Schedule
 now = timezone.now()
 Schedule.objects.filter(name="due").update(enabled=True, next_run_at=now)
-Schedule.objects.filter(name="missed").update(enabled=True, next_run_at=now - timedelta(hours=5))
+# Off the hour: a slot of "every 1 hour" falling on this very moment would be an occurrence of
+# its own, and a claim that read the clock just before this commit would rightly run it too.
+Schedule.objects.filter(name="missed").update(enabled=True, next_run_at=now - timedelta(hours=5, minutes=30))
 print(now.isoformat())
 """
 
