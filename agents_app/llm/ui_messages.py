@@ -12,14 +12,17 @@ What still fails validation (a text part whose text is no string) is refused at 
 """
 
 import asyncio
+import copy
 import functools
 import json
+import threading
 import time
 import typing
+from collections import OrderedDict
 from typing import Any, Final
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_ai.messages import ModelMessage, repair_messages
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, repair_messages
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from pydantic_ai.ui.vercel_ai import request_types as ui
 
@@ -99,14 +102,15 @@ def _validated_json(text: str) -> ui.UIMessage:
     return _MESSAGE.validate_python(_project_message(json.loads(text)))
 
 
-def _validated(message: UIMessageData) -> ui.UIMessage:
+def _validated(message: UIMessageData) -> tuple[ui.UIMessage, bool]:
+    """The message validated, and whether it came from (or went into) the cache."""
     try:
         text = codec.dumps(message)
     except (TypeError, ValueError):  # not JSON (a programmatic message): validated as it is
         text = None
     if text is None or len(text) > VALIDATED_CACHE_MAX_CHARS:
-        return _MESSAGE.validate_python(_project_message(message))
-    return _validated_json(text)
+        return _MESSAGE.validate_python(_project_message(message)), False
+    return _validated_json(text), True
 
 
 def for_model(messages: list[UIMessageData]) -> list[ui.UIMessage]:
@@ -115,6 +119,11 @@ def for_model(messages: list[UIMessageData]) -> list[ui.UIMessage]:
     Raises:
         UnreadableMessage: a message the model cannot read even without unknown fields.
     """
+    return [validated for validated, _ in _validate_each(messages)]
+
+
+def _validate_each(messages: list[UIMessageData]) -> list[tuple[ui.UIMessage, bool]]:
+    """``_validated`` of each message (``for_model``)."""
     # One message per call: validating a long list in one call would hold the GIL in pydantic-core
     # for tens of milliseconds, stalling the event loop even when this runs on another thread.
     validated = []
@@ -133,27 +142,90 @@ def for_model(messages: list[UIMessageData]) -> list[ui.UIMessage]:
 OFF_LOOP_MESSAGES = 200
 
 
-# Messages converted between two pauses of the worker thread (see ``_history``).
+# Messages validated between two pauses of a worker thread (see ``for_model``).
 SLICE_MESSAGES = 100
 
 
 def _history(messages: list[UIMessageData], repair_last_response: bool) -> list[ModelMessage]:
-    """Validate and convert in slices, pausing between them: a thread that converts thousands of
-    messages in one go holds the GIL long enough to stall the event loop's other connections.
+    """Validate and convert, pausing in between: a thread that converts thousands of messages in
+    one go holds the GIL long enough to stall the event loop's other connections."""
+    return repair_messages(_converted(_validate_each(messages)), repair_last_response=repair_last_response)
 
-    Slices start at a user message, so no model request is split across two (pydantic-ai merges
-    consecutive requests again before it calls the model anyway).
+
+# Conversions of exchanges (a user message and the replies after it) kept per process, by the
+# identity of their validated messages: ``_validated_json`` hands out the same object for the same
+# JSON while it keeps it, and an entry keeps its messages alive, so an identity seen again is the
+# same message. ``useAgentChat`` re-sends the whole transcript with every request and each turn
+# gives it to the model again: without this, each turn converted every earlier exchange again
+# (about 40 µs a message, most of a long conversation's turn).
+CONVERTED_CACHE_SIZE: Final = 4096
+_converted_exchanges: OrderedDict[tuple[int, ...], tuple[list[ui.UIMessage], list[ModelMessage]]] = OrderedDict()
+_converted_lock = threading.Lock()
+
+
+def _converted(validated: list[tuple[ui.UIMessage, bool]]) -> list[ModelMessage]:
+    """``VercelAIAdapter.load_messages`` of the validated messages, exchange by exchange, earlier
+    exchanges from the cache (those of messages ``_validated`` kept, whose identity says what they are).
+
+    Converting the whole list equals joining the conversions of its exchanges where each joint
+    opens a new model message: the exchange before it ends with a model response and the one after
+    it starts with a request (its user prompt). Elsewhere pydantic-ai's builder merges the two (a
+    tool's return and the next prompt go in one request), so exchanges that do not join that way
+    are converted together, as one run. A run's conversion starts and ends with the kinds of its
+    first and last exchange's own, so the joints between runs are those of their exchanges.
     """
+    exchanges = _exchanges(validated)
+    # The last exchange is the new request: the run fills in its fields, so it is not kept.
+    converted = [_exchange([message for message, _ in exchange]) if all(kept for _, kept in exchange)
+                 else _load(exchange) for exchange in exchanges[:-1]]
+    converted += [_load(exchanges[-1])] if exchanges else []
     history: list[ModelMessage] = []
     start = 0
-    while start < len(messages):
-        end = min(len(messages), start + SLICE_MESSAGES)
-        while end < len(messages) and messages[end].get("role") != "user":
-            end += 1
-        history += VercelAIAdapter.load_messages(for_model(messages[start:end]))
-        time.sleep(0)  # let the event loop's thread take the GIL
+    for end in range(1, len(exchanges) + 1):
+        if end < len(exchanges) and not _joins(converted[end - 1], converted[end]):
+            continue
+        run = exchanges[start:end]
+        history += converted[start] if len(run) == 1 else _load([pair for exchange in run for pair in exchange])
         start = end
-    return repair_messages(history, repair_last_response=repair_last_response)
+    return history
+
+
+def _exchanges(validated: list[tuple[ui.UIMessage, bool]]) -> list[list[tuple[ui.UIMessage, bool]]]:
+    """The messages cut before each user message (a leading run of others is an exchange too)."""
+    exchanges: list[list[tuple[ui.UIMessage, bool]]] = []
+    for pair in validated:
+        if pair[0].role == "user" or not exchanges:
+            exchanges.append([pair])
+        else:
+            exchanges[-1].append(pair)
+    return exchanges
+
+
+def _load(validated: list[tuple[ui.UIMessage, bool]]) -> list[ModelMessage]:
+    return VercelAIAdapter.load_messages([message for message, _ in validated])
+
+
+def _joins(before: list[ModelMessage], after: list[ModelMessage]) -> bool:
+    return bool(before) and bool(after) and isinstance(before[-1], ModelResponse) and isinstance(after[0], ModelRequest)
+
+
+def _exchange(exchange: list[ui.UIMessage]) -> list[ModelMessage]:
+    """One exchange converted, from the cache if it was before; copies of the kept messages, since a
+    run sets fields on the messages of its history (pydantic-ai replaces parts lists, never edits them)."""
+    key = tuple(map(id, exchange))
+    with _converted_lock:
+        entry = _converted_exchanges.get(key)
+        if entry is not None:
+            _converted_exchanges.move_to_end(key)
+    if entry is None:
+        entry = (exchange, VercelAIAdapter.load_messages(exchange))
+        time.sleep(0)  # on a worker thread: let the event loop's thread take the GIL between exchanges
+        with _converted_lock:
+            _converted_exchanges[key] = entry
+            if len(_converted_exchanges) > CONVERTED_CACHE_SIZE:
+                _converted_exchanges.popitem(last=False)
+    return [copy.copy(message) for message in entry[1]]
+
 
 
 async def model_history(messages: list[UIMessageData], *, repair_last_response: bool) -> list[ModelMessage]:

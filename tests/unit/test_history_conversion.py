@@ -1,0 +1,110 @@
+"""The transcript's conversion to pydantic-ai messages reuses earlier exchanges' conversions
+(``agents_app.llm.ui_messages._converted``) and must give what converting the whole transcript
+at once gives, turn after turn, whatever a run does to the messages it was handed."""
+
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+
+from agents_app.llm import ui_messages
+
+
+def user(mid: str, text: str) -> dict[str, Any]:
+    return {"id": mid, "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+def reply(mid: str, text: str) -> dict[str, Any]:
+    return {"id": mid, "role": "assistant", "parts": [{"type": "step-start"}, {"type": "text", "text": text,
+                                                                              "state": "done"}]}
+
+
+def tool_then_text(mid: str, call: str) -> dict[str, Any]:
+    return {"id": mid, "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-get_weather", "toolCallId": call, "state": "output-available",
+         "input": {"city": "Oslo"}, "output": {"forecast": "rain"}},
+        {"type": "step-start"},
+        {"type": "text", "text": "It rains.", "state": "done"},
+    ]}
+
+
+def tool_last(mid: str, call: str) -> dict[str, Any]:
+    """A reply that ends with a tool's output: its return and the next prompt share one request."""
+    return {"id": mid, "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-getBrowserInfo", "toolCallId": call, "state": "output-available", "input": {},
+         "output": {"language": "nb"}},
+    ]}
+
+
+def system(mid: str, text: str) -> dict[str, Any]:
+    return {"id": mid, "role": "system", "parts": [{"type": "text", "text": text}]}
+
+
+def empty_user(mid: str) -> dict[str, Any]:
+    return {"id": mid, "role": "user", "parts": []}
+
+
+def _plain(messages: list[Any]) -> Any:
+    """The messages as JSON without the times of their making (each conversion stamps its own)."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "timestamp"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+    return strip(ModelMessagesTypeAdapter.dump_python(messages, mode="json"))
+
+
+def _whole(transcript: list[dict[str, Any]]) -> Any:
+    """What converting the whole transcript at once gives."""
+    whole = VercelAIAdapter.load_messages(ui_messages.for_model(transcript))
+    return _plain(ui_messages.repair_messages(whole, repair_last_response=True))
+
+
+CONVERSATIONS = {
+    "text": [user("u1", "hi"), reply("a1", "hello"), user("u2", "again"), reply("a2", "yes"), user("u3", "go")],
+    "tools": [user("u1", "weather?"), tool_then_text("a1", "c1"), user("u2", "more"), tool_then_text("a2", "c2"),
+              user("u3", "thanks")],
+    "tool output last": [user("u1", "browser?"), tool_last("a1", "c1"), user("u2", "and now"), reply("a2", "ok"),
+                         user("u3", "bye")],
+    "every reply ends with a tool": [m for i in range(4) for m in (user(f"u{i}", f"q{i}"), tool_last(f"a{i}", f"c{i}"))]
+    + [user("u9", "end")],
+    "system first": [system("s1", "be brief"), user("u1", "hi"), reply("a1", "hello"), user("u2", "again")],
+    "assistant first": [reply("a0", "welcome"), user("u1", "hi"), reply("a1", "hello"), user("u2", "again")],
+    "empty user message": [user("u1", "hi"), reply("a1", "hello"), empty_user("u2"), reply("a2", "more"),
+                           user("u3", "go")],
+    "two users in a row": [user("u1", "hi"), user("u2", "there"), reply("a1", "hello"), user("u3", "go")],
+}
+
+
+@pytest.mark.parametrize("name", CONVERSATIONS)
+def test_each_turn_converts_as_the_whole_transcript_does(name: str) -> None:
+    transcript = CONVERSATIONS[name]
+    # Turn by turn, as useAgentChat re-sends it: every prefix that ends with a user message.
+    for end in range(1, len(transcript) + 1):
+        if transcript[end - 1]["role"] != "user":
+            continue
+        prefix = transcript[:end]
+        for _ in range(2):  # the second time from the cache
+            got = ui_messages._history(prefix, repair_last_response=True)
+            assert _plain(got) == _whole(prefix), (name, end)
+
+
+def test_what_a_run_sets_on_its_history_does_not_reach_the_next_turn() -> None:
+    transcript = CONVERSATIONS["tools"]
+    first = ui_messages._history(transcript, repair_last_response=True)
+    for message in first:
+        message.parts = []
+        message.run_id = "changed by a run"
+    again = ui_messages._history(transcript, repair_last_response=True)
+    assert _plain(again) == _whole(transcript)
+
+
+def test_an_edited_message_is_converted_again() -> None:
+    transcript = CONVERSATIONS["text"]
+    ui_messages._history(transcript, repair_last_response=True)
+    edited = [transcript[0], reply("a1", "an edited reply"), *transcript[2:]]
+    assert _plain(ui_messages._history(edited, repair_last_response=True)) == _whole(edited)
