@@ -51,6 +51,8 @@ class StreamWriter:
         self._first_index = 0
         self._rows: list[tuple[int, list[str]]] = []
         self._writing: asyncio.Task[None] | None = None
+        # Rows handed to the end of the turn to store (``take``): done when they are.
+        self._taken: asyncio.Future[None] | None = None
         self._row_timer: asyncio.TimerHandle | None = None
         # Index of the last chunk handed to append(), stored or not.
         self.last_index = -1
@@ -75,7 +77,8 @@ class StreamWriter:
         if len(self._bodies) >= CHUNK_BUFFER_SIZE or self._bytes >= SEGMENT_MAX_BYTES:
             self._close_row()
 
-    def _close_row(self) -> None:
+    def _seal_row(self) -> None:
+        """Queue the open row for writing (not yet written)."""
         if self._row_timer is not None:
             self._row_timer.cancel()
             self._row_timer = None
@@ -83,6 +86,9 @@ class StreamWriter:
             self._rows.append((self._first_index, self._bodies))
             self._first_index += len(self._bodies)
             self._bodies, self._bytes = [], 0
+
+    def _close_row(self) -> None:
+        self._seal_row()
         if self._rows and self._writing is None:
             self._writing = asyncio.ensure_future(self._write_rows())
 
@@ -90,7 +96,7 @@ class StreamWriter:
         try:
             while self._rows:
                 rows, self._rows = self._rows, []
-                await sync_to_async(_write_segments, thread_sensitive=True)(self.stream_pk, rows)
+                await sync_to_async(write_rows, thread_sensitive=True)(self.stream_pk, rows)
         finally:
             self._writing = None
 
@@ -99,11 +105,33 @@ class StreamWriter:
         self._close_row()
         while self._writing is not None:
             await asyncio.shield(self._writing)
+        if self._taken is not None:
+            await asyncio.shield(self._taken)
         return self.last_index
 
+    async def take(self) -> list[tuple[int, list[str]]]:
+        """The rows not stored yet, once every earlier one is, for the caller to store with
+        ``write_rows`` in its own transaction (the end of a turn: one thread hop fewer); until it
+        says ``stored()``, ``flush()`` waits for them as for its own."""
+        self._seal_row()
+        while self._writing is not None:
+            await asyncio.shield(self._writing)
+        rows, self._rows = self._rows, []
+        self._taken = asyncio.get_running_loop().create_future()
+        return rows
 
-def _write_segments(stream_pk: int, rows: list[tuple[int, list[str]]]) -> None:
-    with transaction.atomic():
+    def stored(self) -> None:
+        """The rows of ``take()`` are stored (or failed to be): flushes go on."""
+        if self._taken is not None and not self._taken.done():
+            self._taken.set_result(None)
+
+
+def write_rows(stream_pk: int, rows: list[tuple[int, list[str]]]) -> None:
+    """Store rows of chunks (``StreamWriter``), in one transaction, or in the caller's."""
+    if not rows:
+        return
+    # No savepoint inside a caller's transaction (the end of a turn): a failure fails that too.
+    with transaction.atomic(savepoint=False):
         # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
         if statements.update(StreamRecord, {"pk": stream_pk}, last_chunk_at=timezone.now()):
             statements.insert_many([

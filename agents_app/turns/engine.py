@@ -508,8 +508,12 @@ class TurnRun:
         turn, builder = self.turn, self.builder
         assert builder is not None
         assert self.writer is not None
-        await self.writer.flush()
-        await sync_to_async(self._persist_and_finish, thread_sensitive=True)(instance)
+        # The last chunks are stored with the reply, in its transaction.
+        rows = await self.writer.take()
+        try:
+            await sync_to_async(self._persist_and_finish, thread_sensitive=True)(instance, rows)
+        finally:
+            self.writer.stored()
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]
         if self.final_transcript is not None:
             # Marked as the stream's: it releases a connection still waiting for its resume ACK.
@@ -534,17 +538,19 @@ class TurnRun:
                                                              request_id=self.recovering.root_request_id))
         await self.publisher.close()
 
-    def _persist_and_finish(self, instance: AgentInstance) -> None:
+    def _persist_and_finish(self, instance: AgentInstance, rows: list[tuple[int, list[str]]]) -> None:
         assert self.builder is not None
         if self.stalled:
             # The partial reply stays in the stream buffer: the recovery attempt stores it.
             with transaction.atomic():
+                buffer.write_rows(self.stream_pk, rows)
                 lock.finish(self.turn, Turn.Status.ABORTED, recovery.STALLED)
                 self.recovering = recovery.schedule(self.turn)
             return
         # One transaction for the turn's end: on SQLite each write transaction waits for the
         # database's one write lock, which other processes' turns hold in turn.
         with transaction.atomic():
+            buffer.write_rows(self.stream_pk, rows)
             cleared = AgentInstance.objects.generation_of(instance.pk) > self.turn.generation
             # A clear during the turn wins: its partial reply is not written back.
             saved = self.builder.has_content() and not cleared

@@ -5,7 +5,7 @@ import json
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
 
 from agents_app.models import AgentInstance, StreamRecord, StreamSegment, Turn
@@ -60,6 +60,28 @@ def test_a_row_is_written_when_its_first_chunk_is_row_max_age_old(stream):
     waited = async_to_sync(run)()
     assert waited >= buffer.ROW_MAX_AGE * 0.9  # by age, not before
     assert [b for _, b in buffer.read(stream)] == [body(0), body(1)]
+
+
+def test_rows_taken_by_the_turns_end_are_waited_for_by_a_flush(stream):
+    """The end of a turn stores the last rows in its own transaction (``take``): a reader's flush
+    in between returns only once they are stored, so the reader never sees a gap."""
+    writer = buffer.StreamWriter(stream.pk)
+
+    async def run():
+        for index in range(3):
+            writer.append(index, body(index))
+        rows = await writer.take()
+        flushed = asyncio.ensure_future(writer.flush())
+        await asyncio.sleep(0.05)
+        waiting = not flushed.done()
+        await sync_to_async(buffer.write_rows)(stream.pk, rows)
+        writer.stored()
+        return waiting, await flushed
+
+    waiting, last = async_to_sync(run)()
+    assert waiting
+    assert last == 2
+    assert [b for _, b in buffer.read(stream)] == [body(0), body(1), body(2)]
 
 
 def test_a_big_chunk_starts_its_own_row(stream):
