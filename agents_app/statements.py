@@ -13,7 +13,8 @@ each field's conversions to and from the database), their text made once per dat
 * ``update``: ``UPDATE … SET … WHERE column = %s AND …``, values prepared as ``QuerySet.update``
   prepares them (``Field.get_db_prep_save``), returning the row count; ``lock_row``.
 * ``insert`` and ``insert_many``: a new row (its key read back) or many, as ``save()`` and
-  ``bulk_create`` write them (each field's ``pre_save`` then ``get_db_prep_save``).
+  ``bulk_create`` write them (each field's ``pre_save`` then ``get_db_prep_save``); ``upsert``,
+  as ``bulk_create(update_conflicts=True)`` writes one row.
 * ``Columns``: a model's columns in a hand-written ``SELECT``, and the values or the model
   instance made from them as the ORM's iterator makes them (each field's database converters,
   then ``Model.from_db``), so the code that receives them cannot tell the difference.
@@ -30,6 +31,7 @@ from typing import Any
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model, signals
+from django.db.models.constants import OnConflict
 
 Converter = Callable[[Any, Any, BaseDatabaseWrapper], Any]
 
@@ -168,6 +170,33 @@ def insert_many(objs: Sequence[Model], batch_size: int | None = None) -> None:
             cursor.execute(_insert_sql(model, False, len(batch), False, connection.alias), params)
     for obj in objs:
         obj._state.adding, obj._state.db = False, connection.alias
+
+
+@functools.cache
+def _upsert_sql(model: type[Model], unique: str, update: tuple[str, ...], alias: str) -> str:
+    connection = connections[alias]
+    meta = model._meta
+    suffix = connection.ops.on_conflict_suffix_sql(
+        list(_insert_fields(model, True)), OnConflict.UPDATE,
+        [meta.get_field(name).column for name in update], [meta.get_field(unique).column],
+    )
+    return f"{_insert_sql(model, True, 1, False, alias)} {suffix}"
+
+
+def upsert(obj: Model, unique: str, update: Sequence[str]) -> None:
+    """``bulk_create([obj], update_conflicts=True, unique_fields=[unique], update_fields=update)``:
+    the row inserted, or, where ``unique``'s value is taken, that row's ``update`` columns set
+    (every field's ``pre_save`` runs, so ``auto_now`` columns are written either way).
+
+    ``obj`` has its primary key (``insert`` says what else it must be).
+    """
+    model = type(obj)
+    _check_no_receivers(model)
+    connection = connection_for(model)
+    with connection.cursor() as cursor:
+        cursor.execute(_upsert_sql(model, unique, tuple(update), connection.alias),
+                       _row_params(obj, _insert_fields(model, True), connection))
+    obj._state.adding, obj._state.db = False, connection.alias
 
 
 class Select:

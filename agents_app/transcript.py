@@ -120,8 +120,9 @@ def persist(
         AgentInstance.objects.touch(instance.pk)
         # Plain rows, not model instances: this runs on every request, over the whole transcript.
         rows = {message_id: _Row(pk, position, data) for pk, message_id, position, data in _stored(instance)}
-        known = set(rows)
-        by_tool_call = {cid: mid for mid, row in rows.items() for cid in _tool_call_ids(row.data)}
+        known = {message_id: row.data for message_id, row in rows.items()}
+        # Stored messages by the tool calls in them, made when a new assistant message has calls.
+        by_tool_call: dict[str, str] | None = None
         position = max((row.position for row in rows.values()), default=-1) + 1
         seen: list[str] = []
         # New messages are inserted together at the end: a client's first request may carry
@@ -129,8 +130,11 @@ def persist(
         created: dict[str, ChatMessage] = {}
         for message in incoming:
             message_id = message["id"]
-            if message_id not in rows and message.get("role") == "assistant":
-                shared = _tool_call_ids(message) & by_tool_call.keys()
+            calls = _tool_call_ids(message) if message_id not in rows and message.get("role") == "assistant" else None
+            if calls:
+                if by_tool_call is None:
+                    by_tool_call = {cid: mid for mid, data in known.items() for cid in _tool_call_ids(data)}
+                shared = calls & by_tool_call.keys()
                 if shared:
                     message_id = by_tool_call[next(iter(shared))]
                     message = {**message, "id": message_id}
@@ -282,12 +286,10 @@ def store_request_context(
 ) -> None:
     """Remember the last custom body and client tools (continuations reuse them).
 
-    One upsert statement: it runs with every chat request (``update_or_create`` took four).
+    One upsert statement, written out: it runs with every chat request (``update_or_create`` took four).
     """
-    RequestContext.objects.bulk_create(
-        [RequestContext(instance=instance, body=body, client_tools=client_tools)],
-        update_conflicts=True, unique_fields=["instance"], update_fields=["body", "client_tools", "updated_at"],
-    )
+    statements.upsert(RequestContext(instance=instance, body=body, client_tools=client_tools),
+                      "instance", ("body", "client_tools", "updated_at"))
 
 
 def request_context(instance: AgentInstance) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None]:

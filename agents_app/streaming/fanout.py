@@ -91,9 +91,10 @@ class Publisher:
             await task
 
 
-async def publish(instance_pk: int, frame: Frame, **options: Any) -> None:
-    """Send one frame right away (outside a streaming turn)."""
-    await publish_item(instance_pk, Item.frame(frame, **options))
+async def publish(instance_pk: int, *frames: Frame, **options: Any) -> None:
+    """Send frames right away (outside a streaming turn), in order, as one group event."""
+    items = [Item.frame(frame, **options).encode() for frame in frames]
+    await get_channel_layer().group_send(group_name(instance_pk), {"type": EVENT_TYPE, "items": items})
 
 
 async def publish_item(instance_pk: int, item: Item) -> None:

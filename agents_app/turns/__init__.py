@@ -54,13 +54,12 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
                          messagesPersisted=False, error=str(exc))
         raise
     if admitted.dropped:
-        await fanout.publish(instance.pk, frames.chat_messages(admitted.transcript), only=origin_channel)
-        await fanout.publish(instance.pk, frames.done(
+        await fanout.publish(instance.pk, frames.chat_messages(admitted.transcript), frames.done(
             request_id=request.request_id, outcome=Outcome.SKIPPED, message_ids=request_message_ids(request.messages),
         ), only=origin_channel)
         return
-    await fanout.publish(instance.pk, frames.chat_messages(request.messages), exclude=[origin_channel])
-    await fanout.publish(instance.pk, frames.chat_messages(admitted.transcript), exclude=[origin_channel])
+    await fanout.publish(instance.pk, frames.chat_messages(request.messages), frames.chat_messages(admitted.transcript),
+                         exclude=[origin_channel])
     start_drain(instance.pk)
 
 

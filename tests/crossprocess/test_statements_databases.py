@@ -28,7 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents_app import statements, transcript
-from agents_app.models import AgentInstance, ChatMessage, StreamRecord, StreamSegment, Turn
+from agents_app.models import AgentInstance, ChatMessage, RequestContext, StreamRecord, StreamSegment, Turn
 from agents_app.turns import engine, lock
 
 def fields(obj):
@@ -93,6 +93,17 @@ report["insert"] = {"same": fields(new) == fields(Turn.objects.get(pk=new.pk)), 
 segments = [StreamSegment(stream=record, first_index=i * 10, bodies=json.dumps([f"b{i}"])) for i in range(7)]
 statements.insert_many(segments, batch_size=3)
 report["insert_many"] = list(StreamSegment.objects.filter(stream=record).values_list("first_index", "bodies"))
+transcript.store_request_context(instance, {"model": "é", "n": [1, None]}, None)
+first_context = RequestContext.objects.get(instance=instance)
+transcript.store_request_context(instance, None, [{"name": "t", "parameters": {"type": "object"}}])
+second_context = RequestContext.objects.get(instance=instance)
+report["upsert"] = {
+    "first": [first_context.body, first_context.client_tools],
+    "second": [second_context.body, second_context.client_tools],
+    "rows": RequestContext.objects.filter(instance=instance).count(),
+    "updated_at_moves": second_context.updated_at >= first_context.updated_at,
+    "read_back": transcript.request_context(instance) == (None, [{"name": "t", "parameters": {"type": "object"}}]),
+}
 with transaction.atomic():
     statements.lock_row(AgentInstance, instance.pk, "overlap_sequence")
 report["lock_row"] = AgentInstance.objects.queue_state(instance.pk)
@@ -125,3 +136,8 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
     assert report["insert"] == {"same": True, "adding": False}
     assert report["insert_many"] == [[i * 10, f'["b{i}"]'] for i in range(7)]
     assert report["lock_row"] == [3, 5]
+    assert report["upsert"] == {
+        "first": [{"model": "é", "n": [1, None]}, None],
+        "second": [None, [{"name": "t", "parameters": {"type": "object"}}]],
+        "rows": 1, "updated_at_moves": True, "read_back": True,
+    }
