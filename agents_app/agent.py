@@ -18,7 +18,6 @@ from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, Deferred
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai.models import Model, ModelRequestParameters
-from pydantic_ai.ui.vercel_ai import VercelAIEventStream
 from pydantic_ai.usage import UsageLimits
 
 from . import conf, llm
@@ -31,6 +30,7 @@ from .chat_recovery import ChatRecovery, ChatRecoveryContext
 from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
 from .llm import direct, ui_messages
+from .llm.chunks import ChunkStream
 from .messages import UIMessage
 from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
 from .schedule_dsl import ScheduledTask
@@ -424,13 +424,11 @@ class ChatAgent:
         if (first is not None and not turn.continuation and direct.FirstStep.can_start(history)
                 and self.get_max_steps() >= 1 and conf.get("AGENT_DIRECT_FIRST_STEP")):
             step = direct.FirstStep(agent.model, history, first)
-        encoder: VercelAIEventStream[Any, Any] = VercelAIEventStream(None, sdk_version=6)
         # Entering the agent opens (and leaving closes) the provider's HTTP client.
         async with agent:
-            async for chunk in encoder.transform_stream(self._model_events(agent, history, deferred, step)):
-                data = chunk.model_dump(mode="json", by_alias=True, exclude_none=True)
-                if not _is_encoder_internal(data):
-                    yield self._annotate(data)
+            async for chunk in ChunkStream().chunks(self._model_events(agent, history, deferred, step)):
+                if not _is_encoder_internal(chunk):
+                    yield self._annotate(chunk)
 
     async def _model_events(self, agent: Agent[TurnState[Any], Any], history: list[ModelMessage],
                             deferred: DeferredToolResults | None, step: direct.FirstStep | None) -> AsyncIterator[Any]:

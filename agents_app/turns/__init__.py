@@ -7,6 +7,7 @@ process claims it.
 """
 
 import asyncio
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +23,7 @@ from ..protocol import frames
 from ..protocol.parse import ChatRequest, ProtocolError
 from ..protocol.types import Outcome
 from ..streaming import buffer, fanout
-from . import admission, control, liveness, recovery
+from . import admission, control, engine, liveness, recovery
 from .control import cancel, cancel_all
 from .engine import drain, start_drain
 from .interactions import apply_tool_approval, apply_tool_result, enqueue_continuation
@@ -34,6 +35,8 @@ __all__ = [
     "recover_interrupted", "recover_stream", "recover_turn", "replace_messages", "reset_turn_state", "run_recovery",
     "save_messages", "start_drain", "submit_chat", "sweep_on_startup", "wait_until_stable",
 ]
+
+logger = logging.getLogger("agents_app.turns")
 
 
 async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any = None) -> None:
@@ -47,8 +50,10 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     Raises:
         ProtocolError: the request id already names a turn of this conversation (nothing stored).
     """
+    channel = await control.channel_name()
     try:
-        admitted = await database_sync_to_async(admit)(instance, request, origin_channel, user)
+        admitted, first = await database_sync_to_async(_admit_and_claim)(instance, request, origin_channel, user,
+                                                                         channel)
     except ProtocolError as exc:
         events.emit_chat(instance, events.REQUEST_FAILED, requestId=request.request_id, stage="persist",
                          messagesPersisted=False, error=str(exc))
@@ -60,7 +65,22 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
         return
     await fanout.publish(instance.pk, frames.chat_messages(request.messages), frames.chat_messages(admitted.transcript),
                          exclude=[origin_channel])
-    start_drain(instance.pk)
+    start_drain(instance.pk, first=first)
+
+
+def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any, channel: str
+                     ) -> tuple[admission.Admission, engine.QueueLook | None]:
+    """``admit``, then the drain's first look at the queue, in the same thread hop: the turn just
+    queued is usually the next, and starts there (``engine.claim_next_or_latest``). A look that
+    fails is the drain's to make again; the request stays admitted."""
+    admitted = admit(instance, request, origin_channel, user)
+    if admitted.dropped:
+        return admitted, None
+    try:
+        return admitted, engine.claim_next_or_latest(instance.pk, channel)
+    except Exception:
+        logger.exception("The queue of %s could not be looked at after an admission", instance)
+        return admitted, None
 
 
 def admit(instance: AgentInstance, request: ChatRequest, origin_channel: str = "", user: Any = None
