@@ -126,7 +126,7 @@ def check_channel_layer(app_configs: Any, **kwargs: Any) -> list[Warning]:
 def check_sqlite_concurrency(app_configs: Any, **kwargs: Any) -> list[Warning]:
     """W002: SQLite shared by Daphne and Celery needs WAL mode and IMMEDIATE transactions."""
     db = settings.DATABASES["default"]
-    if db["ENGINE"] != "django.db.backends.sqlite3":
+    if db["ENGINE"] not in ("django.db.backends.sqlite3", "thinkproject.sqlite"):
         return []
     options = db.get("OPTIONS", {})
     if options.get("transaction_mode") != "IMMEDIATE" or "journal_mode=WAL" not in options.get("init_command", ""):

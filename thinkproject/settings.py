@@ -98,6 +98,9 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's SQLite backend whose write transactions take turns across processes at once
+    # instead of in SQLite's busy handler's sleeps (thinkproject/sqlite/base.py).
+    DATABASES["default"]["ENGINE"] = "thinkproject.sqlite"
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         # Seconds a writer waits for the lock before failing.

@@ -1,0 +1,92 @@
+"""``thinkproject.sqlite``: a write transaction holds a file lock beside the database from its
+BEGIN to its COMMIT or ROLLBACK, so writers of several processes (here: two connections) take
+turns as soon as the lock is free, and an in-memory database takes none."""
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db.utils import ConnectionHandler
+
+
+@pytest.fixture(autouse=True)
+def own_databases(django_db_blocker: Any) -> Iterator[None]:
+    """These tests open their own database files, not the test database."""
+    with django_db_blocker.unblock():
+        yield
+
+
+def _connection(name: str):  # type: ignore[no-untyped-def]
+    handler = ConnectionHandler({"default": {
+        "ENGINE": "thinkproject.sqlite", "NAME": name,
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"},
+    }})
+    return handler["default"]
+
+
+def _begin(connection) -> None:  # type: ignore[no-untyped-def]
+    connection.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
+
+
+def _end(connection, *, commit: bool) -> None:  # type: ignore[no-untyped-def]
+    connection.commit() if commit else connection.rollback()
+    connection.set_autocommit(True)
+
+
+def test_a_second_writer_waits_for_the_first_to_commit_or_roll_back(tmp_path: Path) -> None:
+    path = str(tmp_path / "db.sqlite3")
+    first = _connection(path)
+    with first.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (v INTEGER)")
+    order: list[str] = []
+    began = threading.Event()
+
+    def other() -> None:  # a connection belongs to the thread that made it
+        second = _connection(path)
+        _begin(second)
+        order.append("second began")
+        began.set()
+        with second.cursor() as cursor:
+            cursor.execute("INSERT INTO t VALUES (2)")
+        _end(second, commit=True)
+        second.close()
+
+    for commit in (True, False):
+        began.clear()
+        _begin(first)
+        with first.cursor() as cursor:
+            cursor.execute("INSERT INTO t VALUES (1)")
+        thread = threading.Thread(target=other)
+        thread.start()
+        # The other writer is blocked on the lock: it cannot begin while this transaction is open.
+        assert not began.wait(0.3)
+        order.append("first ended")
+        _end(first, commit=commit)
+        thread.join(timeout=30)
+        assert began.is_set()
+    assert order == ["first ended", "second began"] * 2
+    with first.cursor() as cursor:
+        cursor.execute("SELECT v FROM t ORDER BY rowid")
+        assert [row[0] for row in cursor.fetchall()] == [1, 2, 2]
+    assert (tmp_path / "db.sqlite3-writelock").exists()
+    first.close()
+
+
+def test_a_closed_connection_frees_the_lock(tmp_path: Path) -> None:
+    path = str(tmp_path / "db.sqlite3")
+    first, second = _connection(path), _connection(path)
+    _begin(first)
+    first.close()
+    _begin(second)
+    _end(second, commit=True)
+    second.close()
+
+
+def test_an_in_memory_database_takes_no_lock(tmp_path: Path) -> None:
+    connection = _connection(":memory:")
+    _begin(connection)
+    _end(connection, commit=True)
+    assert connection._write_lock is None
+    connection.close()
