@@ -22,6 +22,11 @@ P4  50 rooms x 2 turns x 200 chunks 10 ms apart: first-chunk p95 ms, server CPU 
 P5  reconnect after 2,000 of 2,600 chunks (5 ms apart): ACK → replayComplete ms
 P8  200 rooms, one 200-chunk turn each: server RSS MB
 
+Before the rows, each side serves a warm-up (``--warmup-turns``, default 3: as many rooms as we
+have processes, that many turns of 20 chunks each, not counted): a fresh Python process pays for
+its first turn's imports and pydantic-ai's first schemas, which P1's 30 turns would otherwise
+average in (the peer gets the same warm-up).
+
 Rooms go round-robin over our servers' ports (room i → process i mod P), as in rooms.py; P5
 uses the first Server for both sockets. Errors (a turn short of its chunks, an error frame, a
 missing ``done``, a replay gap or doubled chunk) are counted per row and side.
@@ -202,6 +207,15 @@ def render(results: list[dict[str, Any]]) -> str:
     return table(HEADERS, lines, left=2)
 
 
+async def warm_up(sides: list[Side], o: Options, rooms_count: int, turns: int) -> None:
+    """Uncounted turns on every side and process before the rows (module docstring)."""
+    if turns <= 0:
+        return
+    for side in sides:
+        row = await rooms_row(side, o, k=rooms_count, turns=turns, chunks=20)
+        print(f"warm-up: {side.rooms.label}: {row['turns']} turns, {row['errors']} errors", flush=True)
+
+
 async def run(sides: list[Side], row_ids: list[str], o: Options, pause: float) -> list[dict[str, Any]]:
     results = []
     for n, row in enumerate(r for r in ROWS if r.id in row_ids):
@@ -244,6 +258,7 @@ async def main_async(args: argparse.Namespace, row_ids: list[str]) -> dict[str, 
                                  lambda plan: replay.Target.peer(peer_url, args.peer_agent, lambda: pids, plan),
                                  workerd_pids(pids)))
             print(f"peer: {peer_url}, pids {pids}", flush=True)
+        await warm_up(sides, o, args.processes, args.warmup_turns)
         results = await run(sides, row_ids, o, args.pause)
     text = render(results)
     print()
@@ -266,6 +281,8 @@ def main() -> None:
                         help=f"the peer's sources, whose setup.sh builds it in --peer-dir (default {PEER_SOURCE})")
     parser.add_argument("--no-peer", action="store_true", help="ours only; the peer columns stay blank")
     parser.add_argument("--replay-runs", type=int, default=5, help="P5 measured runs per side (default 5, +1 warm-up)")
+    parser.add_argument("--warmup-turns", type=int, default=3,
+                        help="uncounted turns per warm-up room before the rows (default 3; 0: none)")
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between sides (default 1)")
     parser.add_argument("--turn-timeout", type=float, default=60,
                         help="seconds to wait for a turn's done frame before giving up on the room (default 60)")
