@@ -227,7 +227,6 @@ def _exchange(exchange: list[ui.UIMessage]) -> list[ModelMessage]:
     return [copy.copy(message) for message in entry[1]]
 
 
-
 async def model_history(messages: list[UIMessageData], *, repair_last_response: bool) -> list[ModelMessage]:
     """The transcript as pydantic-ai model messages (validated, converted, unanswered calls repaired).
 

@@ -57,7 +57,7 @@ QueueLook = tuple[lock.Claim | None, dict[str, Any] | None, "_Started | None"]
 
 def start_drain(instance_pk: int, delay: float = 0.0, first: "QueueLook | None" = None) -> asyncio.Task[None]:
     """Run the instance's queued turns in the background of this process (after ``delay`` s;
-    ``first``: the first look at the queue, made already by ``admit_and_claim``)."""
+    ``first``: the first look at the queue, made already with the admission: ``turns._admit_and_claim``)."""
 
     async def later() -> None:
         if delay:
