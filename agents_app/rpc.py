@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 
 from . import approvals, registry
 from .actions.envelopes import to_json_safe
@@ -69,7 +69,7 @@ async def call(instance: AgentInstance, user: Any, method: str, args: list[Any])
             not approve), or what the method raised (its message).
     """
     if method in BUILT_IN:
-        if not await sync_to_async(approvals.can_approve)(user):
+        if not await database_sync_to_async(approvals.can_approve)(user):
             raise RpcError(f"Method {method} is not callable")
         target: Callable[..., Any] = _built_ins(instance, user)[method]
     else:

@@ -82,7 +82,7 @@ def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_chann
             return admitted, None
         try:
             with transaction.atomic():
-                return admitted, engine.claim_next_or_latest(instance.pk, channel)
+                return admitted, engine.claim_next_or_latest(instance.pk, channel, admitted.transcript)
         except Exception:
             logger.exception("The queue of %s could not be looked at after an admission", instance)
             return admitted, None
@@ -136,10 +136,13 @@ def _bump_generation(instance: AgentInstance, delete_history: bool) -> list[Turn
 
 async def has_pending_interaction(instance: AgentInstance) -> bool:
     """An assistant message has a part waiting on the user (an approval or a tool result)."""
-    messages = await database_sync_to_async(transcript.load)(instance)
+    return await database_sync_to_async(_has_pending_interaction)(instance)
+
+
+def _has_pending_interaction(instance: AgentInstance) -> bool:
     return any(
         awaits_interaction(part)
-        for message in messages if message.get("role") == "assistant"
+        for message in transcript.load(instance) if message.get("role") == "assistant"
         for part in message.get("parts", [])
     )
 
@@ -153,12 +156,18 @@ async def wait_until_stable(instance: AgentInstance, timeout: float) -> bool:  #
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        busy = await Turn.objects.of(instance).active().aexists()
-        if not busy and not await has_pending_interaction(instance):
+        if await database_sync_to_async(_stable)(instance):
             return True
         if loop.time() >= deadline:
             return False
         await asyncio.sleep(STABLE_POLL_SECONDS)
+
+
+def _stable(instance: AgentInstance) -> bool:
+    """Nothing waits on the user, then no turn is queued or running, read in this order in one hop:
+    an answer and the continuation it queues are stored together, so a look between the two reads
+    sees the continuation (and a turn stores what it asks the user before it ends)."""
+    return not _has_pending_interaction(instance) and not Turn.objects.of(instance).active().exists()
 
 
 async def replace_messages(instance: AgentInstance, messages: list[UIMessage], origin_channel: str) -> None:

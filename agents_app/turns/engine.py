@@ -106,13 +106,18 @@ async def drain(instance_pk: int, first: "QueueLook | None" = None) -> None:
         await fanout.publish_item(instance_pk, Item(event=Event.TURNS_IDLE, turn=latest["pk"]))
 
 
-def claim_next_or_latest(instance_pk: int, channel: str) -> QueueLook:
+def claim_next_or_latest(instance_pk: int, channel: str, transcript_now: list[UIMessage] | None = None) -> QueueLook:
     """The next claim, and the start of its turn when nothing comes between them (``_starts_at_once``);
-    with no claim, the newest turn instead (the queue's last look). One thread hop for either."""
+    with no claim, the newest turn instead (the queue's last look). One thread hop for either.
+
+    ``transcript_now``: the transcript as the caller's transaction has just stored it (the
+    admission's, which holds the instance's row: every transcript write takes it first), so the
+    start need not read it again.
+    """
     claim = lock.claim_next(instance_pk, channel)
     if claim is None:
         return None, _latest_turn(instance_pk), None
-    return claim, None, _start(claim.turn, None) if _starts_at_once(claim) else None
+    return claim, None, _start(claim.turn, None, transcript_now) if _starts_at_once(claim) else None
 
 
 def _starts_at_once(claim: lock.Claim) -> bool:
@@ -592,11 +597,13 @@ class _Started:
     stream_pk: int
 
 
-def _start(turn: Turn, attempt: recovery.Attempt | None) -> _Started | None:
-    """The turn's instance and transcript, its cancel flag, its reply's builder and stream buffer;
-    None for a continuation with nothing to continue yet (it is skipped, silently)."""
+def _start(turn: Turn, attempt: recovery.Attempt | None,
+           transcript_now: list[UIMessage] | None = None) -> _Started | None:
+    """The turn's instance and transcript (``transcript_now`` if the caller has it), its cancel flag,
+    its reply's builder and stream buffer; None for a continuation with nothing to continue yet
+    (it is skipped, silently)."""
     instance, cancel_requested = _instance_and_cancel_flag(turn.pk)
-    messages = transcript.load(instance)
+    messages = transcript_now if transcript_now is not None else transcript.load(instance)
     if attempt is not None and attempt.history_end is not None:
         # Messages after the one a recovery attempt answers belong to turns queued behind it.
         ids = [m.get("id") for m in messages]

@@ -79,7 +79,8 @@ async def _apply(instance: AgentInstance, tool_call_id: str, update: Any, what: 
     deadline = loop.time() + FIND_TIMEOUT_SECONDS
     while True:
         try:
-            message = await database_sync_to_async(_apply_stored)(instance, tool_call_id, update, what)
+            message, continuation = await database_sync_to_async(_apply_stored)(
+                instance, tool_call_id, update, what, origin_channel if auto_continue else None)
             break
         except LookupError:
             # The reply is stored when its turn ends; an answer may arrive just before that.
@@ -90,12 +91,23 @@ async def _apply(instance: AgentInstance, tool_call_id: str, update: Any, what: 
         except _Unchanged:
             return
     await fanout.publish(instance.pk, frames.message_updated(message))
-    if auto_continue:
-        await schedule_continuation(instance, origin_channel)
+    if continuation is not None:
+        start_drain(instance.pk, delay=COALESCE_SECONDS)
 
 
-def _apply_stored(instance: AgentInstance, tool_call_id: str, update: Any, what: str) -> dict[str, Any]:
-    """Update the stored part (``transcript.update_tool_part``); LookupError if there is none."""
+def _apply_stored(instance: AgentInstance, tool_call_id: str, update: Any, what: str, continue_for: str | None
+                  ) -> tuple[dict[str, Any], Turn | None]:
+    """Update the stored part (``transcript.update_tool_part``), and with ``continue_for`` (the
+    answering channel) queue the continuation in the same transaction, so that nobody sees the
+    call answered and no turn coming (``wait_until_stable``, a client's resume probe, which is
+    told to keep waiting until the continuation streams). Answers arriving together share one
+    continuation (``enqueue_continuation``). LookupError if there is no such part."""
+    with transaction.atomic():
+        message = _update_part(instance, tool_call_id, update, what)
+        return message, enqueue_continuation(instance, continue_for) if continue_for is not None else None
+
+
+def _update_part(instance: AgentInstance, tool_call_id: str, update: Any, what: str) -> dict[str, Any]:
     agent = registry.agent_for(instance)
     client_tools = _client_tool_names(instance, agent)
 
@@ -128,16 +140,6 @@ def _store_client_tools(instance: AgentInstance, client_tools: list[dict[str, An
 
 async def _turn_active(instance: AgentInstance) -> bool:
     return await Turn.objects.of(instance).active().aexists()
-
-
-async def schedule_continuation(instance: AgentInstance, origin_channel: str) -> None:
-    """Queue one continuation turn (answers arriving together share it) and run it shortly.
-
-    The turn row exists at once, so the client's resume probe is told to keep waiting
-    (``cf_agent_stream_pending``) until the continuation streams.
-    """
-    if await database_sync_to_async(enqueue_continuation)(instance, origin_channel) is not None:
-        start_drain(instance.pk, delay=COALESCE_SECONDS)
 
 
 def enqueue_continuation(instance: AgentInstance, origin_channel: str = "") -> Turn | None:

@@ -48,7 +48,8 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
     """
     # Looked at first without a transaction: on SQLite every transaction takes the database's
     # write lock, which the drain's last look at an empty queue, after each turn, need not wait for.
-    if _queued_head(instance_id) is None:
+    # Inside the caller's transaction (an admission's) the lock is held already: one look is enough.
+    if not statements.connection_for(Turn).in_atomic_block and _queued_head(instance_id) is None:
         return None
     while True:
         with transaction.atomic():

@@ -458,7 +458,9 @@ def test_cut_off_stream_superseded_by_another(page: Page, live: Live, room: str)
     expect(page.locator("#status")).to_have_text("connected")
     expect(page.locator("#send")).to_be_enabled()
     expect(page.locator(".msg.assistant").last).to_have_text(re.compile("other reply"))
-    assert assistant_texts(page) == ["part of the final reply", "other reply"]
+    # The resumed reply shows before the transcript fetched again replaces r1's partial one.
+    wait_until(page, lambda: assistant_texts(page) == ["part of the final reply", "other reply"],
+               what="r1's final reply from the transcript fetched again")
     assert user_texts(page) == ["first", "other"]
 
 

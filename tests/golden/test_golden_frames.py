@@ -32,9 +32,12 @@ async def test_normal_turn_sender_and_observer(ws):
     the stream and the final transcript before done."""
     a = await ws("/agents/demo-agent/golden")
     b = await ws("/agents/demo-agent/golden")
+    # B's connect is over (identity, MCP servers) before A asks: a connection still connecting
+    # when the turn starts is rightly told to resume its stream, which is another golden (R1).
+    connected_b = [await b.receive_json_from(timeout=10), await b.receive_json_from(timeout=10)]
     await a.send_json_to(chat_request("r1", [user_message("u1", "hi")]))
     got_a = await receive_until(a, is_done("r1"))
-    got_b = await receive_until(b, is_done("r1"))
+    got_b = connected_b + await receive_until(b, is_done("r1"))
     ids: dict[str, str] = {}
     assert_golden("normal_turn", {"A": normalize(got_a, ids), "B": normalize(got_b, ids)})
 
