@@ -169,16 +169,20 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
             self.deliver_locally(topic.decode()[len(self.topic("")):], self.deserialize(payload))
 
     async def flush(self) -> None:
-        if self._pump is not None:
-            self._pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
-            self._pump = None
-        await super().flush()
-        self.local_groups.clear()
-        if self._subscriber is not None:
-            await self._subscriber.close()
-            self._subscriber = None
+        # The groups and the subscription go even when Redis fails the flush: a subscription left
+        # behind would keep receiving the groups' publications.
+        try:
+            if self._pump is not None:
+                self._pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._pump
+                self._pump = None
+            await super().flush()
+        finally:
+            self.local_groups.clear()
+            if self._subscriber is not None:
+                await self._subscriber.close()
+                self._subscriber = None
 
     def topic(self, group: str) -> str:
         """The pub/sub channel of ``group``."""
