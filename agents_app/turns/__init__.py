@@ -77,7 +77,7 @@ def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_chann
     request stays admitted."""
     admission.check_readable(request.messages, request.request_id)  # before taking the write lock
     with transaction.atomic():
-        admitted = admit(instance, request, origin_channel, user)
+        admitted = _accept(instance, request, origin_channel, user)
         if admitted.dropped:
             return admitted, None
         try:
@@ -97,6 +97,12 @@ def admit(instance: AgentInstance, request: ChatRequest, origin_channel: str = "
     event loop that outlives it to run the turn on: its caller hands the queue to a worker
     (``dispatch.DRAIN_INSTANCE``). Raises ``ProtocolError`` as ``submit_chat``.
     """
+    admission.check_readable(request.messages, request.request_id)
+    return _accept(instance, request, origin_channel, user)
+
+
+def _accept(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any) -> admission.Admission:
+    """``admission.accept_chat`` under the agent's concurrency and storage policy (messages checked)."""
     agent = registry.agent_for(instance)
     return admission.accept_chat(instance, request, origin_channel, user, agent.message_concurrency,
                                  transcript.Policy.of(agent))

@@ -43,12 +43,12 @@ class Admission:
 
 def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any,
                 setting: concurrency.MessageConcurrency, policy: transcript.Policy) -> Admission:
-    """Decide and store one ``cf_agent_use_chat_request`` (module docstring).
+    """Decide and store one ``cf_agent_use_chat_request`` (module docstring), whose messages the
+    caller has found readable (``check_readable``, before any write lock is taken).
 
     Raises:
         ProtocolError: the request id already names a turn of this conversation (nothing stored).
     """
-    check_readable(request.messages, request.request_id)
     _check_user_turns(user, request.request_id)
     try:
         with transaction.atomic():
