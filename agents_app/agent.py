@@ -9,6 +9,7 @@ returns a handle on the instance (``agents_app.handles.AgentHandle``: ``save_mes
 """
 
 import contextlib
+import functools
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -34,7 +35,7 @@ from .llm.chunks import ChunkStream
 from .messages import UIMessage
 from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
 from .schedule_dsl import ScheduledTask
-from .tools import ApprovalGate, ToolPolicy, client_tools_from_schemas, compile_tools
+from .tools import ApprovalGate, ToolPolicy, Toolset, client_tools_from_schemas, compile_tools
 
 if TYPE_CHECKING:
     from .models import AgentInstance
@@ -63,6 +64,23 @@ class SaveMessagesResult:
     request_id: str
     status: str
     error: str | None = None
+
+
+@dataclass(kw_only=True)
+class _RunPlan:
+    """A turn's model, tools and instructions, before (and whether or not) a pydantic-ai agent is made of them."""
+
+    model: Model
+    toolset: Toolset
+    instructions: str
+    # Actions' input models by tool name: hooks see and return their JSON (``ToolPolicy.models``).
+    action_models: dict[str, Any]
+
+    def first_request(self) -> ModelRequestParameters | None:
+        """The parameters of the first request, when ``llm.direct`` can make it (``direct.parameters``)."""
+        external = self.toolset.external
+        defs = [replace(d, kind="external") for d in external.tool_defs] if external else []
+        return direct.parameters(self.toolset.server, defs, self.instructions)
 
 
 # Builds the handle of an instance (``aget``, ``ChatAgent.handle``). Handles drive turns and
@@ -352,10 +370,10 @@ class ChatAgent:
 
         Tools get the turn's ``TurnState`` as ``ctx.deps`` (``ctx.deps.agent`` is this object).
         """
-        return self._build()[0]
+        return self._agent(self._plan())
 
-    def _build(self) -> tuple[Agent[TurnState[Any], Any], ModelRequestParameters | None]:
-        """The agent, and the parameters of its first request when ``llm.direct`` can make it."""
+    def _plan(self) -> "_RunPlan":
+        """What this turn's model run is made of: the agent is built from it only if the run needs one."""
         turn = self.turn
         actions = self.compiled_actions()
         toolset = compile_tools(
@@ -364,29 +382,30 @@ class ChatAgent:
             action_gates={name: _approval_gate(a) for name, a in actions.items() if a.approval_configured},
         )
         turn.tool_names = sorted([*(t.name for t in toolset.server), *toolset.client_names])
-        instructions = self.get_system_prompt()
-        agent = Agent(
-            self.get_model(),
+        return _RunPlan(model=self.get_model(), toolset=toolset, instructions=self.get_system_prompt(),
+                        action_models={name: a.input_schema for name, a in actions.items()})
+
+    def _agent(self, plan: "_RunPlan") -> Agent[TurnState[Any], Any]:
+        toolset = plan.toolset
+        return Agent(
+            plan.model,
             deps_type=TurnState,
-            instructions=instructions,
+            instructions=plan.instructions,
             tools=toolset.server,
             toolsets=[toolset.external] if toolset.external else [],
             output_type=[str, DeferredToolRequests],
             capabilities=[ToolPolicy(
-                agent=self, approval_gates=toolset.approval_gates, emit=turn.write,
-                models={name: a.input_schema for name, a in actions.items()},
+                agent=self, approval_gates=toolset.approval_gates, emit=self.turn.write, models=plan.action_models,
             )],
         )
-        external = [replace(d, kind="external") for d in toolset.external.tool_defs] if toolset.external else []
-        return agent, direct.parameters(toolset.server, external, instructions)
 
-    async def _authorize_turn(self, agent: Agent[Any, Any]) -> None:
+    async def _authorize_turn(self, model: Model | str | None) -> None:
         """Ask ``authorize_turn`` once for this model run (spec §5.11)."""
         turn = self.turn
         turn.authorization = ALLOW_ALL
         decision = await call_maybe_async(self.authorize_turn, TurnContext(
             agent=self, system=self.get_system_prompt(), messages=turn.messages,
-            tools=turn.tool_names, model=str(getattr(agent.model, "model_name", agent.model)),
+            tools=turn.tool_names, model=str(getattr(model, "model_name", model)),
             continuation=turn.continuation, body=turn.body, user=turn.user,
         ))
         turn.authorization = AuthorizationDecision.of(decision)
@@ -409,10 +428,14 @@ class ChatAgent:
         """
         turn = self.turn
         if type(self).build_pydantic_agent is ChatAgent.build_pydantic_agent:
-            agent, first = self._build()
+            plan = self._plan()
+            model: Model | str | None = plan.model
+            first = plan.first_request()
+            agent: Callable[[], Agent[TurnState[Any], Any]] = functools.partial(self._agent, plan)
         else:  # an agent of the subclass's making: only a run of it knows what it sends
-            agent, first = self.build_pydantic_agent(), None
-        await self._authorize_turn(agent)
+            built = self.build_pydantic_agent()
+            model, first, agent = built.model, None, lambda: built
+        await self._authorize_turn(model)
         history = await ui_messages.model_history(turn.messages, repair_last_response=not turn.continuation)
         deferred = _approved_calls(turn.messages) if turn.continuation else None
         if history and isinstance(history[-1], ModelResponse) and deferred is None:
@@ -421,36 +444,40 @@ class ChatAgent:
             history = [*history, ModelRequest(parts=[])]
         step = None
         # Only a new reply's first request: a continuation resumes one, in the agent run it left.
-        if (first is not None and not turn.continuation and direct.FirstStep.can_start(history)
-                and self.get_max_steps() >= 1 and conf.get("AGENT_DIRECT_FIRST_STEP")):
-            step = direct.FirstStep(agent.model, history, first)
-        # Entering the agent opens (and leaving closes) the provider's HTTP client.
-        async with agent:
-            async for chunk in ChunkStream().chunks(self._model_events(agent, history, deferred, step)):
-                if not _is_encoder_internal(chunk):
-                    yield self._annotate(chunk)
+        if (first is not None and isinstance(model, Model) and not turn.continuation
+                and direct.FirstStep.can_start(history) and self.get_max_steps() >= 1
+                and conf.get("AGENT_DIRECT_FIRST_STEP")):
+            step = direct.FirstStep(model, history, first)
+        async for chunk in ChunkStream().chunks(self._model_events(agent, history, deferred, step)):
+            if not _is_encoder_internal(chunk):
+                yield self._annotate(chunk)
 
-    async def _model_events(self, agent: Agent[TurnState[Any], Any], history: list[ModelMessage],
+    async def _model_events(self, agent: Callable[[], Agent[TurnState[Any], Any]], history: list[ModelMessage],
                             deferred: DeferredToolResults | None, step: direct.FirstStep | None) -> AsyncIterator[Any]:
         """The turn's model events: the direct first request if there is one (``llm.direct``), then,
         unless it answered with text alone, an agent run going on from where it ended.
 
-        A reply of text alone ends without the run-result event an agent run adds at the end: its
-        chunk (pydantic-ai's timestamp in ``message-metadata``) is one the wire does not carry
-        (``_is_encoder_internal``), and the finish reason is the engine's (``rewrite_finish``).
+        The pydantic-ai agent (``agent()`` builds it) is made only for that run: a reply of text
+        alone never needs one. A reply of text alone ends without the run-result event an agent
+        run adds at the end: its chunk (pydantic-ai's timestamp in ``message-metadata``) is one
+        the wire does not carry (``_is_encoder_internal``), and the finish reason is the
+        engine's (``rewrite_finish``).
         """
         turn = self.turn
         usage = None
         if step is not None:
-            async for event in step.events():
-                yield event
+            # The model's context opens (and closes) the provider's HTTP client, as the agent's does.
+            async with step.model:
+                async for event in step.events():
+                    yield event
             if not step.calls_tools:
                 return
             history, usage = step.history, step.usage
         token = CancellationToken()
         turn.abort_signal.add_callback(token.cancel)
         limits = UsageLimits(request_limit=self.get_max_steps())
-        async with agent.run_stream_events(
+        run = agent()
+        async with run, run.run_stream_events(
             message_history=history, cancellation_token=token, usage_limits=limits, deps=turn,
             deferred_tool_results=deferred, usage=usage,
         ) as events:
