@@ -23,14 +23,15 @@ class ChunkStream(VercelAIEventStream[Any, Any]):
     def __init__(self) -> None:
         super().__init__(None, sdk_version=6)
 
-    async def handle_part_delta(self, event: PartDeltaEvent) -> AsyncIterator[Any]:
-        delta = event.delta
+    async def handle_event(self, event: Any) -> AsyncIterator[Any]:
+        # Here rather than in ``handle_part_delta``: one async generator fewer per text delta.
+        delta = event.delta if isinstance(event, PartDeltaEvent) else None
         if (isinstance(delta, TextPartDelta) and delta.content_delta
                 and delta.provider_name is None and delta.provider_details is None):
             # ``TextDeltaChunk(id=..., delta=...).model_dump(by_alias=True, exclude_none=True)``
             yield {"type": "text-delta", "delta": delta.content_delta, "id": self.message_id}
             return
-        async for chunk in super().handle_part_delta(event):
+        async for chunk in super().handle_event(event):
             yield chunk
 
     async def chunks(self, events: AsyncIterator[Any]) -> AsyncIterator[Chunk]:

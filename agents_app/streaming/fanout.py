@@ -47,10 +47,13 @@ class Publisher:
 
     async def send(self, frame: Frame, **options: Any) -> None:
         """Queue a frame (``Item.frame`` options); it leaves with the next batch."""
-        await self.send_item(Item.frame(frame, **options))
+        await self._queue(Item.frame_entry(frame, **options))
 
     async def send_item(self, item: Item) -> None:
-        self._pending.append(item.encode())
+        await self._queue(item.encode())
+
+    async def _queue(self, entry: dict[str, Any]) -> None:
+        self._pending.append(entry)
         if len(self._pending) >= MAX_BATCH:
             await self.flush()
         elif self._flush_task is None:
@@ -93,7 +96,7 @@ class Publisher:
 
 async def publish(instance_pk: int, *frames: Frame, **options: Any) -> None:
     """Send frames right away (outside a streaming turn), in order, as one group event."""
-    items = [Item.frame(frame, **options).encode() for frame in frames]
+    items = [Item.frame_entry(frame, **options) for frame in frames]
     await get_channel_layer().group_send(group_name(instance_pk), {"type": EVENT_TYPE, "items": items})
 
 

@@ -23,7 +23,7 @@ class Event(StrEnum):
     TURNS_IDLE = "turns-idle"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Item:
     """One entry of a fan-out batch: an encoded frame for the sockets, or a handshake event.
 
@@ -32,6 +32,9 @@ class Item:
     (a connection waiting for its resume ACK skips its chunks; its final transcript and terminal
     frame end that wait), ``seq`` a live chunk's index and ``last_seq`` the last chunk index of
     the stream a terminal frame ends (-1: it had none).
+
+    Read-only by convention, not ``frozen``: every connection makes one per streamed chunk, and a
+    frozen dataclass's ``__init__`` costs three times as much (1.8 against 0.6 µs).
     """
 
     text: str | None = None
@@ -48,9 +51,27 @@ class Item:
     def frame(cls, frame: Frame, *, exclude: Iterable[str] = (), only: str | None = None,
               request_id: str | None = None, last_seq: int | None = None) -> "Item":
         """The item of an outbound frame; a live (not replayed) chunk keeps its ``seq``."""
-        seq = frame["seq"] if "seq" in frame and not frame.get("replay") else None
-        return cls(text=encode(frame), request_id=request_id, seq=seq, last_seq=last_seq, only=only or None,
-                   exclude=tuple(c for c in exclude if c))
+        return cls.decode(cls.frame_entry(frame, exclude=exclude, only=only, request_id=request_id,
+                                          last_seq=last_seq))
+
+    @staticmethod
+    def frame_entry(frame: Frame, *, exclude: Iterable[str] = (), only: str | None = None,
+                    request_id: str | None = None, last_seq: int | None = None) -> dict[str, Any]:
+        """``Item.frame(...).encode()`` without making the item: what a publisher queues for each
+        streamed chunk (one object fewer per chunk)."""
+        data: dict[str, Any] = {"text": encode(frame)}
+        if request_id is not None:
+            data["rid"] = request_id
+        if "seq" in frame and not frame.get("replay"):
+            data["seq"] = frame["seq"]
+        if last_seq is not None:
+            data["last"] = last_seq
+        if only:
+            data["only"] = only
+        excluded = [channel for channel in exclude if channel]
+        if excluded:
+            data["exclude"] = excluded
+        return data
 
     def addressed_to(self, channel: str) -> bool:
         return (self.only is None or self.only == channel) and channel not in self.exclude

@@ -5,6 +5,7 @@ these tests drive them with plain values: no database, no channel layer, no sock
 """
 
 import json
+from typing import Any
 
 import pytest
 
@@ -263,6 +264,25 @@ def test_items_survive_encode_and_decode(item: Item) -> None:
     encoded = item.encode()
     assert json.loads(json.dumps(encoded)) == encoded  # plain data for the channel layer
     assert Item.decode(encoded) == item
+
+
+@pytest.mark.parametrize("options", [
+    {"request_id": "r1"},
+    {"request_id": "r1", "last_seq": -1},
+    {"exclude": ["a", "", "b"], "only": "c"},
+    {},
+], ids=["live", "terminal", "addressed", "plain"])
+@pytest.mark.parametrize("frame", [
+    frames.chunk(request_id="r1", body="{}", seq=4),
+    frames.chunk(request_id="r1", body="{}", seq=4, replay=True),
+    frames.chat_messages([]),
+], ids=["chunk", "replayed-chunk", "transcript"])
+def test_a_publisher_queues_what_the_item_encodes_to(frame: frames.Frame, options: dict[str, Any]) -> None:
+    """``frame_entry`` (a publisher's per-chunk shortcut) is the item's own encoding, nothing else."""
+    entry = Item.frame_entry(frame, **options)
+    assert entry == Item.decode(entry).encode()
+    assert Item.decode(entry) == Item.frame(frame, **options)
+    assert Item.decode(entry).seq == (None if frame.get("replay") or "seq" not in frame else frame["seq"])
 
 
 def test_an_item_is_encoded_with_only_what_it_says() -> None:
