@@ -32,6 +32,7 @@ get_snapshot()
 # connection of the process (measured: a full pass during a 2,000-message request stopped the
 # event loop for ~100 ms; tests/integration/test_fairness.py).
 gc.freeze()
+gc.set_threshold(*settings.GC_THRESHOLDS)
 
 application = ProtocolTypeRouter(
     {

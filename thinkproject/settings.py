@@ -124,6 +124,13 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # Serve /static/ from the ASGI app (default on): right for the embedded setup; a production
 # deployment runs collectstatic, serves STATIC_ROOT from its proxy and sets SERVE_STATIC=0.
 SERVE_STATIC = os.environ.get("SERVE_STATIC", "1") == "1"
+# The garbage collector's thresholds in server processes (thinkproject/asgi.py): a pass over the
+# young objects every GC_THRESHOLDS[0] allocations (Python's default is 700). What a turn holds
+# while it streams (its transcript, history, encoder) lives for the turn: with a pass every 700
+# allocations it was walked again and again, promoted, and walked again in the older generations:
+# 4 % of a server's CPU in the 50-room benchmark, against 1 % at 20,000, whose passes take about
+# 4 ms each (bench/README.md, "Fifth round").
+GC_THRESHOLDS = tuple(int(value) for value in os.environ.get("GC_THRESHOLDS", "20000,20,20").split(","))
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "agents_app:instance-list"
