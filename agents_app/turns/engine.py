@@ -94,8 +94,12 @@ async def drain(instance_pk: int, first: "QueueLook | None" = None) -> None:
         if claim.skipped:
             await _report_skipped(claim.turn)
             continue
-        await TurnRun(claim.turn, started).run()
+        run = TurnRun(claim.turn, started)
+        await run.run()
         await _respond(instance_pk)
+        if run.last_look is not None:  # the end of the turn found the queue empty
+            claim, latest = None, run.last_look.latest
+            break
     # Connections parked on "a turn is coming" learn that none is (spec §2.7, pre-stream window),
     # unless the queue stopped here only because another process runs the instance's next turn.
     # The event names the newest turn it has seen, so a connection parked on a later one (whose
@@ -227,6 +231,8 @@ class TurnRun:
         self.instance: AgentInstance | None = None
         self.stream_pk = 0
         self.final_transcript: list[dict[str, Any]] | None = None
+        # The queue as the end of the turn found it, when empty (set by _persist_and_finish).
+        self.last_look: LastLook | None = None
         # The recovery a stalled stream was cut into (set by _persist_and_finish).
         self.recovering: recovery.Cut | None = None
         # What the turn's actions attach to the reply (``ctx.attach_reply``).
@@ -583,6 +589,19 @@ class TurnRun:
             # The request's message ids as the live terminal frame gave them: a replayed one reads them here.
             also = {"attachments": self.attachments.items()} if len(self.attachments) else {}
             lock.finish(self.turn, self.status, self.error or "", message_ids=self.turn.message_ids, **also)
+        # The drain's next look at the queue, made here, after the commit as it would make it: in a
+        # thread hop of its own after the turn, it queued on the database thread behind the next
+        # request's admission and held up the end of that request's turn (bench/README.md, "Fifth
+        # round"). A turn queued from now on finds the instance free and is claimed by its own drain.
+        if lock.queue_empty(instance.pk):
+            self.last_look = LastLook(_latest_turn(instance.pk))
+
+
+@dataclasses.dataclass(frozen=True)
+class LastLook:
+    """An empty queue, as the end of a turn saw it, and the instance's newest turn then (``_latest_turn``)."""
+
+    latest: dict[str, Any] | None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,7 +49,7 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
     # Looked at first without a transaction: on SQLite every transaction takes the database's
     # write lock, which the drain's last look at an empty queue, after each turn, need not wait for.
     # Inside the caller's transaction (an admission's) the lock is held already: one look is enough.
-    if not statements.connection_for(Turn).in_atomic_block and _queued_head(instance_id) is None:
+    if not statements.connection_for(Turn).in_atomic_block and queue_empty(instance_id):
         return None
     while True:
         with transaction.atomic():
@@ -84,6 +84,11 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
                 turn.status, turn.started_at, turn.worker = Turn.Status.RUNNING, now, worker
                 return Claim(turn)
             # Another process claimed this row between our read and update: look again.
+
+
+def queue_empty(instance_id: int) -> bool:
+    """No turn of the instance is queued (as ``claim_next`` would see it outside a transaction)."""
+    return _queued_head(instance_id) is None
 
 
 def finish(turn: Turn, status: str, error: str = "", **also: Any) -> None:
