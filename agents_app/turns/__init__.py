@@ -63,9 +63,10 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
             request_id=request.request_id, outcome=Outcome.SKIPPED, message_ids=request_message_ids(request.messages),
         ), only=origin_channel)
         return
-    await fanout.publish(instance.pk, frames.chat_messages(request.messages), frames.chat_messages(admitted.transcript),
-                         exclude=[origin_channel])
-    start_drain(instance.pk, first=first)
+    start_drain(instance.pk, first=first, lead=engine.Lead(
+        frames=(frames.chat_messages(request.messages), frames.chat_messages(admitted.transcript)),
+        exclude=(origin_channel,),
+    ))
 
 
 def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any, channel: str
