@@ -51,7 +51,8 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
     """
     _check_user_turns(user, request.request_id)
     try:
-        with transaction.atomic():
+        # No savepoint inside a caller's transaction (``turns._admit_and_claim``): a failure fails that too.
+        with transaction.atomic(savepoint=False):
             # The decision's lock: this write makes concurrent accepts of the instance take turns.
             statements.lock_row(AgentInstance, instance.pk, "overlap_sequence")
             generation, sequence = AgentInstance.objects.queue_state(instance.pk)

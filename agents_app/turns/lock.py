@@ -52,7 +52,9 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
     if not statements.connection_for(Turn).in_atomic_block and queue_empty(instance_id):
         return None
     while True:
-        with transaction.atomic():
+        # No savepoint inside a caller's transaction: an error fails that too (the claim's own
+        # UPDATE keeps its savepoint below, to look again after losing a race).
+        with transaction.atomic(savepoint=False):
             head = _queued_head(instance_id)
             if head is None:
                 return None
