@@ -119,9 +119,9 @@ async def drain(instance_pk: int, first: "QueueLook | None" = None, lead: "Lead 
 
 @dataclasses.dataclass(frozen=True)
 class Lead:
-    """Frames an admission sends the instance's other connections (``turns.submit_chat``). A turn that
-    starts at once sends them in its first group event, ahead of its stream: one Redis round trip
-    fewer per turn (bench/README.md, "Fifth round")."""
+    """Frames an admission sends the instance's other connections (``turns.submit_chat``). The first
+    turn its drain runs sends them in its own first group event, ahead of its stream: one Redis
+    round trip fewer per turn (bench/README.md, "Fifth round")."""
 
     frames: tuple[frames.Frame, ...]
     exclude: tuple[str, ...] = ()

@@ -47,7 +47,7 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
     ``Claim.blocked`` and claims nothing.
     """
     # Looked at first without a transaction: on SQLite every transaction takes the database's
-    # write lock, which the drain's last look at an empty queue, after each turn, need not wait for.
+    # write lock, which a look at an empty queue need not wait for.
     # Inside the caller's transaction (an admission's) the lock is held already: one look is enough.
     if not statements.connection_for(Turn).in_atomic_block and queue_empty(instance_id):
         return None
