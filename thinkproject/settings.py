@@ -130,7 +130,15 @@ SERVE_STATIC = os.environ.get("SERVE_STATIC", "1") == "1"
 # allocations it was walked again and again, promoted, and walked again in the older generations:
 # 4 % of a server's CPU in the 50-room benchmark, against 1 % at 20,000, whose passes take about
 # 4 ms each (bench/README.md, "Fifth round").
-GC_THRESHOLDS = tuple(int(value) for value in os.environ.get("GC_THRESHOLDS", "20000,20,20").split(","))
+try:
+    GC_THRESHOLDS = tuple(int(value) for value in os.environ.get("GC_THRESHOLDS", "20000,20,20").split(","))
+    if not 1 <= len(GC_THRESHOLDS) <= 3 or min(GC_THRESHOLDS) < 0:
+        raise ValueError
+except ValueError:
+    raise ImproperlyConfigured(
+        f"GC_THRESHOLDS={os.environ.get('GC_THRESHOLDS')!r}: give one to three non-negative integers "
+        "separated by commas (default 20000,20,20; see gc.set_threshold)."
+    ) from None
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "agents_app:instance-list"

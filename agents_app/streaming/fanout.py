@@ -96,9 +96,12 @@ class Publisher:
 
 async def publish(instance_pk: int, *frames: Frame, **options: Any) -> None:
     """Send frames right away (outside a streaming turn), in order, as one group event."""
-    items = [Item.frame_entry(frame, **options) for frame in frames]
-    await get_channel_layer().group_send(group_name(instance_pk), {"type": EVENT_TYPE, "items": items})
+    await _group_event(instance_pk, [Item.frame_entry(frame, **options) for frame in frames])
 
 
 async def publish_item(instance_pk: int, item: Item) -> None:
-    await get_channel_layer().group_send(group_name(instance_pk), {"type": EVENT_TYPE, "items": [item.encode()]})
+    await _group_event(instance_pk, [item.encode()])
+
+
+async def _group_event(instance_pk: int, entries: list[dict[str, Any]]) -> None:
+    await get_channel_layer().group_send(group_name(instance_pk), {"type": EVENT_TYPE, "items": entries})

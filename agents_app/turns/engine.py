@@ -105,7 +105,7 @@ async def drain(instance_pk: int, first: "QueueLook | None" = None, lead: "Lead 
         run, lead = TurnRun(claim.turn, started, lead), None
         await run.run()
         await _respond(instance_pk)
-        if run.last_look is not None:  # the end of the turn found the queue empty, and said so
+        if run.drained:  # the end of the turn found the queue empty, and said so
             return
     # Connections parked on "a turn is coming" learn that none is (spec §2.7, pre-stream window),
     # unless the queue stopped here only because another process runs the instance's next turn.
@@ -113,8 +113,16 @@ async def drain(instance_pk: int, first: "QueueLook | None" = None, lead: "Lead 
     # answer overtook this event) keeps waiting.
     if claim is not None:  # stopped for another reason than an empty queue: look now
         latest = await database_sync_to_async(_latest_turn)(instance_pk)
-    if latest is not None and latest["status"] not in Turn.ACTIVE_STATUSES:
-        await fanout.publish_item(instance_pk, Item(event=Event.TURNS_IDLE, turn=latest["pk"]))
+    idle = _turns_idle(latest)
+    if idle is not None:
+        await fanout.publish_item(instance_pk, idle)
+
+
+def _turns_idle(latest: dict[str, Any] | None) -> Item | None:
+    """The event that the queue ran dry after the newest turn (``_latest_turn``), unless that one is active."""
+    if latest is None or latest["status"] in Turn.ACTIVE_STATUSES:
+        return None
+    return Item(event=Event.TURNS_IDLE, turn=latest["pk"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,8 +257,10 @@ class TurnRun:
         self.instance: AgentInstance | None = None
         self.stream_pk = 0
         self.final_transcript: list[dict[str, Any]] | None = None
-        # The queue as the end of the turn found it, when empty (set by _persist_and_finish).
-        self.last_look: LastLook | None = None
+        # The end of the turn found the queue empty (set by _persist_and_finish), and the event
+        # that says so, unless a newer turn is active already (``_turns_idle``).
+        self.drained = False
+        self.idle: Item | None = None
         # The recovery a stalled stream was cut into (set by _persist_and_finish).
         self.recovering: recovery.Cut | None = None
         # What the turn's actions attach to the reply (``ctx.attach_reply``).
@@ -575,10 +585,9 @@ class TurnRun:
         if self.recovering is not None and self.recovering.attempt is not None:
             await self.publisher.send(frames.chat_recovering(recovering=True,
                                                              request_id=self.recovering.root_request_id))
-        latest = self.last_look.latest if self.last_look is not None else None
-        if latest is not None and latest["status"] not in Turn.ACTIVE_STATUSES:
+        if self.idle is not None:
             # The drain's word that the queue ran dry (``drain``), in the reply's last group event.
-            await self.publisher.send_item(Item(event=Event.TURNS_IDLE, turn=latest["pk"]))
+            await self.publisher.send_item(self.idle)
         await self.publisher.close()
 
     def _persist_and_finish(self, instance: AgentInstance, rows: list[tuple[int, list[str]]]) -> None:
@@ -619,14 +628,7 @@ class TurnRun:
         # request's admission and held up the end of that request's turn (bench/README.md, "Fifth
         # round"). A turn queued from now on finds the instance free and is claimed by its own drain.
         if lock.queue_empty(instance.pk):
-            self.last_look = LastLook(_latest_turn(instance.pk))
-
-
-@dataclasses.dataclass(frozen=True)
-class LastLook:
-    """An empty queue, as the end of a turn saw it, and the instance's newest turn then (``_latest_turn``)."""
-
-    latest: dict[str, Any] | None
+            self.drained, self.idle = True, _turns_idle(_latest_turn(instance.pk))
 
 
 @dataclasses.dataclass(frozen=True)
