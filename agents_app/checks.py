@@ -10,6 +10,7 @@ E003 = "agents_app.E003"
 E004 = "agents_app.E004"
 E005 = "agents_app.E005"
 E006 = "agents_app.E006"
+E007 = "agents_app.E007"
 W001 = "agents_app.W001"
 W002 = "agents_app.W002"
 
@@ -122,11 +123,28 @@ def check_channel_layer(app_configs: Any, **kwargs: Any) -> list[Warning]:
     return []
 
 
+# ``UPDATE … RETURNING`` (``statements.update_returning``) came in SQLite 3.35.
+SQLITE_MINIMUM = (3, 35)
+SQLITE_ENGINES = ("django.db.backends.sqlite3", "thinkproject.sqlite")
+
+
+@register(Tags.compatibility)
+def check_sqlite_version(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """E007: the SQLite library Python links reads a row back from an UPDATE (3.35 or later)."""
+    import sqlite3
+
+    if settings.DATABASES["default"]["ENGINE"] not in SQLITE_ENGINES or sqlite3.sqlite_version_info >= SQLITE_MINIMUM:
+        return []
+    return [Error(f"SQLite {sqlite3.sqlite_version} is too old: the agents app needs "
+                  f"{'.'.join(map(str, SQLITE_MINIMUM))} or later (UPDATE … RETURNING).",
+                  hint="Use a Python built with a newer SQLite, or PostgreSQL (DATABASE_URL).", id=E007)]
+
+
 @register(Tags.database)
 def check_sqlite_concurrency(app_configs: Any, **kwargs: Any) -> list[Warning]:
     """W002: SQLite shared by Daphne and Celery needs WAL mode and IMMEDIATE transactions."""
     db = settings.DATABASES["default"]
-    if db["ENGINE"] not in ("django.db.backends.sqlite3", "thinkproject.sqlite"):
+    if db["ENGINE"] not in SQLITE_ENGINES:
         return []
     options = db.get("OPTIONS", {})
     if options.get("transaction_mode") != "IMMEDIATE" or "journal_mode=WAL" not in options.get("init_command", ""):

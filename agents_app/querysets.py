@@ -27,6 +27,11 @@ def _queue_state_select(model: type[models.Model]) -> statements.Select:
     return statements.Select(model, build)
 
 
+@functools.cache
+def _all_columns(model: type[models.Model]) -> statements.Columns:
+    return statements.Columns(model, "i")
+
+
 class AgentInstanceQuerySet(models.QuerySet[Any]):
     def generation_of(self, instance_pk: int) -> int:
         """The instance's clear generation now: turns accepted in an older one are stale."""
@@ -39,13 +44,22 @@ class AgentInstanceQuerySet(models.QuerySet[Any]):
             raise self.model.DoesNotExist(f"No agent instance {instance_pk}")
         return int(row[0]), int(row[1])
 
-    def touch(self, instance_pk: int) -> None:
-        """Mark the conversation changed now (``updated_at``).
+    def touch(self, instance_pk: int, **also: Any) -> models.Model:
+        """Mark the conversation changed now (``updated_at``; ``also``: more columns to set in the
+        same statement), and return the row as it is then.
 
-        One UPDATE, because the engine's other writes to the row are UPDATEs too, which skip
-        ``auto_now``.
+        The first write of every transcript writer's transaction: it takes the row's lock, the
+        lock order of every writer (``agents_app.transcript``), and reads the row back in the same
+        statement (the admission decides on its generation and overlap sequence). One UPDATE,
+        because the engine's other writes to the row are UPDATEs too, which skip ``auto_now``.
         """
-        statements.update(self.model, {"pk": instance_pk}, updated_at=timezone.now())
+        columns = _all_columns(self.model)
+        row = statements.update_returning(self.model, {"pk": instance_pk}, columns, updated_at=timezone.now(), **also)
+        if row is None:
+            raise self.model.DoesNotExist(f"No agent instance {instance_pk}")
+        instance = columns.instance(row, 0, statements.connection_for(self.model))
+        assert instance is not None
+        return instance
 
 
 class TurnQuerySet(models.QuerySet[Any]):

@@ -11,10 +11,12 @@ So the hottest ones are written here, from the models' own metadata (table and c
 each field's conversions to and from the database), their text made once per database:
 
 * ``update``: ``UPDATE … SET … WHERE column = %s AND …``, values prepared as ``QuerySet.update``
-  prepares them (``Field.get_db_prep_save``), returning the row count; ``lock_row``.
+  prepares them (``Field.get_db_prep_save``), returning the row count; ``update_returning``, the
+  row read back in the same statement (``RETURNING``: SQLite 3.35+, check E007); ``lock_row``.
 * ``insert`` and ``insert_many``: a new row (its key read back) or many, as ``save()`` and
   ``bulk_create`` write them (each field's ``pre_save`` then ``get_db_prep_save``); ``upsert``,
   as ``bulk_create(update_conflicts=True)`` writes one row.
+* ``Select`` and ``Write``: a statement of another shape, its text written out once per database.
 * ``Columns``: a model's columns in a hand-written ``SELECT``, and the values or the model
   instance made from them as the ORM's iterator makes them (each field's database converters,
   then ``Model.from_db``), so the code that receives them cannot tell the difference.
@@ -85,6 +87,29 @@ def update(model: type[Model], where: dict[str, Any], **values: Any) -> int:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+def update_returning(model: type[Model], where: dict[str, Any], returned: "Columns", **values: Any
+                     ) -> tuple[Any, ...] | None:
+    """``update`` of one row that reads back its ``returned`` columns as they are after it (in their
+    order, unconverted: ``returned.values`` or ``returned.instance`` converts them); None when no
+    row matched. One statement where a write and a read of the same row took two."""
+    if not where:
+        raise ValueError("statements.update_returning changes a row it names: give it a filter")
+    connection = connection_for(model)
+    sql = _update_returning_sql(model, tuple(values), tuple(where), returned, connection.alias)
+    params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+@functools.cache
+def _update_returning_sql(model: type[Model], columns: tuple[str, ...], conditions: tuple[str, ...],
+                          returned: "Columns", alias: str) -> str:
+    quote = connections[alias].ops.quote_name
+    returning = ", ".join(quote(field.column) for field in returned.fields)
+    return f"{_update_sql(model, columns, conditions, alias)} RETURNING {returning}"
 
 
 def lock_row(model: type[Model], pk: Any, column: str) -> None:
@@ -199,8 +224,8 @@ def upsert(obj: Model, unique: str, update: Sequence[str]) -> None:
     obj._state.adding, obj._state.db = False, connection.alias
 
 
-class Select:
-    """A ``SELECT`` over ``model``'s table, its text written by ``build(connection)`` once per database."""
+class Statement:
+    """A statement over ``model``'s table, its text written by ``build(connection)`` once per database."""
 
     def __init__(self, model: type[Model], build: Callable[[BaseDatabaseWrapper], str]) -> None:
         self.model = model
@@ -210,6 +235,36 @@ class Select:
     @property
     def connection(self) -> BaseDatabaseWrapper:
         return connection_for(self.model)
+
+    def _text(self, connection: BaseDatabaseWrapper) -> str:
+        sql = self._sql.get(connection.alias)
+        if sql is None:
+            sql = self._sql[connection.alias] = self.build(connection)
+        return sql
+
+
+class Write(Statement):
+    """An ``INSERT`` or ``UPDATE`` with a shape ``update`` and ``insert`` do not write (a value
+    computed by a subquery, a conflict clause); its parameters are values of the model's fields
+    ``params``, prepared as the ORM prepares them (``Field.get_db_prep_save``)."""
+
+    def __init__(self, model: type[Model], build: Callable[[BaseDatabaseWrapper], str],
+                 params: tuple[str, ...]) -> None:
+        super().__init__(model, build)
+        self.params = params
+
+    def execute(self, *values: Any) -> int:
+        """Run it with ``values`` (one per name in ``params``); how many rows it wrote."""
+        connection = self.connection
+        prepared = [_prepared(self.model, name, value, connection) for name, value in zip(self.params, values,
+                                                                                          strict=True)]
+        with connection.cursor() as cursor:
+            cursor.execute(self._text(connection), prepared)
+            return int(cursor.rowcount)
+
+
+class Select(Statement):
+    """A ``SELECT`` over ``model``'s table (its values, already plain, are the parameters)."""
 
     def rows(self, *params: Any) -> list[tuple[Any, ...]]:
         connection = self.connection
@@ -222,12 +277,6 @@ class Select:
         with connection.cursor() as cursor:
             cursor.execute(self._text(connection), params)
             return cursor.fetchone()
-
-    def _text(self, connection: BaseDatabaseWrapper) -> str:
-        sql = self._sql.get(connection.alias)
-        if sql is None:
-            sql = self._sql[connection.alias] = self.build(connection)
-        return sql
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ class _Row:
 
 def persist(
     instance: AgentInstance, incoming: list[UIMessage], *, delete_stale: bool = False,
-    policy: Policy = DEFAULT_POLICY,
+    policy: Policy = DEFAULT_POLICY, touched: bool = False,
 ) -> list[UIMessage]:
     """Merge a client's copy of the transcript into the stored one and return the result.
 
@@ -114,10 +114,13 @@ def persist(
     * New messages are appended in the order given.
     * ``delete_stale`` (a chat request): when every incoming id is already stored, the client sent
       a subset (regenerate trimmed the last reply), so stored rows it left out are deleted.
+
+    ``touched``: the caller's transaction began with ``AgentInstance.objects.touch`` (module docstring).
     """
     # No savepoint inside a caller's transaction (admission's): a failure here fails that too.
     with transaction.atomic(savepoint=False):
-        AgentInstance.objects.touch(instance.pk)
+        if not touched:
+            AgentInstance.objects.touch(instance.pk)
         # Plain rows, not model instances: this runs on every request, over the whole transcript.
         rows = {message_id: _Row(pk, position, data) for pk, message_id, position, data in _stored(instance)}
         known = {message_id: row.data for message_id, row in rows.items()}
@@ -209,31 +212,63 @@ def update_tool_part(instance: AgentInstance, matches: Callable[[dict[str, Any]]
 
 
 def save_message(instance: AgentInstance, message: UIMessage, *, after: str | None = None,
-                 policy: Policy = DEFAULT_POLICY) -> UIMessage:
+                 policy: Policy = DEFAULT_POLICY, touched: bool = False) -> UIMessage:
     """Insert or replace one message (the server's own writes: replies, tool results); returns it as stored.
 
     A new message goes at the end, or right after message ``after`` when that one is stored
     (a recovered reply goes after the request it answers, before messages sent since).
+    ``touched``: as ``persist``'s.
     """
     stored = policy.prepare(message)
     # No savepoint inside a caller's transaction (the end of a turn): a failure fails that too.
     with transaction.atomic(savepoint=False):
-        AgentInstance.objects.touch(instance.pk)
-        updated = statements.update(ChatMessage, {"instance": instance.pk, "message_id": message["id"]},
-                                    data=stored, role=stored["role"], updated_at=timezone.now())
-        if not updated:
-            anchor = ChatMessage.objects.filter(instance=instance, message_id=after).first() if after else None
-            if anchor is None:
-                position = next_position(instance)
-            else:
-                position = anchor.position + 1
-                ChatMessage.objects.filter(instance=instance, position__gte=position).update(
-                    position=F("position") + 1)
-            statements.insert(ChatMessage(
-                instance=instance, message_id=stored["id"], role=stored["role"], position=position, data=stored,
-            ))
+        if not touched:
+            AgentInstance.objects.touch(instance.pk)
+        if after is None:
+            _save(instance.pk, stored)
+        else:
+            _save_after(instance, stored, after)
         _prune(instance, policy)
     return stored
+
+
+def _save(instance_pk: int, stored: UIMessage) -> None:
+    now = timezone.now()
+    _SAVE.execute(instance_pk, stored["id"], stored["role"], instance_pk, stored, now, now)
+
+
+def _save_after(instance: AgentInstance, stored: UIMessage, after: str) -> None:
+    """``stored`` replaced in place, or else inserted right after message ``after`` (at the end if that one is gone)."""
+    if statements.update(ChatMessage, {"instance": instance.pk, "message_id": stored["id"]},
+                         data=stored, role=stored["role"], updated_at=timezone.now()):
+        return
+    anchor = ChatMessage.objects.filter(instance=instance, message_id=after).first()
+    if anchor is None:
+        _save(instance.pk, stored)
+        return
+    position = anchor.position + 1
+    ChatMessage.objects.filter(instance=instance, position__gte=position).update(position=F("position") + 1)
+    statements.insert(ChatMessage(
+        instance=instance, message_id=stored["id"], role=stored["role"], position=position, data=stored,
+    ))
+
+
+def _save_sql(connection: BaseDatabaseWrapper) -> str:
+    table = statements.table(ChatMessage, connection)
+    column = {name: connection.ops.quote_name(ChatMessage._meta.get_field(name).column)
+              for name in ("instance", "message_id", "role", "position", "data", "created_at", "updated_at")}
+    replaced = ", ".join(f"{column[name]} = EXCLUDED.{column[name]}" for name in ("role", "data", "updated_at"))
+    # Identifiers from the model's metadata, quoted; every value is a parameter.
+    return (f"INSERT INTO {table} ({', '.join(column.values())}) "  # noqa: S608
+            f"VALUES (%s, %s, %s, (SELECT COALESCE(MAX({column['position']}), -1) + 1 FROM {table} "
+            f"WHERE {column['instance']} = %s), %s, %s, %s) "
+            f"ON CONFLICT ({column['instance']}, {column['message_id']}) DO UPDATE SET {replaced}")
+
+
+# A message replaced in place, or appended after the last: one statement where an UPDATE, a read
+# of the last position and an INSERT took three (the end of every turn stores its reply with it).
+_SAVE = statements.Write(ChatMessage, _save_sql,
+                         ("instance", "message_id", "role", "instance", "data", "created_at", "updated_at"))
 
 
 def merge_user_run(instance: AgentInstance, from_position: int, policy: Policy = DEFAULT_POLICY) -> bool:

@@ -243,7 +243,8 @@ async def main_async(args: argparse.Namespace, row_ids: list[str]) -> dict[str, 
             print(f"peer: {peer.note}\npeer: the peer columns stay blank", flush=True)
         stack = stack_of.enter_context(Stack(args.processes, profile_dir=args.profile, extra_env=parse_env(args.env),
                                                 keep=args.keep))
-        ours_rooms = rooms.Target.ours(stack, max(r.rooms for r in ROWS if r.id in row_ids))
+        # Sessions for the rows' rooms and for the warm-up's (one room per process).
+        ours_rooms = rooms.Target.ours(stack, max(args.processes, *(r.rooms for r in ROWS if r.id in row_ids)))
         first = stack.servers[0]
         sides = [Side("ours", ours_rooms,
                       lambda plan: replay.Target.ours(ours_rooms.label, first.ws, stack.cookie,

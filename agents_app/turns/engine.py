@@ -163,9 +163,10 @@ def _has_preamble(turn: Turn) -> bool:
 
 
 def _latest_turn_sql(connection: BaseDatabaseWrapper) -> str:
-    turn = statements.Columns(Turn, "t").bound(connection)
-    # Identifiers from the model's metadata, quoted; the value is a parameter.
-    return (f"SELECT {turn('id')}, {turn('status')} FROM {turn.table} "  # noqa: S608
+    turn, queued = statements.Columns(Turn, "t").bound(connection), statements.Columns(Turn, "q").bound(connection)
+    # Identifiers from the model's metadata, quoted; every value is a parameter.
+    return (f"SELECT {turn('id')}, {turn('status')}, (SELECT {queued('id')} FROM {queued.table} "  # noqa: S608
+            f"WHERE {queued('instance')} = %s AND {queued('status')} = %s LIMIT 1) FROM {turn.table} "
             f"WHERE {turn('instance')} = %s ORDER BY {turn('id')} DESC LIMIT 1")
 
 
@@ -173,9 +174,10 @@ _LATEST_TURN = statements.Select(Turn, _latest_turn_sql)
 
 
 def _latest_turn(instance_pk: int) -> dict[str, Any] | None:
-    """The instance's newest turn (pk and status): every drain's last look, written out (``statements``)."""
-    row = _LATEST_TURN.row(instance_pk)
-    return None if row is None else {"pk": row[0], "status": row[1]}
+    """The instance's newest turn (pk and status), and whether any turn of it is queued
+    (``queued``): every drain's last look, one statement written out (``statements``)."""
+    row = _LATEST_TURN.row(instance_pk, Turn.Status.QUEUED, instance_pk)
+    return None if row is None else {"pk": row[0], "status": row[1], "queued": row[2] is not None}
 
 
 # ``on_chat_response`` calls waiting to run, per event loop and instance. A turn's hook runs once
@@ -602,22 +604,22 @@ class TurnRun:
         # One transaction for the turn's end: on SQLite each write transaction waits for the
         # database's one write lock, which other processes' turns hold in turn.
         with transaction.atomic():
+            failed = self.status == Turn.Status.ERROR
+            # The instance's row first, as every transcript writer (``transcript.save_message``'s
+            # ``touched``), in one statement with the last failure, which is replayed to clients
+            # that were away until a later turn supersedes it; the row's generation comes back.
+            current = AgentInstance.objects.touch(
+                instance.pk, terminal_request_id=self.turn.request_id if failed else "",
+                terminal_error=(self.error or "Error") if failed else "",
+            )
             buffer.write_rows(self.stream_pk, rows)
-            cleared = AgentInstance.objects.generation_of(instance.pk) > self.turn.generation
             # A clear during the turn wins: its partial reply is not written back.
-            saved = self.builder.has_content() and not cleared
+            saved = self.builder.has_content() and current.generation <= self.turn.generation
             if saved:
                 # A recovery retry's reply goes right after the request it answers.
                 after = self.attempt.history_end if self.attempt is not None and not self.turn.continuation else None
-                transcript.save_message(instance, self.builder.message, after=after, policy=self.policy)
-            failed = self.status == Turn.Status.ERROR
+                transcript.save_message(instance, self.builder.message, after=after, policy=self.policy, touched=True)
             buffer.finish(self.stream_pk, error=failed)
-            # The last failure is replayed to clients that were away, until a later turn supersedes it.
-            statements.update(
-                AgentInstance, {"pk": instance.pk},
-                terminal_request_id=self.turn.request_id if failed else "",
-                terminal_error=(self.error or "Error") if failed else "",
-            )
             if saved:
                 self.final_transcript = transcript.load(instance)
             # The request's message ids as the live terminal frame gave them: a replayed one reads them here.
@@ -627,8 +629,9 @@ class TurnRun:
         # thread hop of its own after the turn, it queued on the database thread behind the next
         # request's admission and held up the end of that request's turn (bench/README.md, "Fifth
         # round"). A turn queued from now on finds the instance free and is claimed by its own drain.
-        if lock.queue_empty(instance.pk):
-            self.drained, self.idle = True, _turns_idle(_latest_turn(instance.pk))
+        latest = _latest_turn(instance.pk)
+        if latest is None or not latest["queued"]:
+            self.drained, self.idle = True, _turns_idle(latest)
 
 
 @dataclasses.dataclass(frozen=True)

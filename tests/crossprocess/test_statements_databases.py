@@ -63,13 +63,28 @@ report["empty"] = lock._queued_head(AgentInstance.objects.create(slug="demo-agen
 read, cancel = engine._instance_and_cancel_flag(first.pk)
 report["instance"] = {"same": fields(read) == fields(AgentInstance.objects.get(pk=instance.pk)), "cancel": cancel}
 newest = Turn.objects.filter(instance=instance).order_by("-pk").values("pk", "status").first()
-report["latest"] = engine._latest_turn(instance.pk) == newest
+report["latest"] = engine._latest_turn(instance.pk) == {**newest, "queued": True}
 
 messages = [{"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"t{i} ✓"}]} for i in range(5)]
 transcript.persist(instance, messages)
 stored_data = list(ChatMessage.objects.filter(instance=instance).values_list("data", flat=True))
 report["load"] = transcript.load(instance) == stored_data
 report["next_position"] = transcript.next_position(instance)
+reply = {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "é", "state": "done"}]}
+with transaction.atomic():
+    touched = AgentInstance.objects.touch(instance.pk, terminal_request_id="r0", terminal_error="boom")
+    transcript.save_message(instance, reply, touched=True)
+report["touch"] = {"same": fields(touched) == fields(AgentInstance.objects.get(pk=instance.pk)),
+                   "terminal": [touched.terminal_request_id, touched.terminal_error]}
+row = ChatMessage.objects.get(instance=instance, message_id="a1")
+transcript.save_message(instance, {**reply, "parts": []})
+again = ChatMessage.objects.get(instance=instance, message_id="a1")
+report["save_message"] = {
+    "appended": [row.position, row.role, row.data == reply],
+    "replaced": [again.pk == row.pk, again.position, again.data["parts"], again.created_at == row.created_at,
+                 again.updated_at >= row.updated_at],
+    "load": transcript.load(instance)[-1] == {**reply, "parts": []},
+}
 
 now = timezone.now()
 with transaction.atomic():
@@ -127,6 +142,9 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
     assert report["latest"] is True
     assert report["load"] is True
     assert report["next_position"] == 5
+    assert report["touch"] == {"same": True, "terminal": ["r0", "boom"]}
+    assert report["save_message"] == {"appended": [5, "assistant", True], "replaced": [True, 5, [], True, True],
+                                      "load": True}
     assert report["update"] == {
         "counts": [1, 0], "started_at": True,
         "values": ["completed", "w", ["u9"], [{"kind": "file", "n": 1}], True],

@@ -82,3 +82,14 @@ def test_the_configured_agents_pass_every_check() -> None:
     assert checks.check_agent_classes(None) == []
     assert checks.check_agent_actions(None) == []
     assert checks.check_agent_options(None) == []
+    assert checks.check_sqlite_version(None) == []
+
+
+def test_e007_reports_a_sqlite_library_without_update_returning(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 34, 1))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.34.1")
+    [error] = checks.check_sqlite_version(None)
+    assert (error.id, error.msg) == (checks.E007, "SQLite 3.34.1 is too old: the agents app needs 3.35 or later "
+                                                  "(UPDATE … RETURNING).")
