@@ -78,9 +78,12 @@ def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_chann
     request stays admitted."""
     admission.check_readable(request.messages, request.request_id)  # before taking the write lock
     with transaction.atomic():
-        admitted = _accept(instance, request, origin_channel, user)
+        admitted = _accept(instance, request, origin_channel, user, claim_as=liveness.worker_label(channel))
         if admitted.dropped:
             return admitted, None
+        if admitted.claimed:
+            assert admitted.turn is not None
+            return admitted, engine.inserted_claimed(admitted.turn, admitted.transcript)
         try:
             with transaction.atomic():
                 return admitted, engine.claim_next_or_latest(instance.pk, channel, admitted.transcript)
@@ -102,11 +105,12 @@ def admit(instance: AgentInstance, request: ChatRequest, origin_channel: str = "
     return _accept(instance, request, origin_channel, user)
 
 
-def _accept(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any) -> admission.Admission:
+def _accept(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any,
+            claim_as: str | None = None) -> admission.Admission:
     """``admission.accept_chat`` under the agent's concurrency and storage policy (messages checked)."""
     agent = registry.agent_for(instance)
     return admission.accept_chat(instance, request, origin_channel, user, agent.message_concurrency,
-                                 transcript.Policy.of(agent))
+                                 transcript.Policy.of(agent), claim_as=claim_as)
 
 
 async def clear(instance: AgentInstance, origin_channel: str) -> None:

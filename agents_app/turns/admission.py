@@ -35,53 +35,68 @@ from ..streaming import buffer
 
 @dataclass(frozen=True)
 class Admission:
-    """The outcome of ``accept_chat``: the stored transcript, or (dropped) what the sender rolls back to."""
+    """The outcome of ``accept_chat``: the stored transcript and the queued turn, or (dropped) what
+    the sender rolls back to. ``claimed``: the turn was inserted running (``claim_as``)."""
 
     transcript: list[UIMessage]
     dropped: bool = False
+    turn: Turn | None = None
+    claimed: bool = False
 
 
 def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any,
-                setting: concurrency.MessageConcurrency, policy: transcript.Policy) -> Admission:
+                setting: concurrency.MessageConcurrency, policy: transcript.Policy,
+                claim_as: str | None = None) -> Admission:
     """Decide and store one ``cf_agent_use_chat_request`` (module docstring), whose messages the
     caller has found readable (``check_readable``, before any write lock is taken).
+
+    ``claim_as``: the worker label (``liveness.worker_label``) of a caller that runs the queue's
+    next turn next; when no other turn of the instance is queued or running, the turn is that
+    one, and is inserted claimed for it (``turns.lock``): the claim's read and write are spared.
+    Its ``instance`` is then the row as this transaction read it.
 
     Raises:
         ProtocolError: the request id already names a turn of this conversation (nothing stored).
     """
-    _check_user_turns(user, request.request_id)
     try:
         # No savepoint inside a caller's transaction (``turns._admit_and_claim``): a failure fails that too.
         with transaction.atomic(savepoint=False):
-            # The decision's lock: this write makes concurrent accepts of the instance take turns.
-            statements.lock_row(AgentInstance, instance.pk, "overlap_sequence")
-            generation, sequence = AgentInstance.objects.queue_state(instance.pk)
-            overlapping = _ACTIVE_TURN.row(instance.pk, generation, *Turn.ACTIVE_STATUSES) is not None
+            # The decision's lock, and the conversation's mark of a change: this write makes
+            # concurrent accepts of the instance take turns, and reads the row back.
+            current = AgentInstance.objects.touch(instance.pk)
+            newest_active, user_turns = _QUEUE_AND_USER.row(
+                instance.pk, *Turn.ACTIVE_STATUSES, _user_pk(user), *Turn.ACTIVE_STATUSES)
+            _check_user_turns(user, user_turns, request.request_id)
+            overlapping = newest_active == current.generation
             decision = concurrency.decide(setting, submit=request.trigger == SUBMIT_TRIGGER, overlapping=overlapping)
             if decision.action == "drop":
                 return Admission(current_transcript(instance), dropped=True)
             submit_sequence = None
             if decision.supersedable:
-                submit_sequence = sequence + 1
+                submit_sequence = current.overlap_sequence + 1
                 statements.update(AgentInstance, {"pk": instance.pk}, overlap_sequence=submit_sequence)
-            merge_from = _merge_start(instance, generation) if decision.strategy == "merge" else None
-            stored = transcript.persist(instance, request.messages, delete_stale=True, policy=policy)
+            merge_from = _merge_start(instance, current.generation) if decision.strategy == "merge" else None
+            stored = transcript.persist(instance, request.messages, delete_stale=True, policy=policy, touched=True)
             if merge_from is not None and transcript.merge_user_run(instance, merge_from, policy):
                 stored = transcript.load(instance)
             transcript.store_request_context(instance, request.body, request.client_tools)
-            statements.insert(Turn(
-                instance=instance, request_id=request.request_id, kind=Turn.Kind.CHAT, generation=generation,
-                origin_channel=origin_channel, user=user if getattr(user, "is_authenticated", False) else None,
+            claimed = claim_as is not None and newest_active is None
+            turn = Turn(
+                instance=current, request_id=request.request_id, kind=Turn.Kind.CHAT, generation=current.generation,
+                origin_channel=origin_channel, user=user if _user_pk(user) is not None else None,
                 body=request.body, client_tools=request.client_tools,
                 message_ids=request_message_ids(request.messages), assistant_message_id=new_message_id(),
                 strategy=decision.strategy or "", submit_sequence=submit_sequence, merge_from=merge_from,
                 run_after=(timezone.now() + timedelta(milliseconds=decision.wait_ms)
                            if decision.wait_ms is not None else None),
-            ))
+            )
+            if claimed:
+                turn.status, turn.started_at, turn.worker = Turn.Status.RUNNING, timezone.now(), claim_as
+            statements.insert(turn)
     except IntegrityError:  # unique_turn_request: the whole request is rolled back
         raise ProtocolError(f"Request id {request.request_id!r} was already used in this conversation",
                             code="duplicate_request_id", request_id=request.request_id) from None
-    return Admission(stored)
+    return Admission(stored, turn=turn, claimed=claimed)
 
 
 def check_readable(messages: list[UIMessage], request_id: str | None = None) -> None:
@@ -92,32 +107,30 @@ def check_readable(messages: list[UIMessage], request_id: str | None = None) -> 
         raise ProtocolError(str(exc), code="invalid_message", request_id=request_id) from None
 
 
-def _check_user_turns(user: Any, request_id: str) -> None:
-    """Refuse a request of a user who has ``AGENT_MAX_ACTIVE_TURNS_PER_USER`` turns queued or running."""
+def _user_pk(user: Any) -> Any:
+    return user.pk if getattr(user, "is_authenticated", False) else None
+
+
+def _check_user_turns(user: Any, active: int, request_id: str) -> None:
+    """Refuse a request of a user who has ``AGENT_MAX_ACTIVE_TURNS_PER_USER`` turns queued or running (``active``)."""
     limit = conf.get("AGENT_MAX_ACTIVE_TURNS_PER_USER")
-    if limit is None or not getattr(user, "is_authenticated", False):
-        return
-    row = _USER_ACTIVE_TURNS.row(user.pk, *Turn.ACTIVE_STATUSES)
-    if row is not None and row[0] >= limit:
+    if limit is not None and _user_pk(user) is not None and active >= limit:
         raise ProtocolError(f"You have {limit} replies queued or running; wait for one to finish",
                             code="too_many_turns", request_id=request_id)
 
 
-# Per-request reads, written out (``agents_app.statements``). Identifiers come from the model's
-# metadata, quoted; every value is a parameter.
-def _active_turn_sql(connection: BaseDatabaseWrapper) -> str:
-    turn = statements.Columns(Turn, "t").bound(connection)
-    return (f"SELECT {turn('id')} FROM {turn.table} WHERE {turn('instance')} = %s AND {turn('generation')} = %s "  # noqa: S608
-            f"AND {turn('status')} IN (%s, %s) LIMIT 1")
+def _queue_and_user_sql(connection: BaseDatabaseWrapper) -> str:
+    instance, user = statements.Columns(Turn, "t").bound(connection), statements.Columns(Turn, "u").bound(connection)
+    # Identifiers from the model's metadata, quoted; every value is a parameter.
+    return (f"SELECT (SELECT MAX({instance('generation')}) FROM {instance.table} "  # noqa: S608
+            f"WHERE {instance('instance')} = %s AND {instance('status')} IN (%s, %s)), "
+            f"(SELECT COUNT(*) FROM {user.table} WHERE {user('user')} = %s AND {user('status')} IN (%s, %s))")
 
 
-def _user_active_turns_sql(connection: BaseDatabaseWrapper) -> str:
-    turn = statements.Columns(Turn, "t").bound(connection)
-    return f"SELECT COUNT(*) FROM {turn.table} WHERE {turn('user')} = %s AND {turn('status')} IN (%s, %s)"  # noqa: S608
-
-
-_ACTIVE_TURN = statements.Select(Turn, _active_turn_sql)
-_USER_ACTIVE_TURNS = statements.Select(Turn, _user_active_turns_sql)
+# The admission's one read of the turns: the newest generation of the instance's queued or running
+# turns (None: there is none; the current one: the request overlaps a turn), and how many turns
+# the user has queued or running. Written out (``agents_app.statements``).
+_QUEUE_AND_USER = statements.Select(Turn, _queue_and_user_sql)
 
 
 def _merge_start(instance: AgentInstance, generation: int) -> int:

@@ -149,6 +149,15 @@ def claim_next_or_latest(instance_pk: int, channel: str, transcript_now: list[UI
     return claim, None, _start(claim.turn, None, transcript_now) if _starts_at_once(claim) else None
 
 
+def inserted_claimed(turn: Turn, transcript_now: list[UIMessage]) -> QueueLook:
+    """The look at the queue that ``claim_next_or_latest`` would make after an admission that
+    inserted its turn claimed (``admission.accept_chat``): the claim, and the turn's start when
+    nothing comes between. The turn's instance is the row as the admission read it, and no cancel
+    can have reached a turn its transaction has not committed yet."""
+    claim = lock.Claim(turn)
+    return claim, None, _start(turn, None, transcript_now, inserted=True) if _starts_at_once(claim) else None
+
+
 def _starts_at_once(claim: lock.Claim) -> bool:
     """A claimed turn that goes straight to its start: a new prompt with no preamble, nothing to continue."""
     return not (claim.blocked or claim.deferred or claim.failed or claim.skipped
@@ -647,11 +656,12 @@ class _Started:
 
 
 def _start(turn: Turn, attempt: recovery.Attempt | None,
-           transcript_now: list[UIMessage] | None = None) -> _Started | None:
+           transcript_now: list[UIMessage] | None = None, *, inserted: bool = False) -> _Started | None:
     """The turn's instance and transcript (``transcript_now`` if the caller has it), its cancel flag,
     its reply's builder and stream buffer; None for a continuation with nothing to continue yet
-    (it is skipped, silently)."""
-    instance, cancel_requested = _instance_and_cancel_flag(turn.pk)
+    (it is skipped, silently). ``inserted``: the caller's transaction inserted the turn
+    (``inserted_claimed``), with its instance as read there, and no cancel."""
+    instance, cancel_requested = (turn.instance, False) if inserted else _instance_and_cancel_flag(turn.pk)
     messages = transcript_now if transcript_now is not None else transcript.load(instance)
     if attempt is not None and attempt.history_end is not None:
         # Messages after the one a recovery attempt answers belong to turns queued behind it.

@@ -20,6 +20,7 @@ from ..protocol import frames
 from ..protocol.parse import ProtocolError, ToolApproval, ToolResult
 from ..streaming import fanout
 from ..tools import ClientTool
+from . import lock
 from .engine import start_drain
 
 # Auto-continuations wait this long (seconds) so answers sent together run as one turn.
@@ -150,10 +151,10 @@ def enqueue_continuation(instance: AgentInstance, origin_channel: str = "") -> T
     ``authorize_turn`` grants the same permissions as in the turn that asked for the tool.
     """
     with transaction.atomic():
+        generation = lock.for_new_turn(instance.pk)
         if Turn.objects.of(instance).queued().filter(kind=Turn.Kind.CONTINUATION).exists():
             return None
         body, client_tools = transcript.request_context(instance)
-        generation = AgentInstance.objects.generation_of(instance.pk)
         last_role = ChatMessage.objects.filter(instance=instance).order_by("-position").values_list(
             "role", flat=True).first()
         asker = Turn.objects.of(instance).filter(user__isnull=False).order_by("-pk").values_list(

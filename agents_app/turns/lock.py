@@ -3,6 +3,11 @@
 The partial unique constraint ``one_running_turn_per_instance`` makes "claim the oldest queued
 turn" a single conditional UPDATE: it either wins, or raises ``IntegrityError`` because another
 process already runs a turn of that instance (that process drains the queue when it finishes).
+
+Every turn is inserted under the instance row's lock (``for_new_turn``, or the admission's first
+write), so a transaction that holds it and finds no turn of the instance queued or running knows
+that none can appear before it commits: an admission then inserts its turn claimed
+(``admission.accept_chat``), which is what ``claim_next`` would do next.
 """
 
 import functools
@@ -86,6 +91,13 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
                 turn.status, turn.started_at, turn.worker = Turn.Status.RUNNING, now, worker
                 return Claim(turn)
             # Another process claimed this row between our read and update: look again.
+
+
+def for_new_turn(instance_id: int) -> int:
+    """Take the instance row's lock for the rest of the caller's transaction, which inserts a turn
+    (module docstring); the instance's generation, for the new turn."""
+    statements.lock_row(AgentInstance, instance_id, "overlap_sequence")
+    return AgentInstance.objects.generation_of(instance_id)
 
 
 def queue_empty(instance_id: int) -> bool:

@@ -29,7 +29,7 @@ from ..messages import UIMessage, new_message_id, new_request_id
 from ..models import AgentInstance, ChatMessage, Turn
 from ..protocol import frames
 from ..streaming import fanout
-from . import control, engine, liveness
+from . import control, engine, liveness, lock
 
 # Messages, or a function of the transcript (sync or async) that returns them.
 MessagesOrFunction: TypeAlias = (
@@ -81,13 +81,15 @@ def _source(function: Callable[..., Any]) -> engine.MessageSource:
 def _accept(instance: AgentInstance, messages: list[UIMessage] | None, request_id: str, affinity: str,
             user: Any = None) -> Turn:
     """The queued turn; ``messages`` None: its function (in this process, ``affinity``) makes them."""
-    body, client_tools = transcript.request_context(instance)
-    return Turn.objects.create(
-        instance=instance, request_id=request_id, kind=Turn.Kind.PROGRAMMATIC,
-        generation=AgentInstance.objects.generation_of(instance.pk), body=body, client_tools=client_tools,
-        message_ids=[m["id"] for m in messages or []], assistant_message_id=new_message_id(),
-        affinity=affinity, pending_messages=True, messages_to_store=messages, user=user,
-    )
+    with transaction.atomic():
+        generation = lock.for_new_turn(instance.pk)
+        body, client_tools = transcript.request_context(instance)
+        return Turn.objects.create(
+            instance=instance, request_id=request_id, kind=Turn.Kind.PROGRAMMATIC,
+            generation=generation, body=body, client_tools=client_tools,
+            message_ids=[m["id"] for m in messages or []], assistant_message_id=new_message_id(),
+            affinity=affinity, pending_messages=True, messages_to_store=messages, user=user,
+        )
 
 
 async def continue_last_turn(instance: AgentInstance, body: dict[str, Any] | None = None, *,
@@ -106,6 +108,7 @@ async def continue_last_turn(instance: AgentInstance, body: dict[str, Any] | Non
 
 def _accept_continue(instance: AgentInstance, body: dict[str, Any] | None) -> Turn | None:
     with transaction.atomic():
+        generation = lock.for_new_turn(instance.pk)
         last_role = ChatMessage.objects.filter(instance=instance).order_by("-position").values_list(
             "role", flat=True).first()
         if last_role != "assistant":
@@ -113,7 +116,7 @@ def _accept_continue(instance: AgentInstance, body: dict[str, Any] | None) -> Tu
         stored_body, client_tools = transcript.request_context(instance)
         return Turn.objects.create(
             instance=instance, request_id=new_request_id(), kind=Turn.Kind.CONTINUE,
-            generation=AgentInstance.objects.generation_of(instance.pk), body=stored_body if body is None else body,
+            generation=generation, body=stored_body if body is None else body,
             client_tools=client_tools, assistant_message_id=new_message_id(),
         )
 

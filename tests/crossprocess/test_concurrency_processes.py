@@ -113,3 +113,28 @@ def test_latest_overlapping_submits_on_two_processes_run_only_the_newest(two_dap
             await b.close()
 
     asyncio.run(scenario())
+
+
+def test_queue_first_submits_on_two_processes_both_run_one_after_the_other(two_daphnes):
+    """An admission that finds no other turn of the instance inserts its turn claimed
+    (``admission.accept_chat``): two at the same moment on two processes neither break the
+    one-running-turn rule nor reject a request; the later one queues behind the first."""
+    stack, first, second = two_daphnes
+    cookie = first.login("alice")
+
+    async def scenario() -> None:
+        for i in range(ROUNDS):
+            path = f"/agents/slow-stream-agent/race-{i}"
+            a, b = await connect(first, path, cookie), await connect(second, path, cookie)
+            slow = {"chunkCount": 5, "chunkDelayMs": 10}
+            await submit_together((a, f"a{i}", [user_message(f"ua{i}", "from a")], slow),
+                                  (b, f"b{i}", [user_message(f"ub{i}", "from b")], slow))
+            got_a = await recv_until(a, done_of(f"a{i}"), timeout=PATIENCE)
+            got_b = await recv_until(b, done_of(f"b{i}"), timeout=PATIENCE)
+            assert [got_a[-1].get("outcome"), got_b[-1].get("outcome")] == [None, None], (got_a[-1], got_b[-1])
+            stored = turns(stack, f"a{i}", f"b{i}")
+            assert {status for status, _ in stored.values()} == {"completed"} and len(stored) == 2, stored
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())

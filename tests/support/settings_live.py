@@ -8,4 +8,4 @@ from thinkproject.settings import AGENT_CLASSES
 
 AGENT_CLASSES = [*AGENT_CLASSES, "tests.agents.DropAgent", "tests.agents.LatestAgent", "tests.agents.CrashAgent",
                  "tests.agents.StallAgent", "tests.agents.ParentAgent", "tests.agents.ChildAgent",
-                 "tests.agents.SharedRoomAgent"]
+                 "tests.agents.SharedRoomAgent", "tests.agents.SlowStreamAgent"]
