@@ -8,7 +8,7 @@ sends frames.
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -188,9 +188,8 @@ class ResumeDriver:
     async def _send_replay(self, replay: Replay, covered: int | None = None) -> None:
         stream, chunks = await self._stored(replay.request_id)
         continuation = bool(stream and stream.continuation)
-        sent = handshake.replay_frames(replay, chunks, continuation=continuation)
-        await self._send_all(sent)
-        held = self.session.finish_replay(sent[-1]["seq"] if sent else replay.from_seq - 1, covered)
+        last = await self._send_all(handshake.replay_frames(replay, chunks, continuation=continuation))
+        held = self.session.finish_replay(replay.from_seq - 1 if last is None else last, covered)
         # The writer answered (or the stream ended), so the stream's terminal frame has not been
         # through this connection yet: it is held, or on its way, and ends the stream for the client.
         end = handshake.replay_end(replay, continuation=continuation)
@@ -199,18 +198,19 @@ class ResumeDriver:
         for item in held:
             await self.deliver(item)
 
-    async def _send_all(self, replayed: list[frames.Frame]) -> None:
+    async def _send_all(self, replayed: Iterable[frames.Frame]) -> int | None:
+        """Send the replayed frames; the last one's ``seq`` (None: there was none)."""
+        last = None
         for n, frame in enumerate(replayed, start=1):
             await self.send_frame(frame)
+            last = frame["seq"]
             if n % REPLAY_YIELD_EVERY == 0:
                 await asyncio.sleep(0)
+        return last
 
     # --- replays of streams that are not live -------------------------------------------------------
     async def _stored(self, request_id: str) -> tuple[StreamRecord | None, list[tuple[int, str]]]:
-        stream = await database_sync_to_async(buffer.by_request)(self.instance, request_id)
-        if stream is None:
-            return stream, []
-        return stream, await database_sync_to_async(buffer.read)(stream)
+        return await database_sync_to_async(buffer.read_request)(self.instance, request_id)
 
     async def _send_closed(self, request_id: str, stream: StreamRecord | None, chunks: list[tuple[int, str]],
                            terminal: frames.Frame, *, with_transcript: bool = False) -> None:

@@ -33,9 +33,16 @@ its first member of a group has joined. A chunk published in the instant between
 notice is lost to the joiner and re-synced by the chunks that follow; everything else always
 goes out.
 
+**Point-to-point messages within a process stay in memory.** ``send`` to a channel of this
+process (a turn's control channel when the reader who asks it to flush is on the same process,
+a reader's own timers) puts the message in the channel's queue at once; the core layer's
+``send`` costs four Redis commands, and the pump's pop one more, about 1 ms each way in the
+resume handshake's flush (``bench/README.md``, "Sixth round").
+
 Receiving: every channel of this process reads its own in-memory queue, filled by group
-deliveries and by one pump per event loop that pops the process's point-to-point messages
-(``send`` to a ``new_channel`` name: the resume handshake's control messages) off Redis. The core
+deliveries, by its own process's sends, and by one pump per event loop that pops the process's
+point-to-point messages from other processes (``send`` to a ``new_channel`` name: the resume
+handshake's control messages) off Redis. The core
 layer instead lets one receiver at a time block on Redis for all of them, which would leave a
 message put in memory unseen until the next message from Redis. Receivers must treat a delivered
 message as read-only: this process's members of a group share one dict.
@@ -90,6 +97,15 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         if queue.empty() and self.receive_buffer.get(channel) is queue:
             del self.receive_buffer[channel]
         return message
+
+    async def send(self, channel: str, message: dict[str, Any]) -> None:
+        if not self._is_local(channel):
+            await super().send(channel, message)
+            return
+        assert isinstance(message, dict), "message is not a dict"
+        assert self.require_valid_channel_name(channel), "Channel name not valid"
+        assert "__asgi_channel__" not in message
+        self.receive_buffer[channel].put_nowait(dict(message))  # bounded: a full queue drops its oldest
 
     def _start_pump(self) -> None:
         # One per event loop: a Daphne has one loop; a Celery task's loop cancels it when it ends.

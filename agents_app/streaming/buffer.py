@@ -163,8 +163,9 @@ def finish(stream_pk: int, *, error: bool) -> None:
 def read(stream: StreamRecord) -> list[tuple[int, str]]:
     """Every stored chunk of the stream as (index, body), in order."""
     chunks: list[tuple[int, str]] = []
-    for segment in StreamSegment.objects.filter(stream=stream).only("first_index", "bodies"):
-        chunks.extend(enumerate(json.loads(segment.bodies), start=segment.first_index))
+    # Plain values, not model instances: a replay reads every row of a long stream.
+    for first_index, bodies in StreamSegment.objects.filter(stream=stream).values_list("first_index", "bodies"):
+        chunks.extend(enumerate(json.loads(bodies), start=first_index))
     return chunks
 
 
@@ -183,6 +184,12 @@ def streaming(instance: AgentInstance) -> StreamRecord | None:
 
 def by_request(instance: AgentInstance, request_id: str) -> StreamRecord | None:
     return StreamRecord.objects.filter(instance=instance, request_id=request_id).last()
+
+
+def read_request(instance: AgentInstance, request_id: str) -> tuple[StreamRecord | None, list[tuple[int, str]]]:
+    """The request's stream buffer, if kept, and every chunk stored in it (``read``): a replay's one thread hop."""
+    stream = by_request(instance, request_id)
+    return stream, [] if stream is None else read(stream)
 
 
 def delete_all(instance: AgentInstance) -> None:

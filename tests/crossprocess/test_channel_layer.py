@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from redis import Redis
 
 from tests.support.live import PYTHON, ROOT, RedisServer
 from thinkproject.channel_layer import FanoutRedisChannelLayer
@@ -58,6 +59,19 @@ async def test_group_messages_and_point_to_point_messages_arrive_on_one_channel(
     waiting = asyncio.ensure_future(a.receive(channel))
     await a.group_send("room", {"type": "chat.frames", "n": 1})  # this process, in memory
     assert (await asyncio.wait_for(waiting, PATIENCE))["n"] == 1
+
+
+async def test_a_message_to_a_channel_of_the_same_process_does_not_go_through_redis(layers, redis):
+    """A turn's control channel and the reader that asks it to flush, on one process: in memory."""
+    a, _ = layers
+    channel = await a.new_channel()
+    client = Redis.from_url(redis.url)
+    before = client.info("commandstats")
+    await a.send(channel, {"type": "stream.flush", "token": "t", "seq": [1, 2]})
+    assert await receive(a, channel) == {"type": "stream.flush", "token": "t", "seq": [1, 2]}
+    sent = {name for name, stats in client.info("commandstats").items() if stats != before.get(name)}
+    assert not sent & {"cmdstat_zadd", "cmdstat_zcount", "cmdstat_expire", "cmdstat_zremrangebyscore"}, sent
+    assert a.receive_buffer.get(channel) is None
 
 
 async def test_after_discard_a_channel_gets_nothing_and_the_process_unsubscribes(layers):

@@ -236,7 +236,7 @@ def test_replay_frames_are_marked_replay_and_a_resync_sends_live_frames_from_its
     assert handshake.replay_end(replay, continuation=True) == frames.replay_complete(request_id="r1",
                                                                                       continuation=True)
     resync = Replay("r1", resync=True, from_seq=1)
-    sent = handshake.replay_frames(resync, stored, continuation=True)
+    sent = list(handshake.replay_frames(resync, stored, continuation=True))
     assert sent == [frames.chunk(request_id="r1", body=body, seq=i, continuation=True) for i, body in stored[1:]]
     assert handshake.replay_end(resync, continuation=True) is None
 
