@@ -5,8 +5,10 @@ turn" a single conditional UPDATE: it either wins, or raises ``IntegrityError`` 
 process already runs a turn of that instance (that process drains the queue when it finishes).
 
 Every turn is inserted under the instance row's lock (``for_new_turn``, or the admission's first
-write), so a transaction that holds it and finds no turn of the instance queued or running knows
-that none can appear before it commits: an admission then inserts its turn claimed
+write), except a recovery attempt, which is inserted in the transaction that ends the running
+turn it recovers (``recovery.schedule``: a turn of the instance is active throughout). So a
+transaction that holds the lock and finds no turn of the instance queued or running knows that
+none can appear before it commits: an admission then inserts its turn claimed
 (``admission.accept_chat``), which is what ``claim_next`` would do next.
 """
 
