@@ -64,25 +64,33 @@ async def submit_together(*sends: tuple[Any, str, list[dict[str, Any]], dict[str
                            for sock, rid, messages, body in sends))
 
 
+async def first_submits_together(first: Server, second: Server, cookie: str, agent: str, i: int,
+                                  body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Round ``i``: a first submit on each process to one new conversation at the same moment; the
+    frames each socket got until its request's ``done``."""
+    path = f"/agents/{agent}/race-{i}"
+    a, b = await connect(first, path, cookie), await connect(second, path, cookie)
+    await submit_together((a, f"a{i}", [user_message(f"ua{i}", "from a")], body),
+                          (b, f"b{i}", [user_message(f"ub{i}", "from b")], body))
+    got_a = await recv_until(a, done_of(f"a{i}"), timeout=PATIENCE)
+    got_b = await recv_until(b, done_of(f"b{i}"), timeout=PATIENCE)
+    await a.close()
+    await b.close()
+    return got_a, got_b
+
+
 def test_drop_two_first_submits_on_two_processes_run_exactly_one(two_daphnes):
     stack, first, second = two_daphnes
     cookie = first.login("alice")
 
     async def scenario() -> None:
         for i in range(ROUNDS):
-            path = f"/agents/drop-agent/race-{i}"
-            a, b = await connect(first, path, cookie), await connect(second, path, cookie)
-            slow = {"chunkCount": 20, "chunkDelayMs": 10}
-            await submit_together((a, f"a{i}", [user_message(f"ua{i}", "from a")], slow),
-                                  (b, f"b{i}", [user_message(f"ub{i}", "from b")], slow))
-            got_a = await recv_until(a, done_of(f"a{i}"), timeout=PATIENCE)
-            got_b = await recv_until(b, done_of(f"b{i}"), timeout=PATIENCE)
+            got_a, got_b = await first_submits_together(first, second, cookie, "drop-agent", i,
+                                                        {"chunkCount": 20, "chunkDelayMs": 10})
             outcomes = sorted(frames[-1].get("outcome", "completed") for frames in (got_a, got_b))
             assert outcomes == ["completed", "skipped"], (got_a[-1], got_b[-1])
             stored = turns(stack, f"a{i}", f"b{i}")
             assert len(stored) == 1 and next(iter(stored.values()))[0] == "completed", stored
-            await a.close()
-            await b.close()
 
     asyncio.run(scenario())
 
@@ -124,17 +132,10 @@ def test_queue_first_submits_on_two_processes_both_run_one_after_the_other(two_d
 
     async def scenario() -> None:
         for i in range(ROUNDS):
-            path = f"/agents/slow-stream-agent/race-{i}"
-            a, b = await connect(first, path, cookie), await connect(second, path, cookie)
-            slow = {"chunkCount": 5, "chunkDelayMs": 10}
-            await submit_together((a, f"a{i}", [user_message(f"ua{i}", "from a")], slow),
-                                  (b, f"b{i}", [user_message(f"ub{i}", "from b")], slow))
-            got_a = await recv_until(a, done_of(f"a{i}"), timeout=PATIENCE)
-            got_b = await recv_until(b, done_of(f"b{i}"), timeout=PATIENCE)
+            got_a, got_b = await first_submits_together(first, second, cookie, "slow-stream-agent", i,
+                                                        {"chunkCount": 5, "chunkDelayMs": 10})
             assert [got_a[-1].get("outcome"), got_b[-1].get("outcome")] == [None, None], (got_a[-1], got_b[-1])
             stored = turns(stack, f"a{i}", f"b{i}")
             assert {status for status, _ in stored.values()} == {"completed"} and len(stored) == 2, stored
-            await a.close()
-            await b.close()
 
     asyncio.run(scenario())
