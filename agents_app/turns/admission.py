@@ -36,12 +36,16 @@ from ..streaming import buffer
 @dataclass(frozen=True)
 class Admission:
     """The outcome of ``accept_chat``: the stored transcript and the queued turn, or (dropped) what
-    the sender rolls back to. ``claimed``: the turn was inserted running (``claim_as``)."""
+    the sender rolls back to."""
 
     transcript: list[UIMessage]
     dropped: bool = False
     turn: Turn | None = None
-    claimed: bool = False
+
+    @property
+    def claimed(self) -> bool:
+        """The turn was inserted running, for ``claim_as``."""
+        return self.turn is not None and self.turn.status == Turn.Status.RUNNING
 
 
 def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any,
@@ -64,9 +68,11 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
             # The decision's lock, and the conversation's mark of a change: this write makes
             # concurrent accepts of the instance take turns, and reads the row back.
             current = AgentInstance.objects.touch(instance.pk)
+            user_pk = user.pk if getattr(user, "is_authenticated", False) else None
             newest_active, user_turns = _QUEUE_AND_USER.row(
-                instance.pk, *Turn.ACTIVE_STATUSES, _user_pk(user), *Turn.ACTIVE_STATUSES)
-            _check_user_turns(user, user_turns, request.request_id)
+                instance.pk, *Turn.ACTIVE_STATUSES, user_pk, *Turn.ACTIVE_STATUSES)
+            if user_pk is not None:
+                _check_user_turns(user_turns, request.request_id)
             overlapping = newest_active == current.generation
             decision = concurrency.decide(setting, submit=request.trigger == SUBMIT_TRIGGER, overlapping=overlapping)
             if decision.action == "drop":
@@ -80,23 +86,22 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
             if merge_from is not None and transcript.merge_user_run(instance, merge_from, policy):
                 stored = transcript.load(instance)
             transcript.store_request_context(instance, request.body, request.client_tools)
-            claimed = claim_as is not None and newest_active is None
             turn = Turn(
                 instance=current, request_id=request.request_id, kind=Turn.Kind.CHAT, generation=current.generation,
-                origin_channel=origin_channel, user=user if _user_pk(user) is not None else None,
+                origin_channel=origin_channel, user=user if user_pk is not None else None,
                 body=request.body, client_tools=request.client_tools,
                 message_ids=request_message_ids(request.messages), assistant_message_id=new_message_id(),
                 strategy=decision.strategy or "", submit_sequence=submit_sequence, merge_from=merge_from,
                 run_after=(timezone.now() + timedelta(milliseconds=decision.wait_ms)
                            if decision.wait_ms is not None else None),
             )
-            if claimed:
+            if claim_as is not None and newest_active is None:
                 turn.status, turn.started_at, turn.worker = Turn.Status.RUNNING, timezone.now(), claim_as
             statements.insert(turn)
     except IntegrityError:  # unique_turn_request: the whole request is rolled back
         raise ProtocolError(f"Request id {request.request_id!r} was already used in this conversation",
                             code="duplicate_request_id", request_id=request.request_id) from None
-    return Admission(stored, turn=turn, claimed=claimed)
+    return Admission(stored, turn=turn)
 
 
 def check_readable(messages: list[UIMessage], request_id: str | None = None) -> None:
@@ -107,14 +112,11 @@ def check_readable(messages: list[UIMessage], request_id: str | None = None) -> 
         raise ProtocolError(str(exc), code="invalid_message", request_id=request_id) from None
 
 
-def _user_pk(user: Any) -> Any:
-    return user.pk if getattr(user, "is_authenticated", False) else None
-
-
-def _check_user_turns(user: Any, active: int, request_id: str) -> None:
-    """Refuse a request of a user who has ``AGENT_MAX_ACTIVE_TURNS_PER_USER`` turns queued or running (``active``)."""
+def _check_user_turns(active: int, request_id: str) -> None:
+    """Refuse a request of a signed-in user who has ``AGENT_MAX_ACTIVE_TURNS_PER_USER`` turns queued
+    or running (``active``)."""
     limit = conf.get("AGENT_MAX_ACTIVE_TURNS_PER_USER")
-    if limit is not None and _user_pk(user) is not None and active >= limit:
+    if limit is not None and active >= limit:
         raise ProtocolError(f"You have {limit} replies queued or running; wait for one to finish",
                             code="too_many_turns", request_id=request_id)
 
