@@ -43,6 +43,8 @@ class Publisher:
         self._pending: list[dict[str, Any]] = []
         self._lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
+        # The flush task is waiting out the batch window (nothing is on its way).
+        self._in_window = False
         self._sent_any = False
 
     async def send(self, frame: Frame, **options: Any) -> None:
@@ -64,7 +66,11 @@ class Publisher:
         # travel together. Items queued while a batch was on its way go out with the next one.
         try:
             if self._sent_any:
-                await asyncio.sleep(BATCH_WINDOW)
+                self._in_window = True
+                try:
+                    await asyncio.sleep(BATCH_WINDOW)
+                finally:
+                    self._in_window = False
             while self._pending:
                 await self.flush()
         finally:
@@ -87,11 +93,14 @@ class Publisher:
                     await self.layer.group_send(self.group, message)
 
     async def close(self) -> None:
-        """Flush and wait for the background flush, so nothing is left behind."""
+        """Flush now and wait for a batch on its way, so nothing is left behind (a flush task still
+        waiting out its window has nothing left to send: it is cancelled, not waited for)."""
         await self.flush()
         task = self._flush_task
         if task is not None:
-            await task
+            if self._in_window:
+                task.cancel()
+            await asyncio.wait([task])
 
 
 async def publish(instance_pk: int, *frames: Frame, **options: Any) -> None:

@@ -23,7 +23,7 @@ from ..protocol import frames
 from ..protocol.parse import ChatRequest, ProtocolError
 from ..protocol.types import Outcome
 from ..streaming import buffer, fanout
-from . import admission, control, engine, liveness, recovery
+from . import admission, control, database, engine, liveness, recovery
 from .control import cancel, cancel_all
 from .engine import drain, start_drain
 from .interactions import apply_tool_approval, apply_tool_result, enqueue_continuation
@@ -52,8 +52,7 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     """
     channel = await control.channel_name()
     try:
-        admitted, first = await database_sync_to_async(_admit_and_claim)(instance, request, origin_channel, user,
-                                                                         channel)
+        admitted, first = await database.run(_admit_and_claim, instance, request, origin_channel, user, channel)
     except ProtocolError as exc:
         events.emit_chat(instance, events.REQUEST_FAILED, requestId=request.request_id, stage="persist",
                          messagesPersisted=False, error=str(exc))

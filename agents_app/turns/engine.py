@@ -14,7 +14,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -42,7 +41,7 @@ from ..protocol.types import Outcome
 from ..streaming import buffer, fanout
 from ..streaming.fanout import Publisher
 from ..streaming.items import Event, Item
-from . import admission, control, liveness, lock, recovery
+from . import admission, control, database, liveness, lock, recovery
 
 logger = logging.getLogger("agents_app.turns")
 
@@ -289,7 +288,8 @@ class TurnRun:
         async with control.listening(self.turn.pk, self.signal) as registration:
             heartbeat = asyncio.ensure_future(self._heartbeat())
             try:
-                return await self._run(registration)
+                with database.running():
+                    return await self._run(registration)
             finally:
                 heartbeat.cancel()
 
@@ -571,7 +571,7 @@ class TurnRun:
         # The last chunks are stored with the reply, in its transaction.
         rows = await self.writer.take()
         try:
-            await sync_to_async(self._persist_and_finish, thread_sensitive=True)(instance, rows)
+            await database.run(self._persist_and_finish, instance, rows, running_here=1)
         finally:
             self.writer.stored()
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]

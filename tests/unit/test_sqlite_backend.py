@@ -90,3 +90,40 @@ def test_an_in_memory_database_takes_no_lock(tmp_path: Path) -> None:
     _end(connection, commit=True)
     assert connection._write_lock is None
     connection.close()
+
+
+def test_write_lock_if_free_holds_the_lock_for_its_block_or_takes_none(tmp_path: Path) -> None:
+    path = str(tmp_path / "db.sqlite3")
+    first, second = _connection(path), _connection(path)
+    with first.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (v INTEGER)")
+    with first.write_lock_if_free() as held:
+        assert held
+        # Two transactions in the block: the first one's commit leaves the lock held.
+        for value in (1, 2):
+            _begin(first)
+            with first.cursor() as cursor:
+                cursor.execute("INSERT INTO t VALUES (%s)", [value])
+            _end(first, commit=True)
+            with second.write_lock_if_free() as other:
+                assert not other
+    # Free again after the block: another writer takes it at once, and while it holds it, the
+    # first connection gets no lock (and has none to give back).
+    _begin(second)
+    with first.write_lock_if_free() as held:
+        assert not held
+    _end(second, commit=True)
+    with second.write_lock_if_free() as held:
+        assert held
+    with first.cursor() as cursor:
+        cursor.execute("SELECT v FROM t ORDER BY rowid")
+        assert [row[0] for row in cursor.fetchall()] == [1, 2]
+    first.close()
+    second.close()
+
+
+def test_write_lock_if_free_takes_none_in_memory() -> None:
+    memory = _connection(":memory:")
+    with memory.write_lock_if_free() as held:
+        assert not held
+    memory.close()

@@ -10,10 +10,16 @@ hands to a waiting process the moment it is released, and releases it at its com
 
 Writes outside a transaction (autocommit) and other programs still meet SQLite's busy handler
 and its ``timeout``, as before. An in-memory database has no file and no other process: no lock.
+
+``write_lock_if_free()`` takes the lock only if no other writer holds it, and holds it for a
+block of code: the turn engine runs its database work on the event loop's own thread when that
+needs no wait (``agents_app.turns.database``).
 """
 
+import contextlib
 import fcntl
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from django.db.backends.sqlite3 import base
@@ -24,15 +30,39 @@ class DatabaseWrapper(base.DatabaseWrapper):
         super().__init__(*args, **kwargs)
         self._write_lock: int | None = None
         self._write_lock_held = False
+        # Held for a block (``write_lock_if_free``): its transactions' ends leave it held.
+        self._write_lock_pinned = False
 
     def _lock_file(self) -> int | None:
         if self._write_lock is None and not self.is_in_memory_db():
             self._write_lock = os.open(f"{self.settings_dict['NAME']}-writelock", os.O_RDWR | os.O_CREAT, 0o600)
         return self._write_lock
 
+    @contextlib.contextmanager
+    def write_lock_if_free(self) -> Iterator[bool]:
+        """Hold the write lock for the block if no other writer (of this process or another) holds
+        it now: True, and the block's transactions find it taken; False at once otherwise, or when
+        there is no lock to take (an in-memory database) or this connection is in a transaction."""
+        lock = None if self.in_atomic_block else self._lock_file()
+        if lock is None:
+            yield False
+            return
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        self._write_lock_held = self._write_lock_pinned = True
+        try:
+            yield True
+        finally:
+            self._write_lock_pinned = False
+            if not self.in_atomic_block:
+                self._release_write_lock()
+
     def _start_transaction_under_autocommit(self) -> None:
         lock = self._lock_file()
-        if lock is not None:
+        if lock is not None and not self._write_lock_held:
             fcntl.flock(lock, fcntl.LOCK_EX)
             self._write_lock_held = True
         try:
@@ -42,7 +72,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             raise
 
     def _release_write_lock(self) -> None:
-        if self._write_lock_held and self._write_lock is not None:
+        if self._write_lock_held and not self._write_lock_pinned and self._write_lock is not None:
             self._write_lock_held = False
             fcntl.flock(self._write_lock, fcntl.LOCK_UN)
 

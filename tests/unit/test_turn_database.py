@@ -1,0 +1,115 @@
+"""``agents_app.turns.database.run``: a unit of the engine's database work runs on the event loop's
+own thread when no other turn runs on the loop and the SQLite file's write lock is free, and on
+Channels' database thread otherwise.
+
+The connections are real ones to an SQLite file (the test database is in memory, which has no
+write lock to take, so the engine's units always hop there).
+"""
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import DEFAULT_DB_ALIAS
+from django.db.utils import ConnectionHandler
+
+from agents_app.turns import database
+
+
+def _handler(path: str) -> ConnectionHandler:
+    return ConnectionHandler({DEFAULT_DB_ALIAS: {
+        "ENGINE": "thinkproject.sqlite", "NAME": path,
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"},
+    }})
+
+
+@pytest.fixture
+def file_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, django_db_blocker: Any
+                  ) -> Iterator[ConnectionHandler]:
+    """The module's connections, to an SQLite file of this test's own."""
+    handler = _handler(str(tmp_path / "db.sqlite3"))
+    monkeypatch.setattr(database, "connections", handler)
+    with django_db_blocker.unblock():
+        yield handler
+
+
+def _insert(handler: ConnectionHandler, value: int) -> int:
+    """A unit: a write transaction on the connection the unit's thread gets; returns that thread."""
+    connection = handler[DEFAULT_DB_ALIAS]
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE IF NOT EXISTS t (v INTEGER)")
+    connection.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO t VALUES (%s)", [value])
+    connection.commit()
+    connection.set_autocommit(True)
+    return threading.get_ident()
+
+
+async def test_a_unit_runs_on_the_loop_thread_when_nothing_waits(file_database: ConnectionHandler) -> None:
+    loop_thread = threading.get_ident()
+    assert await database.run(_insert, file_database, 1) == loop_thread
+    # The end of a turn counts itself among the loop's running turns.
+    with database.running():
+        assert await database.run(_insert, file_database, 2, running_here=1) == loop_thread
+
+
+async def test_a_unit_hops_while_another_turn_runs_on_the_loop(file_database: ConnectionHandler) -> None:
+    loop_thread = threading.get_ident()
+    other_turn_may_end = asyncio.Event()
+
+    async def other_turn() -> None:
+        with database.running():
+            await other_turn_may_end.wait()
+
+    task = asyncio.ensure_future(other_turn())
+    await asyncio.sleep(0)
+    assert await database.run(_insert, file_database, 1) != loop_thread
+    with database.running():
+        assert await database.run(_insert, file_database, 2, running_here=1) != loop_thread
+    other_turn_may_end.set()
+    await task
+    assert await database.run(_insert, file_database, 3) == loop_thread
+
+
+async def test_a_unit_hops_while_another_writer_holds_the_lock(tmp_path: Path,
+                                                               file_database: ConnectionHandler) -> None:
+    loop_thread = threading.get_ident()
+    holding, release = threading.Event(), threading.Event()
+
+    def other_writer() -> None:  # another process's transaction, as far as the lock is concerned
+        connection = _handler(str(tmp_path / "db.sqlite3"))[DEFAULT_DB_ALIAS]
+        connection.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
+        holding.set()
+        release.wait(timeout=60)
+        connection.commit()
+        connection.close()
+
+    writer = threading.Thread(target=other_writer)
+    writer.start()
+    assert holding.wait(timeout=60)
+
+    def unit() -> int:  # reads nothing: it must not wait for the writer
+        return threading.get_ident()
+
+    assert await database.run(unit) != loop_thread
+    release.set()
+    writer.join(timeout=60)
+    assert await database.run(_insert, file_database, 1) == loop_thread
+
+
+def test_a_unit_hops_from_a_loop_on_a_thread_of_its_own(file_database: ConnectionHandler) -> None:
+    """As ``async_to_sync`` runs a Celery task's or a sync view's coroutine: on a thread made for the call."""
+    threads: dict[str, int] = {}
+
+    async def call() -> None:
+        threads["loop"] = threading.get_ident()
+        threads["unit"] = await database.run(_insert, file_database, 1)
+
+    thread = threading.Thread(target=asyncio.run, args=(call(),))
+    thread.start()
+    thread.join(timeout=60)
+    assert threads["unit"] != threads["loop"]
