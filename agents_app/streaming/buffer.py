@@ -101,13 +101,16 @@ class StreamWriter:
             self._writing = None
 
     async def flush(self) -> int:
-        """Store everything appended so far; returns the index of the last chunk appended."""
+        """Store everything appended so far; returns the index of the last chunk appended before
+        the call. Chunks appended while the rows are written are not covered: a reader that took
+        the index at the end of the wait as stored skipped the one that came meanwhile."""
         self._close_row()
+        covered = self.last_index
         while self._writing is not None:
             await asyncio.shield(self._writing)
         if self._taken is not None:
             await asyncio.shield(self._taken)
-        return self.last_index
+        return covered
 
     async def take(self) -> list[tuple[int, list[str]]]:
         """The rows not stored yet, once every earlier one is, for the caller to store with

@@ -62,6 +62,26 @@ def test_a_row_is_written_when_its_first_chunk_is_row_max_age_old(stream):
     assert [b for _, b in buffer.read(stream)] == [body(0), body(1)]
 
 
+def test_a_flush_covers_the_chunks_appended_before_it_not_those_appended_while_it_writes(stream):
+    """A resync or a resume replays the buffer up to what the flush covered, then takes live
+    chunks after it: a chunk appended while the flush waits for its rows is not stored yet, and
+    covering it would skip it."""
+    writer = buffer.StreamWriter(stream.pk)
+
+    async def run():
+        writer.append(0, body(0))
+        writer.append(1, body(1))
+        flushing = asyncio.ensure_future(writer.flush())
+        await asyncio.sleep(0)  # the flush has sealed its rows and waits for their write
+        writer.append(2, body(2))
+        covered = await flushing
+        return covered, [index for index, _ in await sync_to_async(buffer.read)(stream)]
+
+    covered, stored = async_to_sync(run)()
+    assert covered == 1
+    assert stored == [0, 1]
+
+
 def test_rows_taken_by_the_turns_end_are_waited_for_by_a_flush(stream):
     """The end of a turn stores the last rows in its own transaction (``take``): a reader's flush
     in between returns only once they are stored, so the reader never sees a gap."""
