@@ -94,13 +94,15 @@ class Publisher:
 
     async def close(self) -> None:
         """Flush now and wait for a batch on its way, so nothing is left behind (a flush task still
-        waiting out its window has nothing left to send: it is cancelled, not waited for)."""
+        waiting out its window has nothing left to send: it is cancelled rather than waited out)."""
         await self.flush()
         task = self._flush_task
         if task is not None:
             if self._in_window:
                 task.cancel()
             await asyncio.wait([task])
+            if not task.cancelled():
+                task.result()  # a batch that failed on its way fails the close
 
 
 async def publish(instance_pk: int, *frames: Frame, **options: Any) -> None:

@@ -23,7 +23,7 @@ neither reason holds:
 
 Otherwise it hops, as before. The unit is the same function either way; Django's guard against
 the ORM on a loop's thread (``SynchronousOnlyOperation``) is told that the loop is not running
-for the unit's duration, which is what the two conditions make true of it.
+for the unit's duration, which is what the conditions above make true of it.
 """
 
 import asyncio
@@ -61,11 +61,11 @@ async def run(unit: Callable[..., T], *args: Any, running_here: int = 0) -> T:
     if _running.get(loop, 0) <= running_here and threading.current_thread() is threading.main_thread():
         ran, result = _run_here(loop, unit, args)
         if ran:
-            return result  # type: ignore[return-value]
+            return result
     return await database_sync_to_async(unit)(*args)
 
 
-def _run_here(loop: asyncio.AbstractEventLoop, unit: Callable[..., T], args: tuple[Any, ...]) -> tuple[bool, T | None]:
+def _run_here(loop: asyncio.AbstractEventLoop, unit: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
     """(True, ``unit(*args)``) if the write lock was free; (False, None) without running it otherwise."""
     # Django's guard asks asyncio whether a loop runs on this thread; for the unit, none does.
     # The connection is looked up the same way: with a loop running, asgiref hands each task a

@@ -1,0 +1,31 @@
+"""``streaming.fanout.Publisher``: the end of a turn (``close``) sends what waits for the batch
+window at once, and does not wait the window out: the turn ends with its last frame."""
+
+import asyncio
+
+import pytest
+from channels.layers import get_channel_layer
+
+from agents_app.protocol import frames
+from agents_app.streaming import fanout
+from agents_app.streaming.items import Event, Item
+
+
+async def test_close_sends_what_waits_for_the_window_without_waiting_it_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A close that waited the window out would not return within the test's bound.
+    monkeypatch.setattr(fanout, "BATCH_WINDOW", 3600)
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(fanout.group_name(4242), channel)
+    publisher = fanout.Publisher(4242)
+    await publisher.send_item(Item(event=Event.STREAM_START, request_id="r1"))  # the first batch leaves at once
+    first = await layer.receive(channel)
+    while publisher._flush_task is not None:  # that batch's task has ended
+        await asyncio.sleep(0)
+    await publisher.send(frames.done(request_id="r1"), request_id="r1")  # waits for the window
+    assert publisher._flush_task is not None
+    await asyncio.wait_for(publisher.close(), timeout=60)
+    second = await layer.receive(channel)
+    assert [item["event"] for item in first["items"]] == [str(Event.STREAM_START)]
+    assert len(second["items"]) == 1 and '"done":true' in second["items"][0]["text"]
+    assert publisher._flush_task is None
