@@ -8,7 +8,7 @@ about 80 µs, and while the unit runs, the two threads hand Python's GIL to each
 every SQLite call (76 futex calls per one-chunk turn; ``bench/README.md``, "Seventh round").
 
 ``run(unit, ...)`` runs a unit of the engine's database work on the loop's thread instead when
-neither reason holds:
+all of this holds, which answers both reasons:
 
 * **The loop serves the process.** It runs on the main thread, as Daphne's and uvicorn's do, for
   the life of the process. A loop that ``async_to_sync`` starts on a thread of its own for one
