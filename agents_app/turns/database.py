@@ -13,7 +13,7 @@ all of this holds, which answers both reasons:
 * **The loop serves the process.** It runs on the main thread, as Daphne's and uvicorn's do, for
   the life of the process. A loop that ``async_to_sync`` starts on a thread of its own for one
   call (a Celery task, a sync view) would leave that thread's connection behind with each call.
-* **Nothing waits on the loop.** No other turn runs on it (``running_here``); and the database
+* **Nothing waits on the loop.** No other turn runs on it (``control.turns_here``); and the database
   is an SQLite file, whose statements are function calls of microseconds (not round trips to a
   server), whose write lock (``thinkproject.sqlite``'s ``write_lock_if_free``) no other writer
   holds, of this process or another: the unit takes it without waiting and holds it to its end.
@@ -27,38 +27,24 @@ for the unit's duration, which is what the conditions above make true of it.
 """
 
 import asyncio
-import contextlib
 import threading
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from . import control
+
 T = TypeVar("T")
 
-# Turns running on each event loop of the process (``running``).
-_running: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int]" = weakref.WeakKeyDictionary()
 
-
-@contextlib.contextmanager
-def running() -> Iterator[None]:
-    """Count a turn as running on this event loop for the block (the engine's ``TurnRun.run``)."""
-    loop = asyncio.get_running_loop()
-    _running[loop] = _running.get(loop, 0) + 1
-    try:
-        yield
-    finally:
-        _running[loop] -= 1
-
-
-async def run(unit: Callable[..., T], *args: Any, running_here: int = 0) -> T:
+async def run(unit: Callable[..., T], *args: Any, own_turns: int = 0) -> T:
     """``unit(*args)``: on this loop's thread when that waits for nothing (module docstring), else
-    on the database thread. ``running_here``: how many of the loop's running turns are the caller's
-    own (the end of a turn counts itself)."""
+    on the database thread. ``own_turns``: how many of the loop's running turns are the caller's
+    (the end of a turn counts itself)."""
     loop = asyncio.get_running_loop()
-    if _running.get(loop, 0) <= running_here and threading.current_thread() is threading.main_thread():
+    if control.turns_here() <= own_turns and threading.current_thread() is threading.main_thread():
         ran, result = _run_here(loop, unit, args)
         if ran:
             return result

@@ -288,8 +288,7 @@ class TurnRun:
         async with control.listening(self.turn.pk, self.signal) as registration:
             heartbeat = asyncio.ensure_future(self._heartbeat())
             try:
-                with database.running():
-                    return await self._run(registration)
+                return await self._run(registration)
             finally:
                 heartbeat.cancel()
 
@@ -571,7 +570,7 @@ class TurnRun:
         # The last chunks are stored with the reply, in its transaction.
         rows = await self.writer.take()
         try:
-            await database.run(self._persist_and_finish, instance, rows, running_here=1)
+            await database.run(self._persist_and_finish, instance, rows, own_turns=1)
         finally:
             self.writer.stored()
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]

@@ -16,7 +16,8 @@ import pytest
 from django.db import DEFAULT_DB_ALIAS
 from django.db.utils import ConnectionHandler
 
-from agents_app.turns import database
+from agents_app.abort import AbortSignal
+from agents_app.turns import control, database
 
 
 def _handler(path: str) -> ConnectionHandler:
@@ -53,8 +54,8 @@ async def test_a_unit_runs_on_the_loop_thread_when_nothing_waits(file_database: 
     loop_thread = threading.get_ident()
     assert await database.run(_insert, file_database, 1) == loop_thread
     # The end of a turn counts itself among the loop's running turns.
-    with database.running():
-        assert await database.run(_insert, file_database, 2, running_here=1) == loop_thread
+    async with control.listening(1, AbortSignal()):
+        assert await database.run(_insert, file_database, 2, own_turns=1) == loop_thread
 
 
 async def test_a_unit_hops_while_another_turn_runs_on_the_loop(file_database: ConnectionHandler) -> None:
@@ -62,14 +63,14 @@ async def test_a_unit_hops_while_another_turn_runs_on_the_loop(file_database: Co
     other_turn_may_end = asyncio.Event()
 
     async def other_turn() -> None:
-        with database.running():
+        async with control.listening(1, AbortSignal()):
             await other_turn_may_end.wait()
 
     task = asyncio.ensure_future(other_turn())
     await asyncio.sleep(0)
     assert await database.run(_insert, file_database, 1) != loop_thread
-    with database.running():
-        assert await database.run(_insert, file_database, 2, running_here=1) != loop_thread
+    async with control.listening(2, AbortSignal()):
+        assert await database.run(_insert, file_database, 2, own_turns=1) != loop_thread
     other_turn_may_end.set()
     await task
     assert await database.run(_insert, file_database, 3) == loop_thread
