@@ -11,11 +11,12 @@ RUFF := $(VENV)/bin/ruff
 # Extra pytest arguments: make test PYTEST_ARGS="-k smoke -x"
 PYTEST_ARGS ?=
 
-.PHONY: help run test lint format bench clean dev-venv
+.PHONY: help run test test-fast lint format bench clean dev-venv
 
 help:
 	@echo "make run     start Redis, Daphne, a Celery worker and Celery beat (Ctrl-C stops all)"
 	@echo "make test    checks + the whole pytest suite (creates/updates $(VENV))"
+	@echo "make test-fast  checks + the tests that start no server (unit, integration, golden)"
 	@echo "make lint    ruff check + lint-imports (the layers of agents_app)"
 	@echo "make format  ruff format + import sorting"
 	@echo "make bench   run the scripts in bench/"
@@ -28,6 +29,10 @@ run:
 # Exits non-zero iff a check or pytest fails; scripts/test.sh reports pytest's own exit code.
 test:
 	scripts/test.sh $(PYTEST_ARGS)
+
+# The inner loop: the same checks, then tests/unit, tests/integration and tests/golden (no servers).
+test-fast:
+	scripts/test.sh --fast $(PYTEST_ARGS)
 
 dev-venv:
 	scripts/venv.sh requirements-dev.txt

@@ -24,15 +24,15 @@ if TYPE_CHECKING:
     )
     from .agent import ChatAgent, ChatResponseResult, SaveMessagesResult
     from .agent_tools import agent_tool
-    from .chat_recovery import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext
     from .concurrency import Debounce
     from .errors import AgentConfigurationError
     from .followers import StreamCallback
     from .handles import AgentHandle
     from .hooks import ToolCall, ToolCallDecision
+    from .recovery.policy import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext
     from .rpc import callable
-    from .schedule_dsl import ScheduledTaskContext, scheduled_occurrence
-    from .schedules import ScheduleEntry
+    from .schedules.declared import ScheduleEntry
+    from .schedules.language import ScheduledTaskContext, scheduled_occurrence
 
 # Public name → the module that defines it.
 _EXPORTS = {
@@ -44,14 +44,14 @@ _EXPORTS = {
     "AgentHandle": ".handles",
     "AuthorizationDecision": ".actions.context",
     "ChatAgent": ".agent",
-    "ChatRecovery": ".chat_recovery",
-    "ChatRecoveryContext": ".chat_recovery",
-    "ChatRecoveryExhaustedContext": ".chat_recovery",
+    "ChatRecovery": ".recovery.policy",
+    "ChatRecoveryContext": ".recovery.policy",
+    "ChatRecoveryExhaustedContext": ".recovery.policy",
     "ChatResponseResult": ".agent",
     "Debounce": ".concurrency",
     "SaveMessagesResult": ".agent",
-    "ScheduleEntry": ".schedules",
-    "ScheduledTaskContext": ".schedule_dsl",
+    "ScheduleEntry": ".schedules.declared",
+    "ScheduledTaskContext": ".schedules.language",
     "StreamCallback": ".followers",
     "ToolCall": ".hooks",
     "ToolCallDecision": ".hooks",
@@ -60,7 +60,7 @@ _EXPORTS = {
     "action": ".actions",
     "agent_tool": ".agent_tools",
     "callable": ".rpc",
-    "scheduled_occurrence": ".schedule_dsl",
+    "scheduled_occurrence": ".schedules.language",
 }
 
 __all__ = [

@@ -27,14 +27,14 @@ from .actions import Action, call_maybe_async, compile_actions
 from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext, TurnState
 from .actions.envelopes import missing_permission_message
 from .actions.pipeline import action_tool, needs_approval
-from .chat_recovery import ChatRecovery, ChatRecoveryContext
 from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
 from .llm import direct, ui_messages
 from .llm.chunks import ChunkStream
 from .messages import UIMessage
 from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
-from .schedule_dsl import ScheduledTask
+from .recovery.policy import ChatRecovery, ChatRecoveryContext
+from .schedules.language import ScheduledTask
 from .tools import ApprovalGate, ToolPolicy, Toolset, client_tools_from_schemas, compile_tools
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ class ChatAgent:
       reply saved. None: ``AGENT_MAX_STEPS``.
     * ``chat_recovery``: how a turn cut by a crash or a stalled stream is recovered: a
       ``ChatRecovery`` (or a dict of its fields); ``True``/``False`` mean the defaults, as
-      recovery is always on (``agents_app.chat_recovery``).
+      recovery is always on (``agents_app.recovery.policy``).
     * ``chat_stream_stall_timeout``: seconds without a chunk from the model after which the
       stream is cut and recovered (0, the default: never).
     * ``starter_prompts``: ``(label, prompt)`` pairs the chat page offers while a conversation is
@@ -341,7 +341,7 @@ class ChatAgent:
         in Europe/Oslo"``, ``"every 15 minutes"``) or a cron expression; ``prompt`` a text (or a
         function returning one, called at each run) posted as a user message, running a turn;
         ``handler`` a function called with the run's ``ScheduledTaskContext`` instead; optional
-        ``timezone`` and ``metadata``. Rows follow the declaration (``agents_app.schedules``):
+        ``timezone`` and ``metadata``. Rows follow the declaration (``agents_app.schedules.declared``):
         when an instance is created, on ``manage.py sync_schedules``, and every ten minutes.
         """
         return {}

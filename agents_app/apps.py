@@ -20,10 +20,10 @@ class AgentsAppConfig(AppConfig):
         from .agent import register_handle_factory
         from .handles import AgentHandle
         from .models import AgentInstance
-        from .schedules import on_instance_saved
+        from .schedules.declared import on_instance_saved
 
         # ``MyAgent.aget()`` returns handles, which live a layer above the agent class.
         register_handle_factory(AgentHandle)
         setting_changed.connect(_reset_registry)
         # A new instance gets the schedules its class declares (``get_scheduled_tasks()``) at once.
-        post_save.connect(on_instance_saved, sender=AgentInstance, dispatch_uid="agents_app.schedules")
+        post_save.connect(on_instance_saved, sender=AgentInstance, dispatch_uid="agents_app.schedules.declared")

@@ -88,7 +88,7 @@ def check_scheduled_tasks(app_configs: Any, **kwargs: Any) -> list[Error]:
     """
     from .errors import AgentConfigurationError
     from .models import AgentInstance
-    from .schedules import declared_tasks
+    from .schedules.declared import declared_tasks
 
     errors = []
     for slug, agent_class in sorted(_registered_classes().items()):

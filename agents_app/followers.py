@@ -3,7 +3,7 @@
 A follower joins the instance's fan-out group on a channel of its own *before* the turn is
 queued, so it sees the turn's stream from its first chunk wherever the turn runs (this process,
 another Daphne, a Celery worker), and routes what arrives through the same resume session as a
-WebSocket connection (``agents_app.resume``): a batch the channel layer drops is sent again from
+WebSocket connection (``agents_app.streaming.resume``): a batch the channel layer drops is sent again from
 the stream buffer, so the callback gets every chunk once, in order.
 
 When no frame comes for ``WATCH_SECONDS`` the follower reads the turn's row: a turn that ended
@@ -28,10 +28,11 @@ from channels.layers import get_channel_layer
 from .models import AgentInstance, Turn
 from .protocol import frames
 from .protocol.types import MessageType, Outcome
-from .resume import ResumeDriver
+from .recovery import liveness
+from .recovery import service as recovery
 from .streaming import buffer, fanout, handshake
 from .streaming.items import Item, decode_batch
-from .turns import liveness, recovery
+from .streaming.resume import ResumeDriver
 
 logger = logging.getLogger("agents_app.followers")
 

@@ -14,14 +14,16 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from . import approvals, registry, schedules, turns
+from . import registry, turns
 from .abort import AbortSignal
 from .agent import ChatAgent, SaveMessagesResult
+from .approvals import service as approvals
 from .errors import UnknownAgent
 from .followers import TurnFollower, notify
 from .messages import UIMessage, new_request_id
 from .models import AgentInstance, Turn
-from .schedules import ScheduleEntry
+from .schedules import declared
+from .schedules.declared import ScheduleEntry
 from .turns.programmatic import MessagesOrFunction
 
 
@@ -176,23 +178,23 @@ class AgentHandle:
         run's ``ScheduledTaskContext`` (occurrence and idempotency keys). String schedules are
         idempotent by default: the same callback, payload and string return the existing schedule.
         """
-        return await database_sync_to_async(schedules.add_agent_schedule)(
+        return await database_sync_to_async(declared.add_agent_schedule)(
             self.instance, self.agent_class, when, callback, payload, idempotent=idempotent, time_zone=timezone)
 
     async def schedule_every(self, seconds: int, callback: str, payload: Any = None) -> ScheduleEntry:
         """Call ``callback(payload, ctx)`` every ``seconds`` (idempotent: one schedule per callback and payload)."""
-        return await database_sync_to_async(schedules.add_agent_interval)(
+        return await database_sync_to_async(declared.add_agent_interval)(
             self.instance, self.agent_class, seconds, callback, payload)
 
     async def get_schedules(self, *, id: str | None = None, type: str | None = None) -> list[ScheduleEntry]:
         """This instance's ``schedule()`` schedules, by ``id``, or ``type``: delayed, scheduled, cron, interval."""
-        return await database_sync_to_async(schedules.agent_schedules)(
+        return await database_sync_to_async(declared.agent_schedules)(
             self.instance, schedule_id=id, schedule_type=type)
 
     async def cancel_schedule(self, id: str) -> bool:
         """Remove a ``schedule()`` schedule; False if there is none by that id."""
-        return await database_sync_to_async(schedules.cancel_agent_schedule)(self.instance, id)
+        return await database_sync_to_async(declared.cancel_agent_schedule)(self.instance, id)
 
     async def sync_scheduled_tasks(self) -> dict[str, int]:
         """Bring this instance's ``get_scheduled_tasks()`` rows in line now (after app data they read changed)."""
-        return await database_sync_to_async(schedules.sync_declared)(instance=self.instance)
+        return await database_sync_to_async(declared.sync_declared)(instance=self.instance)

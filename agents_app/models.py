@@ -8,8 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from . import chat_recovery
 from .querysets import AgentInstanceQuerySet, TurnQuerySet
+from .recovery import policy as chat_recovery
 
 
 class AgentInstance(models.Model):
@@ -235,7 +235,7 @@ class Turn(models.Model):
 
 
 class RecoveryIncident(models.Model):
-    """A request cut by a crash or a stalled stream, and its recovery (``agents_app.chat_recovery``).
+    """A request cut by a crash or a stalled stream, and its recovery (``agents_app.recovery.policy``).
 
     Its identity (``incident_id``) is the root request id and the latest user message id, so the
     retry and continue attempts of one request spend one budget. Attempts are ``Turn`` rows of
@@ -509,7 +509,7 @@ class Schedule(models.Model):
     # schedules of the agent API), and the chosen time zone ("" for "in …" or the agent's default).
     schedule = models.CharField(max_length=200, blank=True, default="")
     timezone = models.CharField(max_length=64, blank=True, default="")
-    # The parsed schedule (``schedule_dsl.to_spec``); ``{"kind": "once"}`` for a one-off run.
+    # The parsed schedule (``schedules.language.to_spec``); ``{"kind": "once"}`` for a one-off run.
     spec = models.JSONField()
     enabled = models.BooleanField(default=True)
     # The next occurrence to claim; None once a one-off schedule has run.

@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
 
-from . import approvals, registry
+from . import registry
 from .actions.envelopes import to_json_safe
+from .approvals import service as approvals
 from .models import AgentInstance
 from .protocol import frames
 from .protocol.parse import RpcCall

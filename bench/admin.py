@@ -153,7 +153,7 @@ def api_page_url(client: Any, page: int) -> tuple[str, int]:
 
 
 def admin_last_page(total: int) -> int:
-    from agents_app.admin import PendingApprovalAdmin
+    from agents_app.approvals.admin import PendingApprovalAdmin
 
     return min(LATER_PAGE, -(-total // PendingApprovalAdmin.list_per_page))
 

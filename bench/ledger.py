@@ -78,7 +78,7 @@ async def _bench_action(execute: Any) -> tuple[Any, Any]:
 
 async def _calls(indices: range, *, prefix: str, same_key: bool, mode: str,
                  latencies: list[float], outcomes: Counter[str], executed: list[int]) -> None:
-    from agents_app import ledger
+    from agents_app.actions import ledger
     from agents_app.actions.pipeline import execute_action
 
     def execute() -> dict[str, Any]:

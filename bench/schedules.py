@@ -15,7 +15,7 @@ until every run has finished. Reported from the due minute:
 * *all finished*: the last turn's end, and the runs per second from the due minute to it.
 
 Then beat and the workers are stopped and the database side of one tick (``recover_lost`` +
-``claim_due`` batches, what ``schedules.tick`` runs before handing runs over) is measured in this
+``claim_due`` batches, what ``runs.tick`` runs before handing runs over) is measured in this
 process with ``CaptureQueriesContext``: with nothing due among 0, ``--schedules`` and ``--idle``
 schedules (the number of queries must not grow with the schedules that are not due: the due ones
 are a range of the partial index ``schedule_due``), and with ``--schedules`` due at once.
@@ -64,8 +64,8 @@ def make_schedules(count: int, due: datetime | None, prefix: str) -> None:
     """``count`` instances with a daily schedule each; due at ``due`` (None: tomorrow at this time)."""
     from django.utils import timezone
 
-    from agents_app import schedule_dsl as dsl
     from agents_app.models import AgentInstance, Schedule
+    from agents_app.schedules import language as dsl
 
     at = due or timezone.now() + timedelta(days=1)
     written = f"every day at {at:%H:%M}"
@@ -111,16 +111,16 @@ def tick_queries(label: str, total: int, due: int) -> list[Any]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from agents_app import schedules
+    from agents_app.schedules import runs
 
     started = time.perf_counter()
     with CaptureQueriesContext(connection) as captured:
-        schedules.recover_lost()
+        runs.recover_lost()
         claimed = 0
-        for _ in range(schedules.MAX_BATCHES_PER_TICK):
-            seen, won = schedules.claim_due()
+        for _ in range(runs.MAX_BATCHES_PER_TICK):
+            seen, won = runs.claim_due()
             claimed += len(won)
-            if seen < schedules.CLAIM_BATCH:
+            if seen < runs.CLAIM_BATCH:
                 break
     elapsed = (time.perf_counter() - started) * 1000
     assert claimed == due, (claimed, due)

@@ -3,6 +3,9 @@
 # the whole pytest suite. Exits with pytest's exit code (or the code of the step that failed
 # before pytest could run). Extra arguments go to pytest: scripts/test.sh -k smoke -x
 #
+# `make test-fast` (scripts/test.sh --fast ...): the same checks, then only the tests that start
+# no server (tests/unit, tests/integration, tests/golden): the inner loop, under 3 minutes.
+#
 # PYTEST_EXIT_FILE, if set, receives pytest's exit code: `make` turns every failure into exit
 # status 2, so .ci/run reads the real code from there.
 set -euo pipefail
@@ -10,6 +13,11 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 py=.venv/bin/python
+fast=0
+if [[ ${1:-} == --fast ]]; then
+    fast=1
+    shift
+fi
 
 scripts/venv.sh requirements-dev.txt
 
@@ -26,7 +34,7 @@ PYTHONPATH=. .venv/bin/lint-imports --no-cache
 # The conformance tests drive the real @cloudflare/ai-chat client from Node. `npm ci` wipes and
 # reinstalls node_modules, so skip it while node_modules matches package-lock.json.
 conformance=tests/conformance
-if [[ -f $conformance/package-lock.json ]]; then
+if ((fast == 0)) && [[ -f $conformance/package-lock.json ]]; then
     lock_hash=$(sha256sum "$conformance/package-lock.json" | cut -d' ' -f1)
     npm_stamp=$conformance/node_modules/.make-test-stamp
     if [[ -f $npm_stamp && $(<"$npm_stamp") == "$lock_hash" ]]; then
@@ -38,9 +46,16 @@ if [[ -f $conformance/package-lock.json ]]; then
     fi
 fi
 
-echo "== pytest $*"
+# The fast suite: the directories whose tests need no server (no Redis, PostgreSQL, Daphne,
+# Celery, browser or Node client).
+paths=()
+if ((fast == 1)); then
+    paths=(tests/unit tests/integration tests/golden)
+fi
+
+echo "== pytest ${paths[*]} $*"
 status=0
-"$py" -m pytest "$@" || status=$?
+"$py" -m pytest "${paths[@]}" "$@" || status=$?
 if [[ -n ${PYTEST_EXIT_FILE:-} ]]; then
     printf '%s\n' "$status" >"$PYTEST_EXIT_FILE"
 fi

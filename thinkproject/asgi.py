@@ -19,7 +19,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from genai_prices.data_snapshot import get_snapshot  # noqa: E402
 
-from agents_app.routing import websocket_urlpatterns  # noqa: E402
+from agents_app.web.routing import websocket_urlpatterns  # noqa: E402
 from thinkproject.middleware import websocket_auth_stack  # noqa: E402 - needs Django set up first
 
 # pydantic-ai loads the model price table when it builds its first model (~0.2 s): at start-up,

@@ -27,7 +27,7 @@ urlpatterns = [
     path("api/", include("agents_app.api.urls")),
     # Browsers ask for /favicon.ico on pages that name no icon (the admin, the API docs).
     path("favicon.ico", RedirectView.as_view(url=static("agents_app/favicon.ico"), permanent=True)),
-    path("", include("agents_app.urls")),
+    path("", include("agents_app.web.urls")),
 ]
 
 # Pages in the site's style for people, JSON for API clients (thinkproject/errors.py).

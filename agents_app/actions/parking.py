@@ -2,7 +2,7 @@
 
 A ``durable-pause`` action does not wait on a socket. Its call is *parked*: a ``PendingApproval``
 row holds the input and the descriptor, the model reads the paused envelope, and the turn ends.
-Deciding the call later (admin, REST API, Python) is ``agents_app.approvals``' job.
+Deciding the call later (admin, REST API, Python) is ``agents_app.approvals.service``' job.
 """
 
 import uuid

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from pydantic_ai import RunContext, Tool
 
-from .. import events, ledger
+from .. import events
 from ..errors import ActionAbortedError, ActionApprovalInputError, ActionTimeoutError
+from . import ledger
 from .attachments import NO_ATTACHMENTS
 from .context import ActionAgent, ActionAuthorizationContext, ActionContext, AuthorizationDecision, TurnState
 from .descriptor import (

@@ -3,12 +3,15 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from . import conversations, schedules, views
+from ..approvals import api as approvals
+from ..conversations import api as conversations
+from ..schedules import api as schedules
+from . import views
 
 app_name = "api"
 
 router = SimpleRouter()
-router.register("approvals", views.PendingApprovalViewSet, basename="approval")
+router.register("approvals", approvals.PendingApprovalViewSet, basename="approval")
 router.register("schedules", schedules.ScheduleViewSet, basename="schedule")
 
 urlpatterns = [

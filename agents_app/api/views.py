@@ -1,57 +1,17 @@
-"""API views: the API root, and pending approvals (list, retrieve, approve, reject).
+"""The API root: where the API's collections and its documentation are.
 
-Conversations (instances, transcripts, messages, turns) are in ``api/conversations.py``.
-
-Approve and reject make exactly one call, ``approvals.approve_execution`` / ``reject_execution``,
-the same entry point as the admin and the chat page (style guide §0 rule 4). The service claims
-the pending row by deleting it, so of any number of concurrent approvers exactly one runs the
-action; every other one gets its "no longer pending" error object, which becomes 409 here.
+Each feature's endpoints live in its package (``approvals/api.py``, ``conversations/api.py``,
+``schedules/api.py``); ``api/urls.py`` mounts them.
 """
 
-from typing import Any
-
-from asgiref.sync import async_to_sync
-from django.db.models import QuerySet
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import mixins, status, viewsets
-from rest_framework.decorators import action
-from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import AllowAny, IsAuthenticated
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import approvals
-from agents_app.models import PendingApproval
-
-from .permissions import AUTHENTICATION_CLASSES, CanApproveActions
-from .serializers import (
-    ApprovalFilterSerializer,
-    DecisionErrorSerializer,
-    DecisionSerializer,
-    PendingApprovalSerializer,
-    RejectSerializer,
-)
-
-CONFLICT_DESCRIPTION = (
-    "Nothing was decided by this request: the execution was already approved or rejected "
-    "(elsewhere, or by an earlier request; a second approve never runs the action again), never "
-    "existed (indistinguishable from a decided one by design: rows exist only while pending), or "
-    "its action is no longer registered (then the approval is consumed and recorded, and nothing ran)."
-)
-
-
-class OldestFirstCursorPagination(CursorPagination):
-    """Oldest first, a fixed page size, and a cost per page that does not grow with the table.
-
-    A cursor is a seek on the ``created_at`` index rather than an OFFSET, and there is no
-    ``COUNT(*)``: page 2,000 of 100,000 rows costs what page 1 does.
-    """
-
-    page_size = 50
-    ordering = ("created_at", "execution_id")
-
+from .permissions import AUTHENTICATION_CLASSES
 
 # The API root's links: name → URL name.
 ROOT_LINKS = {
@@ -83,78 +43,3 @@ class ApiRootView(APIView):
     )
     def get(self, request: Request) -> Response:
         return Response({name: request.build_absolute_uri(reverse(url)) for name, url in ROOT_LINKS.items()})
-
-
-@extend_schema_view(
-    list=extend_schema(
-        summary="Pending approvals, oldest first",
-        description="Durable-pause action calls waiting for a human, 50 a page (follow `next`); a call leaves the "
-                    "list once decided. Needs the `agents_app.approve_action` permission.",
-        parameters=[ApprovalFilterSerializer],
-    ),
-    retrieve=extend_schema(summary="One pending approval",
-                           description="One parked call; 404 once it has been decided (or never existed)."),
-)
-class PendingApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """Durable-pause action calls waiting for a human; a row leaves the list once decided."""
-
-    serializer_class = PendingApprovalSerializer
-    authentication_classes = AUTHENTICATION_CLASSES
-    permission_classes = [IsAuthenticated, CanApproveActions]
-    pagination_class = OldestFirstCursorPagination
-    lookup_field = "execution_id"
-    lookup_value_regex = "[^/]+"
-
-    def get_queryset(self) -> QuerySet[PendingApproval]:
-        queryset = PendingApproval.objects.select_related("instance__owner", "requested_by")
-        if self.action != "list":
-            return queryset
-        filters = ApprovalFilterSerializer(data=self.request.query_params)
-        filters.is_valid(raise_exception=True)
-        lookups = {"risk": "risk", "action": "action_name", "agent": "agent"}
-        return queryset.filter(**{lookups[key]: value for key, value in filters.validated_data.items()})
-
-    @extend_schema(
-        summary="Approve: run the paused action once",
-        description="Runs the paused action (once, whoever else approves at the same time) and continues the "
-                    "conversation: the action's output replaces the paused envelope in the transcript and a "
-                    "continuation turn lets the model react to it.",
-        operation_id="approvals_approve",
-        request=None,
-        responses={200: DecisionSerializer, 409: OpenApiResponse(DecisionErrorSerializer, CONFLICT_DESCRIPTION)},
-    )
-    @action(detail=True, methods=["post"])
-    def approve(self, request: Request, execution_id: str) -> Response:
-        """Run the paused action (once, whoever else approves at the same time) and continue the chat.
-
-        The action's output replaces the paused envelope in the transcript and a continuation
-        turn is queued, so the model reacts to it.
-        """
-        result = async_to_sync(approvals.approve_execution)(execution_id, actor=request.user)
-        return _decision(execution_id, "approved", result)
-
-    @extend_schema(
-        summary="Reject: tell the model the action was not run",
-        description="Decides not to run the paused action; the model is told so, with the optional `reason`.",
-        operation_id="approvals_reject",
-        request=RejectSerializer,
-        responses={200: DecisionSerializer, 409: OpenApiResponse(DecisionErrorSerializer, CONFLICT_DESCRIPTION)},
-    )
-    @action(detail=True, methods=["post"])
-    def reject(self, request: Request, execution_id: str) -> Response:
-        """Decide not to run the paused action; the model is told so, with the optional reason."""
-        body = RejectSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        reason = body.validated_data.get("reason") or None
-        result = async_to_sync(approvals.reject_execution)(execution_id, reason, actor=request.user)
-        return _decision(execution_id, "rejected", result)
-
-
-def _decision(execution_id: str, decided: str, result: Any) -> Response:
-    """200 with the service's return value, or 409 when the service says nothing was decided."""
-    if approvals.is_error(result):
-        return Response(
-            {"execution_id": execution_id, "status": "error", "error": result["error"]},
-            status=status.HTTP_409_CONFLICT,
-        )
-    return Response({"execution_id": execution_id, "status": decided, "result": result})

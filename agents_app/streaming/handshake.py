@@ -1,6 +1,6 @@
 """The resume handshake's decisions (spec cloudflare-agents.md §2.7, js-client-protocol.md §6).
 
-Pure: no Django, no database, no channel layer. The driver (``agents_app.resume``) reads a
+Pure: no Django, no database, no channel layer. The driver (``agents_app.streaming.resume``) reads a
 ``ResumeState`` of the instance, asks these functions and one ``ResumeSession`` per connection
 what to do, and does it. Frame shapes come from ``protocol.frames`` (frozen by golden tests).
 

@@ -22,8 +22,10 @@ from ..models import AgentInstance, Turn
 from ..protocol import frames
 from ..protocol.parse import ChatRequest, ProtocolError
 from ..protocol.types import Outcome
+from ..recovery import liveness
+from ..recovery import service as recovery
 from ..streaming import buffer, fanout
-from . import admission, control, database, engine, liveness, recovery
+from . import admission, control, database, engine
 from .control import cancel, cancel_all
 from .engine import drain, start_drain
 from .interactions import apply_tool_approval, apply_tool_result, enqueue_continuation

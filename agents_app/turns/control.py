@@ -17,19 +17,22 @@ import collections
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from .. import events
 from ..abort import AbortSignal
 from ..models import AgentInstance, Turn
+from ..recovery import liveness
 from ..streaming.buffer import StreamWriter
 from ..streaming.handshake import FLUSH_REQUEST, FLUSHED
-from . import liveness
+
+T = TypeVar("T")
 
 logger = logging.getLogger("agents_app.turns")
 
@@ -209,3 +212,16 @@ async def scoped() -> AsyncIterator[None]:
     finally:
         if not existed:
             await shutdown()
+
+
+def run_sync(function: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Run async engine code from sync code (a Celery task), on a loop that ends with the call.
+
+    A turn-control receiver the call starts is stopped before the loop closes (``scoped``).
+    """
+
+    async def main() -> T:
+        async with scoped():
+            return await function(*args)
+
+    return async_to_sync(main)()

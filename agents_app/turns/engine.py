@@ -38,10 +38,12 @@ from ..messages import (
 from ..models import AgentInstance, Turn
 from ..protocol import codec, frames
 from ..protocol.types import Outcome
+from ..recovery import liveness
+from ..recovery import service as recovery
 from ..streaming import buffer, fanout
 from ..streaming.fanout import Publisher
 from ..streaming.items import Event, Item
-from . import admission, control, database, liveness, lock, recovery
+from . import admission, control, database, lock
 
 logger = logging.getLogger("agents_app.turns")
 
@@ -278,7 +280,7 @@ class TurnRun:
         self.agent: ChatAgent | None = None
         # How the agent's messages are stored (set with the agent).
         self.policy = transcript.DEFAULT_POLICY
-        # A recovery attempt's plan (``turns.recovery``); set when the turn is one.
+        # A recovery attempt's plan (``recovery.service``); set when the turn is one.
         self.attempt: recovery.Attempt | None = None
         # The model went silent for longer than the agent's ``chat_stream_stall_timeout``.
         self.stalled = False
@@ -526,7 +528,7 @@ class TurnRun:
         await self._emit(chunk)
         if kind == "tool-input-available":
             # A tool or action runs next: its call is stored first, so a crash while it runs
-            # leaves the call for recovery to answer (``turns.recovery``), not a lost reply.
+            # leaves the call for recovery to answer (``recovery.service``), not a lost reply.
             await self.writer.flush()
         if kind == "tool-approval-request" or (kind == "tool-output-available" and "approvalDescriptor" in chunk):
             # Stored at once, so a page reloaded before the turn ends shows Approve / Reject, and

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from .. import statements
 from ..models import AgentInstance, Turn
-from . import liveness
+from ..recovery import liveness
 
 # Why a queued turn with ``affinity`` to a process that is gone ends without running.
 ORPHANED_AFFINITY = "The process that queued this turn stopped before it could run"

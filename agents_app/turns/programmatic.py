@@ -28,8 +28,9 @@ from ..agent import SaveMessagesResult
 from ..messages import UIMessage, new_message_id, new_request_id
 from ..models import AgentInstance, ChatMessage, Turn
 from ..protocol import frames
+from ..recovery import liveness
 from ..streaming import fanout
-from . import control, engine, liveness, lock
+from . import control, engine, lock
 
 # Messages, or a function of the transcript (sync or async) that returns them.
 MessagesOrFunction: TypeAlias = (

@@ -262,7 +262,7 @@ def test_staff_approve_a_paused_deploy_and_the_page_follows_live(page: Page, liv
     history_loads: list[str] = []
     page.on("request", lambda r: history_loads.append(r.url) if r.url.endswith("/get-messages") else None)
 
-    approve = ("from asgiref.sync import async_to_sync; from agents_app import approvals; "
+    approve = ("from asgiref.sync import async_to_sync; from agents_app.approvals import service as approvals; "
                f"print(repr(async_to_sync(approvals.approve_execution)({execution_id!r})))")
     outcome = live.stack.manage("shell", "--no-imports", "-c", approve)
     assert outcome.strip() == repr("Deployed 1.4.2 to production.")

@@ -98,7 +98,7 @@ def test_the_empty_chat_offers_the_demos_and_a_paused_deploy_never_shows_its_env
     reply_shows_no_envelope(page)
 
     execution_id = card.locator(".execution-id").text_content() or ""
-    approve = ("from asgiref.sync import async_to_sync; from agents_app import approvals; "
+    approve = ("from asgiref.sync import async_to_sync; from agents_app.approvals import service as approvals; "
                f"print(repr(async_to_sync(approvals.approve_execution)({execution_id!r})))")
     assert live.stack.manage("shell", "--no-imports", "-c", approve).strip() == repr(DEPLOYED)
     expect(card).to_have_attribute("data-decision", "approved")

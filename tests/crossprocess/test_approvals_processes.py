@@ -58,7 +58,8 @@ override_settings(
     AGENT_APPROVAL_CONTINUATION=os.environ["APPROVAL_CONTINUATION"],
 ).enable()
 
-from agents_app import approvals, registry, transcript
+from agents_app import registry, transcript
+from agents_app.approvals import service as approvals
 from agents_app.models import AgentInstance, ApprovalDecision, LedgerEntry, PendingApproval, Turn
 from tests.action_agents import PROBES
 

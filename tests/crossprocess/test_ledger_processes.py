@@ -35,7 +35,7 @@ from channels.db import database_sync_to_async
 from django.db import connection
 from django.utils import timezone
 
-from agents_app import ledger
+from agents_app.actions import ledger
 from agents_app.models import LedgerEntry
 
 EFFECTS = os.environ["LEDGER_EFFECTS"]

@@ -251,7 +251,7 @@ CLAIMER = r"""
 import asyncio, json, sys, time
 import django
 django.setup()
-from agents_app.turns import recovery
+from agents_app.recovery import service as recovery
 
 line = sys.stdin.readline()
 time.sleep(max(0, json.loads(line)["at"] - time.time()))

@@ -29,7 +29,7 @@ PATIENCE = 120.0
 
 SETUP = """
 from django.utils import timezone
-from agents_app import schedule_dsl as dsl
+from agents_app.schedules import language as dsl
 from agents_app.models import AgentInstance, Schedule
 for kind, schedule in (("due", "every day at 09:00"), ("missed", "every 1 hour")):
     spec = dsl.to_spec(dsl.parse(schedule, timezone=None if kind == "missed" else "UTC"))

@@ -84,7 +84,7 @@ async def ledger_rows() -> list[dict[str, Any]]:
 async def seed(key: str, *, name: str = "", status: str = "pending", age: timedelta = timedelta(0),
                input: Any = None) -> None:
     """A ledger row in the ledger of ``ActionTestAgent/name`` (or outside any instance)."""
-    from agents_app import ledger
+    from agents_app.actions import ledger
 
     scope = str((await ActionTestAgent.aget(name)).instance.pk) if name else ""
     stamp = timezone.now() - age
@@ -269,7 +269,7 @@ async def test_18_releases_ledger_rows_when_result_serialization_fails(seen_even
 
 
 async def test_19_sweeps_expired_ledger_rows_without_deleting_fresh_rows():
-    from agents_app import ledger
+    from agents_app.actions import ledger
 
     await seed("old-settled", status="settled", age=timedelta(seconds=1))
     await seed("old-pending", age=timedelta(seconds=1))

@@ -19,7 +19,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from agents_app import approvals
+from agents_app.approvals import service as approvals
 from agents_app.demo.agents import DemoAgent
 from agents_app.models import AgentInstance, ApprovalDecision, ChatMessage, LedgerEntry, PendingApproval, Turn
 

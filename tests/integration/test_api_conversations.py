@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
-from agents_app import conversations
+from agents_app.conversations import service as conversations
 from agents_app.models import AgentInstance, ChatMessage, Turn
 from tests.conftest import connect
 from tests.support.frames import is_done, receive_until, text_of

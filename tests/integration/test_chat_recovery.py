@@ -17,12 +17,13 @@ import pytest
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from agents_app import ChatRecovery, events, ledger, transcript, turns
-from agents_app.chat_recovery import TERMINAL_MESSAGE, Kind
+from agents_app import ChatRecovery, events, transcript, turns
+from agents_app.actions import ledger
 from agents_app.handles import AgentHandle
 from agents_app.models import AgentInstance, RecoveryIncident, StreamSegment, Turn
+from agents_app.recovery import service as recovery
+from agents_app.recovery.policy import TERMINAL_MESSAGE, Kind
 from agents_app.streaming import buffer
-from agents_app.turns import recovery
 from tests.agents import RECOVERY_CALLS, STALL_RUNS, RecoveryAgent, StallAgent
 from tests.support.frames import RESP, is_done, open_agent, receive_until
 

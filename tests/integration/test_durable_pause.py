@@ -29,7 +29,9 @@ from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
-from agents_app import approvals, events, tasks, transcript, turns
+from agents_app import events, transcript, turns
+from agents_app.approvals import service as approvals
+from agents_app.approvals import tasks as approval_tasks
 from agents_app.models import (
     AgentInstance,
     ApprovalDecision,
@@ -364,7 +366,7 @@ async def test_the_sweep_follows_the_ttl_setting_and_runs_from_celery_beat(user,
     assert await pending_ids() == [call.execution_id]
 
     await PendingApproval.objects.aupdate(created_at=timezone.now() - timedelta(days=30, seconds=1))
-    assert await database_sync_to_async(lambda: tasks.sweep_pending_approvals.delay().get())() == {"swept": 1}
+    assert await database_sync_to_async(lambda: approval_tasks.sweep_pending_approvals.delay().get())() == {"swept": 1}
     assert await pending_ids() == []
     beat = settings.CELERY_BEAT_SCHEDULE["agents-sweep-pending-approvals"]
     assert beat["task"] == "agents_app.sweep_pending_approvals"

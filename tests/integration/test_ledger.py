@@ -20,7 +20,8 @@ from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
-from agents_app import events, ledger, tasks
+from agents_app import events, tasks
+from agents_app.actions import ledger
 from agents_app.models import LedgerEntry
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -105,15 +105,16 @@ def readme_schedules() -> Iterator[types.ModuleType]:
 
 
 async def test_ops_agent_from_the_readme_declares_its_tasks_and_they_run(readme_schedules):
-    from agents_app import schedules, transcript
+    from agents_app import transcript
     from agents_app.models import Schedule
+    from agents_app.schedules import runs
 
     handle = await readme_schedules.OpsAgent.aget("shop-1")
     rows = {row.name: row async for row in Schedule.objects.filter(instance=handle.instance)}
     assert {name: (row.action, row.spec["normalized"], row.spec.get("timezone")) for name, row in rows.items()} == {
         "daily_report": ("prompt", "every day at 09:00", "UTC"), "cleanup": ("handler", "every 2 hours", None)}
-    report = await schedules.run_now(rows["daily_report"].pk)
-    cleanup = await schedules.run_now(rows["cleanup"].pk)
+    report = await runs.run_now(rows["daily_report"].pk)
+    cleanup = await runs.run_now(rows["cleanup"].pk)
     messages = ["".join(p.get("text", "") for p in m["parts"]) for m in await database_sync_to_async(
         transcript.load)(handle.instance)]
     assert messages == ["Generate the daily report.", "(demo model, offline) You said: Generate the daily report.",

@@ -1,7 +1,7 @@
 """The scheduled prompts' admin through Django's test client, as an operator without superuser sees it.
 
 The operator is staff with ``agents_app.manage_schedules`` only. Saving goes through the same
-service as the API (``schedules.check_definition`` / ``save_operator_schedule``); "Run now" runs
+service as the API (``definitions.check_definition`` / ``save_operator_schedule``); "Run now" runs
 the prompt (inline in the test settings) as a turn.
 """
 
@@ -15,9 +15,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from agents_app import schedule_dsl as dsl
-from agents_app import schedules, transcript
+from agents_app import transcript
 from agents_app.models import AgentInstance, Schedule, ScheduleRun
+from agents_app.schedules import declared
+from agents_app.schedules import language as dsl
 from tests.agents import ScheduledAgent
 
 LIST = reverse("admin:agents_app_schedule_changelist")
@@ -208,7 +209,7 @@ def test_code_schedules_are_listed_but_only_switched_on_and_off(client_of):
 def test_system_tasks_are_shown_read_only_below_the_list(client_of):
     listing = client_of.get(LIST).content.decode()
     tasks = listing.split('id="system-tasks"', 1)[1]
-    for task in schedules.system_tasks():
+    for task in declared.system_tasks():
         assert f"<td>{task['name']}</td><td><code>{task['task']}</code></td>" in tasks
     assert "<input" not in tasks.split("</table>", 1)[0]
 

@@ -7,9 +7,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
-from agents_app import schedule_dsl as dsl
 from agents_app import transcript
 from agents_app.models import AgentInstance, Schedule, ScheduleRun
+from agents_app.schedules import language as dsl
 from tests.agents import ScheduledAgent
 
 LIST = "/api/schedules/"

@@ -15,11 +15,12 @@ from channels.db import database_sync_to_async
 from django.test import override_settings
 from django.utils import timezone
 
-from agents_app import events, schedules, transcript
-from agents_app import schedule_dsl as dsl
+from agents_app import events, transcript
 from agents_app.checks import E006, check_scheduled_tasks
 from agents_app.demo.agents import DemoAgent
 from agents_app.models import AgentInstance, Schedule, ScheduleRun, Turn
+from agents_app.schedules import declared, definitions, runs
+from agents_app.schedules import language as dsl
 from tests.agents import CHARGES, SCHEDULE_CALLS, ScheduledAgent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,9 +55,9 @@ def make_schedule(user: Any) -> Any:
     def make(name: str, instance: str, prompt: str, schedule: str, tz: str = "", *, agent: str = "demo-agent",
              due: datetime | None = None) -> Schedule:
         """``due``: move its next run there (as if time had passed)."""
-        parsed, problems = schedules.check_definition(agent, instance, name, schedule, tz)
+        parsed, problems = definitions.check_definition(agent, instance, name, schedule, tz)
         assert not problems
-        row = schedules.save_operator_schedule(Schedule(name=name, prompt=prompt, schedule=schedule, timezone=tz),
+        row = definitions.save_operator_schedule(Schedule(name=name, prompt=prompt, schedule=schedule, timezone=tz),
                                                agent, instance, parsed, user)
         if due is not None:
             Schedule.objects.filter(pk=row.pk).update(next_run_at=due)
@@ -97,9 +98,9 @@ async def test_a_due_prompt_runs_once_as_a_turn_whose_message_is_marked_as_the_s
     assert row.next_run_at == oslo_nine
     assert row.spec == {"kind": "wall-clock", "cron": "0 9 * * *", "timezone": "Europe/Oslo",
                         "normalized": "every day at 09:00"}
-    assert await schedules.tick(now=oslo_nine - timedelta(seconds=1)) == {"claimed": 0, "resent": 0}
+    assert await runs.tick(now=oslo_nine - timedelta(seconds=1)) == {"claimed": 0, "resent": 0}
 
-    assert await schedules.tick(now=oslo_nine) == {"claimed": 1, "resent": 0}
+    assert await runs.tick(now=oslo_nine) == {"claimed": 1, "resent": 0}
     [run] = await runs_of(row)
     key = f"daily-report:{dsl.epoch_ms(oslo_nine)}"
     assert (run.status, run.occurrence_key, run.scheduled_for, run.trigger, run.error) == (
@@ -116,7 +117,7 @@ async def test_a_due_prompt_runs_once_as_a_turn_whose_message_is_marked_as_the_s
 
     row = await reload(row)
     assert (row.next_run_at, row.last_run_id, row.consecutive_failures) == (oslo_nine + timedelta(days=1), run.pk, 0)
-    assert await schedules.tick(now=oslo_nine + timedelta(minutes=1)) == {"claimed": 0, "resent": 0}
+    assert await runs.tick(now=oslo_nine + timedelta(minutes=1)) == {"claimed": 0, "resent": 0}
     assert len(await runs_of(row)) == 1
     execute = [data for name, data in emitted if name == events.SCHEDULE_EXECUTE]
     assert execute == [{"agent": "demo-agent", "name": "shop-1", "id": "daily-report", "callback": "prompt",
@@ -132,7 +133,7 @@ async def test_an_occurrence_another_ticker_claimed_is_neither_run_nor_advanced_
         schedule=row, instance_id=row.instance_id, occurrence_key=dsl.occurrence_key("report", row.next_run_at),
         scheduled_for=row.next_run_at, request_id="other-ticker", claimed_at=now, attempted_at=now,
         status=ScheduleRun.Status.COMPLETED)
-    due, won = await database_sync_to_async(schedules.claim_due)(now=now)
+    due, won = await database_sync_to_async(runs.claim_due)(now=now)
     assert (due, won) == (1, [])
     assert (await reload(row)).next_run_at == row.next_run_at
     assert await Turn.objects.acount() == 0
@@ -142,9 +143,9 @@ async def test_a_run_task_delivered_twice_runs_once(make_schedule):
     now = timezone.now()
     row = await make_schedule("twice", "twice", "hello", "every 1 hour", due=now)
     # Claimed, not run (as a ticker claims before it hands over): the test plays the worker, twice.
-    _, [run_id] = await database_sync_to_async(schedules.claim_due)(now=now)
-    assert await schedules.execute(run_id) == "completed"
-    assert await schedules.execute(run_id) is None
+    _, [run_id] = await database_sync_to_async(runs.claim_due)(now=now)
+    assert await runs.execute(run_id) == "completed"
+    assert await runs.execute(run_id) is None
     assert await Turn.objects.filter(instance_id=row.instance_id).acount() == 1
     assert [m["role"] for m in await messages_of(row.instance)] == ["user", "assistant"]
 
@@ -154,12 +155,12 @@ async def test_a_missed_interval_occurrence_runs_once_then_the_schedule_keeps_it
     now = datetime(2026, 5, 4, 13, 5, tzinfo=UTC)
     first_missed = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
     row = await make_schedule("every-15", "missed", "status?", "every 15 minutes", due=first_missed)
-    assert await schedules.tick(now=now) == {"claimed": 1, "resent": 0}
+    assert await runs.tick(now=now) == {"claimed": 1, "resent": 0}
     [run] = await runs_of(row)
     assert (run.scheduled_for, run.status) == (first_missed, "completed")
     assert (await reload(row)).next_run_at == datetime(2026, 5, 4, 13, 15, tzinfo=UTC)
-    assert await schedules.tick(now=now + timedelta(minutes=5)) == {"claimed": 0, "resent": 0}
-    assert await schedules.tick(now=datetime(2026, 5, 4, 13, 15, tzinfo=UTC)) == {"claimed": 1, "resent": 0}
+    assert await runs.tick(now=now + timedelta(minutes=5)) == {"claimed": 0, "resent": 0}
+    assert await runs.tick(now=datetime(2026, 5, 4, 13, 15, tzinfo=UTC)) == {"claimed": 1, "resent": 0}
     assert len(await runs_of(row)) == 2
 
 
@@ -168,15 +169,15 @@ async def test_a_missed_daily_occurrence_runs_once_and_the_next_is_tomorrows(mak
     three_days_ago = datetime(2026, 5, 4, 7, 0, tzinfo=UTC)
     row = await make_schedule("daily", "missed-daily", "report", "every day at 09:00 in Europe/Oslo",
                                   due=three_days_ago)
-    assert await schedules.tick(now=now) == {"claimed": 1, "resent": 0}
+    assert await runs.tick(now=now) == {"claimed": 1, "resent": 0}
     assert [r.scheduled_for for r in await runs_of(row)] == [three_days_ago]
     assert (await reload(row)).next_run_at == datetime(2026, 5, 8, 7, 0, tzinfo=UTC)
 
 
 async def test_failures_are_counted_shown_and_emitted_and_a_success_resets_them(emitted, make_schedule):
     row = await make_schedule("flaky", "flaky", "/fail", "every 1 hour")
-    first = await schedules.run_now(row.pk)
-    second = await schedules.run_now(row.pk)
+    first = await runs.run_now(row.pk)
+    second = await runs.run_now(row.pk)
     assert [r.status for r in await runs_of(row)] == ["error", "error"]
     row = await reload(row)
     assert (row.consecutive_failures, row.last_run_id) == (2, second.pk)
@@ -186,7 +187,7 @@ async def test_failures_are_counted_shown_and_emitted_and_a_success_resets_them(
     assert errors[0]["status"] == "error" and errors[0]["error"] == row.last_run.error
 
     await Schedule.objects.filter(pk=row.pk).aupdate(prompt="all good")
-    await schedules.run_now(row.pk)
+    await runs.run_now(row.pk)
     assert (await reload(row)).consecutive_failures == 0
 
 
@@ -195,7 +196,7 @@ async def test_an_agent_class_that_is_gone_fails_the_run_visibly(emitted):
     now = timezone.now()
     row = await Schedule.objects.acreate(name="old", instance=instance, prompt="hi", schedule="every 1 hour",
                                          spec=dsl.to_spec(dsl.parse("every 1 hour")), next_run_at=now)
-    await schedules.tick(now=now)
+    await runs.tick(now=now)
     [run] = await runs_of(row)
     assert (run.status, run.error) == ("failed", "No agent is registered under 'retired-agent'")
     assert (await reload(row)).consecutive_failures == 1
@@ -205,7 +206,7 @@ async def test_an_agent_class_that_is_gone_fails_the_run_visibly(emitted):
 
 async def test_run_now_runs_once_and_leaves_the_next_run_alone(user, make_schedule):
     row = await make_schedule("now", "run-now", "hello now", "every day at 07:00", "UTC")
-    run = await schedules.run_now(row.pk, actor=user)
+    run = await runs.run_now(row.pk, actor=user)
     assert (run.trigger, run.triggered_by_id) == ("manual", user.pk)
     assert [r.status for r in await runs_of(row)] == ["completed"]
     assert (await reload(row)).next_run_at == row.next_run_at
@@ -214,21 +215,21 @@ async def test_run_now_runs_once_and_leaves_the_next_run_alone(user, make_schedu
 async def test_a_paused_schedule_is_not_claimed_and_resumes_at_its_next_occurrence(make_schedule):
     now = timezone.now()
     row = await make_schedule("paused", "paused", "hello", "every 1 hour", due=now - timedelta(hours=5))
-    assert await database_sync_to_async(schedules.set_enabled)([row.pk], False) == 1
-    assert await schedules.tick(now=now) == {"claimed": 0, "resent": 0}
-    assert await database_sync_to_async(schedules.set_enabled)([row.pk], True, now=now) == 1
+    assert await database_sync_to_async(definitions.set_enabled)([row.pk], False) == 1
+    assert await runs.tick(now=now) == {"claimed": 0, "resent": 0}
+    assert await database_sync_to_async(definitions.set_enabled)([row.pk], True, now=now) == 1
     row = await reload(row)
     assert (row.enabled, row.next_run_at) == (True, now + timedelta(hours=1))  # no catch-up run for the pause
-    assert await schedules.tick(now=now) == {"claimed": 0, "resent": 0}
+    assert await runs.tick(now=now) == {"claimed": 0, "resent": 0}
 
 
 async def test_changing_the_prompt_keeps_the_next_run_and_changing_the_schedule_moves_it(make_schedule):
     row = await make_schedule("edit", "edit", "v1", "every day at 09:00", "UTC")
     later = row.next_run_at - timedelta(hours=1)
     row.prompt = "v2"
-    await database_sync_to_async(schedules.store)(row, dsl.parse("every day at 09:00", timezone="UTC"), now=later)
+    await database_sync_to_async(definitions.store)(row, dsl.parse("every day at 09:00", timezone="UTC"), now=later)
     assert (await reload(row)).next_run_at == row.next_run_at
-    await database_sync_to_async(schedules.store)(row, dsl.parse("every day at 06:00", timezone="UTC"), now=later)
+    await database_sync_to_async(definitions.store)(row, dsl.parse("every day at 06:00", timezone="UTC"), now=later)
     assert (await reload(row)).next_run_at == dsl.next_occurrence(dsl.parse("0 6 * * *"), later)
 
 
@@ -254,7 +255,7 @@ async def test_lost_runs_are_sent_again_or_settled_from_their_turn(make_schedule
     fresh = await run(row, "lost:5", "claimed", "req-5")
     await ScheduleRun.objects.filter(pk=fresh.pk).aupdate(attempted_at=now)
 
-    assert await schedules.tick(now=now) == {"claimed": 0, "resent": 1}
+    assert await runs.tick(now=now) == {"claimed": 0, "resent": 1}
     statuses = {r.occurrence_key: (r.status, r.error) async for r in ScheduleRun.objects.all()}
     assert statuses == {
         "lost:1": ("completed", ""),  # sent again, and run
@@ -275,7 +276,7 @@ async def test_declared_tasks_follow_the_code_without_moving_or_repeating_runs(e
     assert (row.source, row.action, row.prompt, row.spec["cron"], row.spec["timezone"]) == (
         "code", "prompt", "Generate the daily report.", "0 9 * * *", "UTC")
     first_next = row.next_run_at
-    sync = database_sync_to_async(schedules.sync_declared)
+    sync = database_sync_to_async(declared.sync_declared)
 
     assert await sync() == {"created": 0, "rescheduled": 0, "updated": 0, "deleted": 0, "invalid": 0}
     ScheduledAgent.TASKS = {"daily_report": {**DAILY_REPORT, "prompt": "Generate the daily report, briefly."}}
@@ -284,9 +285,9 @@ async def test_declared_tasks_follow_the_code_without_moving_or_repeating_runs(e
     assert (row.prompt, row.next_run_at) == ("Generate the daily report, briefly.", first_next)
 
     # Due: runs once; syncing again, unchanged, neither moves nor repeats it.
-    assert await schedules.tick(now=first_next) == {"claimed": 1, "resent": 0}
+    assert await runs.tick(now=first_next) == {"claimed": 1, "resent": 0}
     assert (await sync())["updated"] == 0
-    assert await schedules.tick(now=first_next) == {"claimed": 0, "resent": 0}
+    assert await runs.tick(now=first_next) == {"claimed": 0, "resent": 0}
     [run] = await runs_of(row)
     assert run.status == "completed"
     assert text((await messages_of(handle.instance))[0]) == "Generate the daily report, briefly."
@@ -303,7 +304,7 @@ async def test_a_declared_handler_gets_the_context_of_its_occurrence():
     ScheduledAgent.TASKS = {"digest": {"schedule": "every 2 hours", "handler": "report", "metadata": {"team": "ops"}}}
     handle = await ScheduledAgent.aget("handler")
     row = await Schedule.objects.aget(instance=handle.instance, name="digest")
-    await schedules.tick(now=row.next_run_at)
+    await runs.tick(now=row.next_run_at)
     [(method, _, ctx)] = SCHEDULE_CALLS["handler"]
     key = f"digest:{dsl.epoch_ms(row.next_run_at)}"
     assert (method, ctx.task_id, ctx.scheduled_for_date, ctx.occurrence_key, ctx.schedule, ctx.schedule_kind) == (
@@ -320,7 +321,7 @@ async def test_the_default_timezone_applies_and_a_task_no_longer_declared_is_ski
     row = await Schedule.objects.aget(instance=handle.instance, name="standup")
     assert row.spec["timezone"] == "America/New_York"
     ScheduledAgent.TASKS = {}  # removed from the code, not yet synced
-    await schedules.run_now(row.pk)
+    await runs.run_now(row.pk)
     [run] = await runs_of(row)
     assert (run.status, run.error) == ("skipped", "No longer declared by get_scheduled_tasks().")
 
@@ -333,10 +334,10 @@ async def test_an_invalid_declaration_fails_the_system_check_and_leaves_rows_alo
         assert error.msg == ('BadScheduleAgent (bad-schedule-agent): get_scheduled_tasks() of BadScheduleAgent: '
                              'Unsupported schedule DSL "every day at 9:00"')
         await AgentInstance.objects.acreate(slug="bad-schedule-agent", name="x")  # no row, no exception
-        assert (await database_sync_to_async(schedules.sync_declared)())["invalid"] == 1
+        assert (await database_sync_to_async(declared.sync_declared)())["invalid"] == 1
     ScheduledAgent.TASKS = {"both": {"schedule": "every 1 hour", "prompt": "p", "handler": "report"}}
     with pytest.raises(Exception, match='Scheduled task "both" must define exactly one of prompt or handler'):
-        schedules.declared_tasks(ScheduledAgent(AgentInstance(slug="scheduled-agent", name="x")))
+        declared.declared_tasks(ScheduledAgent(AgentInstance(slug="scheduled-agent", name="x")))
 
 
 # --------------------------------------------------------------------------------- the agent API
@@ -346,7 +347,7 @@ async def test_schedule_a_delay_runs_the_method_once_with_its_payload_then_it_is
     assert (entry.type, entry.callback, entry.payload, entry.delay_in_seconds) == (
         "delayed", "remember", {"note": "buy milk"}, 0)
     assert [e.id for e in await handle.get_schedules()] == [entry.id]
-    await schedules.tick(now=timezone.now() + timedelta(seconds=1))
+    await runs.tick(now=timezone.now() + timedelta(seconds=1))
     [(method, payload, ctx)] = SCHEDULE_CALLS["api"]
     assert (method, payload, ctx.task_id) == ("remember", {"note": "buy milk"}, entry.id)
     assert await handle.get_schedules() == []
@@ -391,7 +392,7 @@ async def test_schedule_refuses_what_it_cannot_run():
 async def test_a_method_that_raises_fails_its_run():
     handle = await ScheduledAgent.aget("api5")
     entry = await handle.schedule(0, "explode", "payload-x")
-    await schedules.tick(now=timezone.now() + timedelta(seconds=1))
+    await runs.tick(now=timezone.now() + timedelta(seconds=1))
     run = await ScheduleRun.objects.filter(occurrence_key__startswith=f"{entry.id}:").afirst()
     assert run is None  # one-off: its row (and run) are gone once it ran ...
     assert SCHEDULE_CALLS.get("api5") is None  # ... and the method raised before recording anything
@@ -402,21 +403,21 @@ async def test_an_action_keyed_by_the_occurrence_runs_once_however_often_the_occ
     handle = await ScheduledAgent.aget("billing")
     row = await make_schedule("monthly-charge", "billing", '/tool charge {"customer": "acme"}', "0 6 1 * *",
                                   agent="scheduled-agent")
-    run = await schedules.run_now(row.pk)
+    run = await runs.run_now(row.pk)
     assert CHARGES == ["acme"]
     # The same occurrence posted again (as a retried run would): the ledger replays the charge.
     run = await ScheduleRun.objects.select_related("schedule", "instance").aget(pk=run.pk)
-    again = schedules.scheduled_message('/tool charge {"customer": "acme"}', schedules.context_of(run))
+    again = runs.scheduled_message('/tool charge {"customer": "acme"}', runs.context_of(run))
     assert (await handle.save_messages([again])).status == "completed"
     assert CHARGES == ["acme"]
     # Another occurrence is another charge.
-    await schedules.run_now(row.pk)
+    await runs.run_now(row.pk)
     assert CHARGES == ["acme", "acme"]
 
 
 # --------------------------------------------------------------------------------- admin facts
 def test_system_tasks_are_the_code_registered_beat_schedule():
-    tasks = {t["name"]: t for t in schedules.system_tasks()}
+    tasks = {t["name"]: t for t in declared.system_tasks()}
     assert tasks["agents-run-due-schedules"]["task"] == "agents_app.run_due_schedules"
     assert tasks["agents-run-due-schedules"]["schedule"] == "every 5 s"
     assert tasks["agents-recover-interrupted-turns"]["schedule"] == "every 10 s"
@@ -425,4 +426,4 @@ def test_system_tasks_are_the_code_registered_beat_schedule():
 
 
 def test_demo_agent_declares_nothing():
-    assert schedules.declared_tasks(DemoAgent(AgentInstance(slug="demo-agent", name="x"))) == {}
+    assert declared.declared_tasks(DemoAgent(AgentInstance(slug="demo-agent", name="x"))) == {}

@@ -387,7 +387,7 @@ def test_action_errors_form_one_family() -> None:
 
 async def test_ledger_messages_match_the_envelopes() -> None:
     """The ledger's outcome messages are the envelopes' exact strings."""
-    from agents_app import ledger
+    from agents_app.actions import ledger
 
     pending = pending_error()["error"]
     conflict = key_conflict_error("action:echo:k", "echo")["error"]

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agents_app.chat_recovery import (
+from agents_app.recovery.policy import (
     TERMINAL_MESSAGE,
     Budget,
     ChatRecovery,

@@ -1,7 +1,7 @@
 """The schedule language (spec cloudflare-agents.md §4.7): every grammar rule and error message, cron,
 next occurrences across DST changes (Europe/Oslo, America/New_York), missed slots, occurrence keys.
 
-Pure: ``agents_app.schedule_dsl`` imports no Django.
+Pure: ``agents_app.schedules.language`` imports no Django.
 """
 
 from datetime import UTC, datetime, timedelta
@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from agents_app import schedule_dsl as dsl
-from agents_app.schedule_dsl import CalendarSchedule, IntervalSchedule, ScheduleError
+from agents_app.schedules import language as dsl
+from agents_app.schedules.language import CalendarSchedule, IntervalSchedule, ScheduleError
 
 OSLO = ZoneInfo("Europe/Oslo")
 NEW_YORK = ZoneInfo("America/New_York")

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from agents_app.schedules import sync_declared
+from agents_app.schedules.declared import sync_declared
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@ a recovery turn re-runs the unanswered request (*retry*) or goes on with the par
 (*continue*), as often as the budget allows. This module is the pure part (no Django): the
 ``ChatRecovery`` settings with the spec's defaults and normalisation (cloudflare-agents.md §4.5),
 the decision for each attempt, and the contexts handed to ``on_chat_recovery``,
-``should_keep_recovering`` and ``on_exhausted``. ``agents_app.turns.recovery`` keeps the incidents
+``should_keep_recovering`` and ``on_exhausted``. ``agents_app.recovery.service`` keeps the incidents
 in the database and runs the attempts.
 
 Durations are in seconds (the reference's ``*Ms`` fields divided by 1,000).

@@ -12,9 +12,10 @@ from django.shortcuts import redirect, render
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
-from . import conversations, llm, registry, transcript
-from .errors import AgentAccessError
-from .errors import PermissionDenied as AgentPermissionDenied
+from .. import llm, registry, transcript
+from ..conversations import service as conversations
+from ..errors import AgentAccessError
+from ..errors import PermissionDenied as AgentPermissionDenied
 
 # Sub-agents linked from a chat page (the newest conversations of an agent may have many).
 SUB_AGENT_LINKS = 50

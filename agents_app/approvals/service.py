@@ -27,17 +27,18 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from . import conf, dispatch, events, registry, transcript, turns
-from .actions.parking import EXECUTION_PREFIX
-from .actions.pipeline import run_approved_pause
-from .agent import ChatAgent
-from .errors import AgentConfigurationError, UnknownAgent
-from .ledger import USE_SETTING, UseSetting
-from .messages import UIMessage, is_tool_part
-from .models import AgentInstance, ApprovalDecision, PendingApproval, Turn
-from .protocol import frames
-from .streaming import fanout
-from .turns import control, liveness
+from .. import conf, dispatch, events, registry, transcript, turns
+from ..actions.ledger import USE_SETTING, UseSetting
+from ..actions.parking import EXECUTION_PREFIX
+from ..actions.pipeline import run_approved_pause
+from ..agent import ChatAgent
+from ..errors import AgentConfigurationError, UnknownAgent
+from ..messages import UIMessage, is_tool_part
+from ..models import AgentInstance, ApprovalDecision, PendingApproval, Turn
+from ..protocol import frames
+from ..recovery import liveness
+from ..streaming import fanout
+from ..turns import control
 
 __all__ = [
     "EXECUTION_PREFIX",

@@ -1,6 +1,6 @@
 """The REST API of scheduled prompts: list, create, update, delete, run now (``manage_schedules``).
 
-The same service calls as the admin's (``agents_app.schedules``): ``check_definition`` checks what
+The same service calls as the admin's (``schedules.definitions``, ``schedules.runs``): ``check_definition`` checks what
 is sent (the schedule language's own messages come back on the ``schedule`` field),
 ``save_operator_schedule`` stores it, ``run_now`` claims a run and hands it to a worker. Schedules
 declared in code or by agents are listed too; of those, only ``enabled`` may be changed here.
@@ -20,15 +20,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import schedules
 from agents_app.models import Schedule, ScheduleRun
 from agents_app.registry import agent_classes
 
-from .views import AUTHENTICATION_CLASSES
+from ..api.permissions import AUTHENTICATION_CLASSES
+from . import definitions, runs
 
 
 class CanManageSchedules(BasePermission):
-    """The caller may see and change scheduled prompts: ``schedules.can_manage`` (the admin's rule)."""
+    """The caller may see and change scheduled prompts: ``definitions.can_manage`` (the admin's rule)."""
 
     message = (
         'Scheduled prompts need the "agents_app.manage_schedules" permission (Can manage scheduled prompts); '
@@ -36,7 +36,7 @@ class CanManageSchedules(BasePermission):
     )
 
     def has_permission(self, request: Request, view: APIView) -> bool:
-        return schedules.can_manage(request.user)
+        return definitions.can_manage(request.user)
 
 
 class DeclaredElsewhere(APIException):
@@ -99,7 +99,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
         for field in ("name", "agent", "instance", "prompt", "schedule"):
             if not merged.get(field):
                 raise serializers.ValidationError({field: "This field is required."})
-        parsed, problems = schedules.check_definition(
+        parsed, problems = definitions.check_definition(
             merged["agent"], merged["instance"], merged["name"], merged["schedule"], merged.get("timezone") or "",
             pk=row.pk if row else None)
         if problems:
@@ -111,13 +111,13 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
         row = self.instance or Schedule()
         if "parsed" not in data:  # enabled, on a schedule declared elsewhere
             if "enabled" in data:
-                schedules.set_enabled([row.pk], data["enabled"])
+                definitions.set_enabled([row.pk], data["enabled"])
             row.refresh_from_db()
             self.instance = row
             return row
         row.name, row.prompt, row.schedule = data["name"], data["prompt"], data["schedule"]
         row.timezone, row.enabled = data.get("timezone") or "", data.get("enabled", row.enabled)
-        self.instance = schedules.save_operator_schedule(row, data["agent"], data["instance"], data["parsed"],
+        self.instance = definitions.save_operator_schedule(row, data["agent"], data["instance"], data["parsed"],
                                                          self.context["request"].user)
         return self.instance
 
@@ -151,13 +151,13 @@ class ScheduleViewSet(viewsets.ModelViewSet):
     def perform_destroy(self, instance: Schedule) -> None:
         if instance.source == Schedule.Source.CODE:
             raise DeclaredElsewhere("This schedule is declared in get_scheduled_tasks(): remove it there.")
-        schedules.delete(instance)
+        definitions.delete(instance)
 
     @extend_schema(summary="Run now: one run right away (the next scheduled run does not move)",
                    operation_id="schedules_run", request=None, responses={202: ScheduleRunSerializer})
     @action(detail=True, methods=["post"])
     def run(self, request: Request, pk: str) -> Response:
         """Claim a run of this schedule now and hand it to a worker; its status follows on the run."""
-        run = async_to_sync(schedules.run_now)(self.get_object().pk, actor=request.user)
+        run = async_to_sync(runs.run_now)(self.get_object().pk, actor=request.user)
         run.refresh_from_db()
         return Response(ScheduleRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)

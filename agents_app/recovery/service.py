@@ -8,7 +8,7 @@ Two steps, each safe to run on any process:
    transaction its stream is closed, its recovery incident opened (or, when the cut turn was
    itself an attempt, continued) and a recovery *attempt* queued as a ``Turn`` of kind
    ``recovery`` ahead of anything else queued on the instance. The cut is charged to the
-   incident's budget (``agents_app.chat_recovery``), so even attempts that die before they begin
+   incident's budget (``agents_app.recovery.policy``), so even attempts that die before they begin
    run out. Every connection is told: the cut turn's terminal frame (``outcome: "recovering"``)
    and ``cf_agent_chat_recovering``.
 2. **Attempt** (``begin_attempt``, run by the turn engine when it claims the attempt): the
@@ -33,10 +33,10 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from .. import chat_recovery, events, ledger, registry, transcript
+from .. import events, registry, transcript
+from ..actions import ledger
 from ..actions.envelopes import pending_error
 from ..agent import ChatAgent
-from ..chat_recovery import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext, Kind, Reason, Status
 from ..errors import UnknownAgent
 from ..messages import MessageBuilder, UIMessage, clone, is_tool_part, new_request_id
 from ..models import AgentInstance, RecoveryIncident, StreamRecord, StreamSegment, Turn
@@ -45,6 +45,8 @@ from ..protocol.types import Outcome
 from ..streaming import buffer, fanout
 from ..streaming.items import Item
 from . import liveness
+from . import policy as chat_recovery
+from .policy import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext, Kind, Reason, Status
 
 logger = logging.getLogger("agents_app.turns")
 

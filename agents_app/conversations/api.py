@@ -2,7 +2,7 @@
 message that starts a turn, and a turn's status.
 
 Each resolves its address through ``registry`` (the chat socket's own rule: the caller's namespace,
-staff another's with ``?owner=``) and makes one call into ``agents_app.conversations``.
+staff another's with ``?owner=``) and makes one call into ``agents_app.conversations.service``.
 """
 
 from typing import Any
@@ -19,10 +19,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app import conversations, errors, registry, transcript
+from agents_app import errors, registry, transcript
+from agents_app.conversations import service as conversations
 from agents_app.models import AgentInstance, Turn
 
-from .permissions import AUTHENTICATION_CLASSES
+from ..api.permissions import AUTHENTICATION_CLASSES
 from .serializers import (
     CreateInstanceSerializer,
     InstanceFilterSerializer,

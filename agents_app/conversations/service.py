@@ -16,12 +16,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from . import conf, dispatch, registry, turns
-from .errors import ConversationConflict, PermissionDenied
-from .messages import UIMessage, new_message_id, new_request_id
-from .models import AgentInstance, ChatMessage, Turn
-from .protocol.parse import ChatRequest
-from .protocol.types import SUBMIT_TRIGGER
+from .. import conf, dispatch, registry, turns
+from ..errors import ConversationConflict, PermissionDenied
+from ..messages import UIMessage, new_message_id, new_request_id
+from ..models import AgentInstance, ChatMessage, Turn
+from ..protocol.parse import ChatRequest
+from ..protocol.types import SUBMIT_TRIGGER
 
 # Attempts at a fresh generated name before giving up (each collides with odds of 1 in 65,536).
 NEW_NAME_ATTEMPTS = 5

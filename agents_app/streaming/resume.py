@@ -14,14 +14,16 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
-from . import transcript, turns
-from .models import AgentInstance, StreamRecord, Turn
-from .protocol import frames
-from .protocol.types import Outcome
-from .streaming import buffer, handshake
-from .streaming.handshake import AckAction, OverdueAction, Replay, ResumeState, RouteKind
-from .streaming.items import Item
-from .turns import control, liveness, recovery
+from .. import transcript, turns
+from ..models import AgentInstance, StreamRecord, Turn
+from ..protocol import frames
+from ..protocol.types import Outcome
+from ..recovery import liveness
+from ..recovery import service as recovery
+from ..turns import control
+from . import buffer, handshake
+from .handshake import AckAction, OverdueAction, Replay, ResumeState, RouteKind
+from .items import Item
 
 SendFrame = Callable[[frames.Frame], Awaitable[None]]
 SendText = Callable[[str], Awaitable[None]]

@@ -51,9 +51,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import conf, events
-from .errors import EMPTY_KEY_MESSAGE, PENDING_MESSAGE, ActionKeyConflict, ActionPendingError
-from .models import LedgerEntry
+from .. import conf, events
+from ..errors import EMPTY_KEY_MESSAGE, PENDING_MESSAGE, ActionKeyConflict, ActionPendingError
+from ..models import LedgerEntry
 
 __all__ = [
     "DEFAULT_PENDING_RETRY_LEASE",
@@ -395,7 +395,7 @@ def recorded_call(scope: str, tool_call_id: str) -> Claim | None:
     """What the ledger knows of one tool call: ``replayed`` with its stored result, ``pending``
     (an execution in an unknown state), or None when the call never claimed a row.
 
-    Recovery asks this of calls a crash cut (``turns.recovery``): a settled side effect is
+    Recovery asks this of calls a crash cut (``recovery.service``): a settled side effect is
     replayed and a pending one is reported, never run again blindly.
     """
     entry = LedgerEntry.objects.filter(scope=scope, tool_call_id=tool_call_id).order_by("-updated_at").first()

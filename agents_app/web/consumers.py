@@ -12,15 +12,16 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from . import conf, limits, registry, rpc, turns
-from .errors import AgentAccessError
-from .models import AgentInstance
-from .protocol import frames, parse
-from .resume import ResumeDriver
-from .streaming import fanout
-from .streaming.items import decode_batch
+from .. import conf, registry, rpc, turns
+from ..errors import AgentAccessError
+from ..models import AgentInstance
+from ..protocol import frames, parse
+from ..streaming import fanout
+from ..streaming.items import decode_batch
+from ..streaming.resume import ResumeDriver
+from . import limits
 
-logger = logging.getLogger("agents_app.consumers")
+logger = logging.getLogger("agents_app.web.consumers")
 
 # Frames above this many characters are decoded on a worker thread, not on the event loop that
 # serves every other connection of the process (a 3 MB chat request takes ~70 ms to decode).
@@ -149,7 +150,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 await self.resume.deliver(item)
 
     async def stream_flushed(self, event: dict[str, Any]) -> None:
-        """The turn's writer stored its chunks: the replay can go out (``agents_app.resume``)."""
+        """The turn's writer stored its chunks: the replay can go out (``agents_app.streaming.resume``)."""
         if self.resume is not None:
             await self.resume.on_message(event)
 

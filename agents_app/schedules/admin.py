@@ -1,13 +1,13 @@
 """Admin of scheduled prompts: what operators use to run prompts on agents on a schedule.
 
 An operator needs staff status and the ``agents_app.manage_schedules`` permission, nothing more
-(``schedules.can_manage``). They add a prompt for an agent instance (an existing one or a new
+(``definitions.can_manage``). They add a prompt for an agent instance (an existing one or a new
 name) with a schedule in the schedule language or cron, and see its next run in their own zone,
 its last run (status, turn, conversation, error) and its failures in a row; they run it now,
 pause it or resume it. Schedules declared in code (``get_scheduled_tasks()``) and by agents
 (``agent.schedule()``) are listed too and may be paused, resumed or run, not edited; Celery
 beat's system tasks are shown below the list, read-only. Every change goes through
-``agents_app.schedules``, as the REST API's do.
+``schedules.definitions``, ``schedules.runs``, as the REST API's do.
 """
 
 from typing import Any
@@ -27,10 +27,11 @@ from django.utils.text import Truncator
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from . import registry, schedules
-from . import schedule_dsl as dsl
-from .models import AgentInstance, Schedule, ScheduleRun
-from .registry import agent_classes
+from .. import registry
+from ..models import AgentInstance, Schedule, ScheduleRun
+from ..registry import agent_classes
+from . import declared, definitions, runs
+from . import language as dsl
 
 # Runs shown on a schedule's page, newest first (the full history is in "Scheduled runs").
 RUN_HISTORY = 20
@@ -65,7 +66,7 @@ def run_links(run: ScheduleRun) -> SafeString:
 
 
 class ScheduleForm(forms.ModelForm):
-    """An operator's scheduled prompt. Checked by ``schedules.check_definition`` (the API's check too)."""
+    """An operator's scheduled prompt. Checked by ``definitions.check_definition`` (the API's check too)."""
 
     agent = forms.ChoiceField(choices=lambda: [(slug, slug) for slug in sorted(agent_classes())])
     instance_name = forms.CharField(
@@ -102,7 +103,7 @@ class ScheduleForm(forms.ModelForm):
         data = super().clean()
         if self.errors:
             return data
-        self.parsed, problems = schedules.check_definition(
+        self.parsed, problems = definitions.check_definition(
             data["agent"], data["instance_name"], data["name"], data["schedule"], data.get("timezone") or "",
             pk=self.instance.pk)
         for field, message in problems.items():
@@ -162,17 +163,17 @@ class ScheduleRunInline(admin.TabularInline):
         return False
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return schedules.can_manage(request.user)
+        return definitions.can_manage(request.user)
 
 
 class OperatorOnly(admin.ModelAdmin):
     """Seen and changed by whoever has ``manage_schedules``, and by no one else."""
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return schedules.can_manage(request.user)
+        return definitions.can_manage(request.user)
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return schedules.can_manage(request.user)
+        return definitions.can_manage(request.user)
 
 
 @admin.register(Schedule)
@@ -195,17 +196,17 @@ class ScheduleAdmin(OperatorOnly):
 
     # --- who may do what ------------------------------------------------------------------------
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return schedules.can_manage(request.user)
+        return definitions.can_manage(request.user)
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return schedules.can_manage(request.user)
+        return definitions.can_manage(request.user)
 
     def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
         # A declared task comes back at the next sync: change get_scheduled_tasks() instead.
-        return schedules.can_manage(request.user) and (obj is None or obj.source != Schedule.Source.CODE)
+        return definitions.can_manage(request.user) and (obj is None or obj.source != Schedule.Source.CODE)
 
     def has_manage_permission(self, request: HttpRequest) -> bool:
-        return schedules.can_manage(request.user)
+        return definitions.can_manage(request.user)
 
     # --- the form -------------------------------------------------------------------------------
     def get_form(self, request: HttpRequest, obj: Schedule | None = None, change: bool = False,
@@ -230,18 +231,18 @@ class ScheduleAdmin(OperatorOnly):
     def save_model(self, request: HttpRequest, obj: Schedule, form: forms.ModelForm, change: bool) -> None:
         if isinstance(form, ScheduleForm):
             assert form.parsed is not None  # clean() succeeded
-            schedules.save_operator_schedule(obj, form.cleaned_data["agent"], form.cleaned_data["instance_name"],
+            definitions.save_operator_schedule(obj, form.cleaned_data["agent"], form.cleaned_data["instance_name"],
                                              form.parsed, request.user)
         elif "enabled" in form.changed_data:
-            schedules.set_enabled([obj.pk], obj.enabled)
+            definitions.set_enabled([obj.pk], obj.enabled)
 
     def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
-        schedules.delete(obj)
+        definitions.delete(obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         declared = queryset.filter(source=Schedule.Source.CODE).count()
         for row in queryset.exclude(source=Schedule.Source.CODE).select_related("instance"):
-            schedules.delete(row)
+            definitions.delete(row)
         if declared:
             self.message_user(request, ngettext(
                 "Kept %d schedule declared in code: remove it from get_scheduled_tasks() instead.",
@@ -258,7 +259,7 @@ class ScheduleAdmin(OperatorOnly):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        return super().changelist_view(request, {**(extra_context or {}), "system_tasks": schedules.system_tasks()})
+        return super().changelist_view(request, {**(extra_context or {}), "system_tasks": declared.system_tasks()})
 
     # --- columns --------------------------------------------------------------------------------
     @admin.display(description="agent / instance", ordering="instance__slug")
@@ -269,7 +270,7 @@ class ScheduleAdmin(OperatorOnly):
     def schedule_text(self, obj: Schedule) -> str:
         spec = obj.spec
         text = obj.schedule or spec.get("normalized") or spec.get("type", "")
-        if obj.spec.get("kind") == schedules.ONCE:
+        if obj.spec.get("kind") == definitions.ONCE:
             text = "once"
         zone = spec.get("timezone")
         return f"{text} ({zone})" if zone and zone.lower() not in text.lower() else text
@@ -319,19 +320,19 @@ class ScheduleAdmin(OperatorOnly):
 
     def _run(self, request: HttpRequest, rows: list[Schedule]) -> None:
         for row in rows:
-            async_to_sync(schedules.run_now)(row.pk, actor=request.user)
+            async_to_sync(runs.run_now)(row.pk, actor=request.user)
         self.message_user(request, ngettext("Started %(names)s: its run is on its way to a worker.",
                                             "Started %(names)s: their runs are on their way to a worker.", len(rows))
                           % {"names": ", ".join(row.name for row in rows)}, messages.SUCCESS)
 
     @admin.action(permissions=["manage"], description="Pause")
     def pause_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        changed = schedules.set_enabled(queryset.values_list("pk", flat=True), False)
+        changed = definitions.set_enabled(queryset.values_list("pk", flat=True), False)
         self.message_user(request, ngettext("Paused %d schedule.", "Paused %d schedules.", changed) % changed)
 
     @admin.action(permissions=["manage"], description="Resume")
     def resume_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        changed = schedules.set_enabled(queryset.values_list("pk", flat=True), True)
+        changed = definitions.set_enabled(queryset.values_list("pk", flat=True), True)
         self.message_user(request, ngettext("Resumed %d schedule (next run: its next occurrence from now).",
                                             "Resumed %d schedules (next run: their next occurrence from now).",
                                             changed) % changed)
