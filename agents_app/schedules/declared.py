@@ -2,7 +2,7 @@
 code by ``sync_declared``) and the agent scheduling API (``AgentHandle.schedule`` and friends:
 ``add_agent_schedule`` ...), plus the read-only list of Celery beat's system tasks.
 
-Both write ``Schedule`` rows that ``service`` claims and runs like an operator's.
+Both write ``Schedule`` rows that ``runs`` claims and runs like an operator's.
 """
 
 import hashlib
