@@ -1,4 +1,4 @@
-"""K rooms x T sequential turns of N chunks: the reference peer's workload (cf-golden-frames.md §6).
+"""K rooms x T sequential turns of N chunks: the reference peer's workload (docs/decisions.md, "How we measure").
 
     .venv/bin/python -m bench.rooms [--k 1,10,50] [--turns 10] [--chunks 200] [--delay-ms 0]
                                     [--processes 1] [--peer http://127.0.0.1:8799]
