@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-# Default trailing-edge wait of ``Debounce`` (milliseconds; spec MESSAGE_DEBOUNCE_MS).
+# Default trailing-edge wait of ``Debounce`` (milliseconds; the reference's MESSAGE_DEBOUNCE_MS).
 DEFAULT_DEBOUNCE_MS = 750.0
 
 Strategy: TypeAlias = Literal["queue", "latest", "merge", "drop", "debounce"]

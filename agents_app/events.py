@@ -115,7 +115,7 @@ SCHEDULE_EXECUTE = "schedule:execute"
 # occurrenceKey, requestId, status, error}.
 SCHEDULE_ERROR = "schedule:error"
 
-# Durable chat recovery (spec §4.5): a cut turn was found, an attempt queued, an attempt began,
+# Durable chat recovery: a cut turn was found, an attempt queued, an attempt began,
 # the incident ended well, was skipped (parked on the user, or ``continue: False``), failed
 # (``on_chat_recovery`` raised), or was given up.
 RECOVERY_DETECTED = "chat:recovery:detected"

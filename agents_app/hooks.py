@@ -1,7 +1,7 @@
 """Tool-call hooks: ``before_tool_call`` / ``after_tool_call``, the outermost gate of every server tool.
 
 ``ChatAgent.before_tool_call(call)`` sees every server tool and action call before it runs and
-decides (the reference's ``beforeToolCall``, spec cloudflare-agents.md §5.4):
+decides (the reference's ``beforeToolCall``; docs/architecture.md#action-pipeline):
 
 * ``None`` or ``ToolCallDecision.allow()``: run it as the model asked;
 * ``ToolCallDecision.allow(input={...})``: run it with this input instead;

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from .messages import UIMessage, is_tool_part, tool_name
 
-# Largest JSON of a stored message, in UTF-8 bytes (spec ROW_MAX_BYTES: headroom under 2 MB).
+# Largest JSON of a stored message, in UTF-8 bytes (the reference's ROW_MAX_BYTES: headroom under 2 MB).
 ROW_MAX_BYTES: Final = 1_800_000
 # Tool outputs longer than this (JSON characters) are compacted when a message is too large.
 TOOL_OUTPUT_COMPACT_CHARS: Final = 1_000

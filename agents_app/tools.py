@@ -117,7 +117,7 @@ def compile_tools(declared: list[Any], client: list[ClientTool], actions: dict[s
                   action_gates: dict[str, ApprovalGate] | None = None) -> Toolset:
     """Split declared tools into pydantic-ai function tools and one external (client) toolset.
 
-    The merge order is the reference's (spec §5.1): ``get_tools()`` < actions < client tools; a
+    The merge order is the reference's: ``get_tools()`` < actions < client tools; a
     later source wins a name clash. ``actions`` are the compiled action tools by name, and
     ``action_gates`` the approval gates of the approval-gated ones.
     """

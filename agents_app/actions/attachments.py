@@ -38,7 +38,7 @@ __all__ = [
     "ReplyAttachments",
 ]
 
-# Attachments kept per turn; later ones are ignored, the first ones kept (spec §5.12/§5.14).
+# Attachments kept per turn; later ones are ignored, the first ones kept.
 MAX_REPLY_ATTACHMENTS_PER_TURN: Final = 32
 
 
@@ -73,7 +73,7 @@ class ReplyAttachments:
                 return False
         try:
             safe = to_json_safe(value)
-        except Exception:  # noqa: BLE001 (an attachment that cannot be serialised is dropped, spec §5.12)
+        except Exception:  # noqa: BLE001 (an attachment that cannot be serialised is dropped)
             return False
         with self._lock:  # checked again: another thread may have filled the last slot meanwhile
             if len(self._entries) >= self.limit:
@@ -124,7 +124,7 @@ class NullReplyAttachments:
     """A recorder that records nothing: for policy callbacks and approved durable-pause runs."""
 
     def record(self, value: object, action: str | None = None) -> bool:
-        """Ignore ``value`` (``attach_reply`` is a no-op here, spec §5.3)."""
+        """Ignore ``value`` (``attach_reply`` is a no-op here)."""
         return False
 
     def attempt(self, action: str | None = None) -> "NullReplyAttachments":

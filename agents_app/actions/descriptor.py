@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 # How long ``execute`` may run before the model gets a timeout envelope, in milliseconds
-# (spec §5.7/§5.14: 30 s for every kind, approved durable-pause runs included). Per action:
+# (30 s for every kind, approved durable-pause runs included). Per action:
 # ``action(timeout_ms=...)``; ``<= 0`` disables the timer.
 DEFAULT_ACTION_TIMEOUT_MS: Final = 30_000
 
@@ -102,12 +102,12 @@ class Action(Generic[InputT]):
 
     @property
     def summary(self) -> str:
-        """The approval summary: ``approval_summary``, else ``description`` (spec §5.2)."""
+        """The approval summary: ``approval_summary``, else ``description``."""
         return self.description if self.approval_summary is None else self.approval_summary
 
     @property
     def approval_configured(self) -> bool:
-        """Whether the call asks for approval before running inline (spec §5.2 ``needsApproval``).
+        """Whether the call asks for approval before running inline (the reference's ``needsApproval``).
 
         True iff an approval policy is set and the action does not park: a durable-pause action
         uses its policy as a park gate instead. (Note that ``kind="approval-gated"`` without an
@@ -175,13 +175,13 @@ def action(
     timeout_ms: float = DEFAULT_ACTION_TIMEOUT_MS,
     kind: ActionKind | None = None,
 ) -> Action[InputT] | Callable[[ExecuteFn], Action[InputT]]:
-    """Declare an action (spec §5.1); raises ``AgentConfigurationError`` if the declaration is wrong.
+    """Declare an action; raises ``AgentConfigurationError`` if the declaration is wrong.
 
     ``kind`` defaults by the truthiness of ``approval``, as the reference infers it:
     ``"approval-gated"`` for ``True`` or a predicate, ``"server"`` otherwise; ``client`` and
-    ``delegated-agent`` are never inferred and behave like ``server`` (spec §5.2, §5.15.4).
+    ``delegated-agent`` are never inferred and behave like ``server``.
     ``kind="durable-pause"`` with ``approval=False`` is refused, since it could never park;
-    without ``approval`` it always parks (spec §5.15.1).
+    without ``approval`` it always parks (docs/architecture.md#reference-discrepancies).
 
     Without ``execute`` it returns a decorator, so an action can be written as::
 
@@ -259,7 +259,7 @@ def is_action(value: object) -> bool:
 def compile_actions(actions: Mapping[str, Any]) -> dict[str, Action[Any]]:
     """Validate a ``get_actions()`` mapping; returns ``{tool name: Action}`` with every name filled in.
 
-    The tool name is the action's ``name``, else its key (spec §5.1). Two entries that resolve to
+    The tool name is the action's ``name``, else its key. Two entries that resolve to
     the same name are refused: the reference would silently keep the later one, hiding an action
     the developer declared.
     """
@@ -299,7 +299,7 @@ async def call_maybe_async(function: Callable[..., Any], *args: Any, thread_sens
 
 
 async def resolve_permissions(action: Action[Any], input: Any, ctx: Any) -> list[str]:
-    """The permissions this call requires: the fixed list, or the policy's answer (spec §5.4 step 2).
+    """The permissions this call requires: the fixed list, or the policy's answer (pipeline step 2).
 
     ``ctx`` should be the policy copy of the context (its ``attach_reply`` does nothing).
     Raises ``TypeError`` if a policy returns anything but a list of strings.
@@ -317,7 +317,7 @@ async def resolve_permissions(action: Action[Any], input: Any, ctx: Any) -> list
 async def evaluate_approval(action: Action[Any], input: Any, ctx: Any) -> bool:
     """Whether this call waits for a human: before running (approval-gated) or by parking (durable-pause).
 
-    No policy: only a ``durable-pause`` action waits (it always parks, spec §5.4 step 4). A bool
+    No policy: only a ``durable-pause`` action waits (it always parks). A bool
     is the answer; a predicate decides per call, by the truthiness of its result.
     """
     if action.approval is None:
@@ -328,7 +328,7 @@ async def evaluate_approval(action: Action[Any], input: Any, ctx: Any) -> bool:
 
 
 async def resolve_idempotency_key(action: Action[Any], input: Any, ctx: Any) -> str | None:
-    """The action's own idempotency key for this call, or None when it declares none (spec §5.9).
+    """The action's own idempotency key for this call, or None when it declares none.
 
     None means the ledger falls back to ``tool:<toolCallId>``. A policy returning ``""`` is a
     bug that must not silently lose idempotency: ``ValueError('Action "<name>" returned an empty
@@ -354,7 +354,7 @@ def approval_descriptor(
     input: Any,
     permissions: Sequence[str],
 ) -> dict[str, Any]:
-    """The stable descriptor shown to whoever approves a call (spec §2.10 d, §5.10 park).
+    """The stable descriptor shown to whoever approves a call (docs/architecture.md#approval-gated-actions).
 
     ``{requestId, toolCallId, action, summary, input, permissions, risk?, kind}`` in that key
     order; ``risk`` is left out when the action declares none. ``input`` is stored as JSON (a

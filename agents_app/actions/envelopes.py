@@ -67,10 +67,10 @@ __all__ = [
 ]
 
 # Largest action output the model reads, in characters (of a string, or of the output's JSON);
-# beyond it the output is cut and labelled (spec §5.6/§5.14 ACTION_OUTPUT_MAX_CHARS).
+# beyond it the output is cut and labelled (the reference's ACTION_OUTPUT_MAX_CHARS).
 ACTION_OUTPUT_MAX_CHARS: Final = 20_000
 
-# What a repeated or circular reference becomes (spec §5.6).
+# What a repeated or circular reference becomes.
 CIRCULAR: Final = "[Circular]"
 
 # Ints longer than this many bits are checked against ``str()``'s digit limit before being kept.
@@ -79,7 +79,7 @@ _SAFE_INT_BITS: Final = 10_000
 
 # --------------------------------------------------------------------------------------- envelopes
 def error_envelope(exc: object) -> dict[str, Any]:
-    """``{"error": {"name", "message"}}`` for anything that ended an action call (spec §5.5).
+    """``{"error": {"name", "message"}}`` for anything that ended an action call (docs/architecture.md#error-envelopes).
 
     ``name``: an ``ActionError``'s reference name; ``"Error"`` for a bare ``Exception`` (Python's
     plain error, as JavaScript's is ``Error``) and for a non-exception value; otherwise the class
@@ -99,7 +99,7 @@ def error_envelope(exc: object) -> dict[str, Any]:
 
 
 def missing_permission_message(missing: Sequence[str]) -> str:
-    """The default denial reason: ``Missing required permission: a, b`` (spec §5.11)."""
+    """The default denial reason: ``Missing required permission: a, b``."""
     return ActionAuthorizationError.missing_message(missing)
 
 
@@ -109,7 +109,7 @@ def authorization_error(reason: str | None = None, permissions: Sequence[str] = 
 
 
 def pending_error() -> dict[str, Any]:
-    """The ``ActionPendingError`` envelope: a prior attempt is in an unknown state (spec §5.9)."""
+    """The ``ActionPendingError`` envelope: a prior attempt is in an unknown state."""
     return error_envelope(ActionPendingError())
 
 
@@ -119,7 +119,7 @@ def key_conflict_error(ledger_key: str, action_name: str) -> dict[str, Any]:
 
 
 def aborted_error(reason: object = None) -> dict[str, Any]:
-    """The envelope of an action cut short by its turn's cancellation (spec §5.7).
+    """The envelope of an action cut short by its turn's cancellation.
 
     A reason that is an ``Exception`` is reported as itself; anything else (no reason, a string,
     an ``asyncio.CancelledError``, which is not an error of the action) as ``Action aborted``.
@@ -134,7 +134,7 @@ def truncation_note(dropped: int) -> str:
 
 
 def prepare_output(value: Any) -> Any:
-    """An action's return value as the model may read it (spec §5.6 ``prepareActionOutputForModel``).
+    """An action's return value as the model may read it (the reference's ``prepareActionOutputForModel``).
 
     * ``None`` (JavaScript's ``undefined`` and ``null`` alike) is returned as is.
     * A string of at most ``ACTION_OUTPUT_MAX_CHARS`` is returned unchanged; a longer one is cut

@@ -14,9 +14,9 @@ from .. import events
 from .context import ActionContext, TurnState
 from .descriptor import Action, approval_descriptor
 
-# Prefix of every execution id (spec §5.14).
+# Prefix of every execution id.
 EXECUTION_PREFIX: Final = "actpause_"
-# What the model reads in place of the output of a parked call (spec §5.10, exact string).
+# What the model reads in place of the output of a parked call (the reference's exact string).
 PAUSED_MESSAGE: Final = (
     "This action is awaiting human approval. Stop and wait for the approval result before proceeding."
 )

@@ -29,7 +29,7 @@ class Kind(StrEnum):
 
 
 class Reason(StrEnum):
-    """Why an incident was given up (``ChatRecoveryExhaustedContext.reason`` of the spec)."""
+    """Why an incident was given up (the reference's ``ChatRecoveryExhaustedContext.reason``)."""
 
     MAX_ATTEMPTS = "max_attempts_exceeded"
     NO_PROGRESS = "no_progress_timeout"
@@ -38,7 +38,7 @@ class Reason(StrEnum):
 
 
 class Status(StrEnum):
-    """Where an incident stands (the spec's incident status values)."""
+    """Where an incident stands (the reference's incident status values)."""
 
     DETECTED = "detected"
     SCHEDULED = "scheduled"
@@ -123,7 +123,7 @@ class ChatRecovery:
 
     @classmethod
     def resolve(cls, value: "ChatRecovery | dict[str, Any] | bool | None") -> "ChatRecovery":
-        """The settings an agent's ``chat_recovery`` stands for, normalised as the spec's table says.
+        """The settings an agent's ``chat_recovery`` stands for, normalised as the reference does.
 
         Recovery is always on: ``True``, ``False`` and ``None`` all mean the defaults (the
         reference ignores ``chatRecovery = false`` too). A dict gives some fields by name.
@@ -164,7 +164,7 @@ def charge(budget: Budget | None, produced: int, *, now: datetime, started_at: d
 
     A new incident starts at attempt 1. Content produced by the cut attempt is progress: the
     attempt count starts again at 1 and the no-progress clock is reset, but the work counter
-    keeps growing (spec §4.5 ``noProgressTimeoutMs``, ``maxRecoveryWork``).
+    keeps growing (the reference's ``noProgressTimeoutMs``, ``maxRecoveryWork``).
     """
     if budget is None:
         return Budget(attempt=1, work=produced, last_progress_at=now if produced else started_at)

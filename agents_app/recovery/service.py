@@ -328,7 +328,7 @@ def _repair(message: UIMessage, scope: str, client_tools: set[str]) -> UIMessage
 
 
 def _settled_only(message: UIMessage) -> UIMessage:
-    """``persist: False``: only the tool results that settled are kept (spec §4.5)."""
+    """``persist: False``: only the tool results that settled are kept."""
     settled = [p for p in message.get("parts", []) if is_tool_part(p) and p.get("state") in (
         "output-available", "output-error", "output-denied")]
     return {**message, "parts": settled}
@@ -427,7 +427,7 @@ async def begin_attempt(attempt: Turn) -> Attempt:
 
 
 async def _keep_recovering(config: ChatRecovery, ctx: ChatRecoveryContext) -> bool:
-    """``should_keep_recovering``: False gives up; raising means keep going (spec §4.5)."""
+    """``should_keep_recovering``: False gives up; raising means keep going (docs/architecture.md#recovery-budget)."""
     assert config.should_keep_recovering is not None
     try:
         answer = config.should_keep_recovering(ctx)

@@ -75,7 +75,7 @@ CRON_FIELDS = 5
 
 
 class ScheduleError(ValueError):
-    """A schedule, time zone or task id that cannot be used; the message says why (spec §4.7)."""
+    """A schedule, time zone or task id that cannot be used; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def validate_task_id(task_id: str) -> str:
 
 
 def parse(raw: str, *, timezone: str | None = None, default_timezone: str | None = None) -> Schedule:
-    """The schedule ``raw`` names (module docstring), or ``ScheduleError`` with the spec's message.
+    """The schedule ``raw`` names (module docstring), or ``ScheduleError`` with the reference's message.
 
     ``timezone`` is the task's own (an operator's choice, ``get_scheduled_tasks()``'s
     ``timezone``); ``default_timezone`` the agent's ``get_default_timezone()``.
@@ -299,7 +299,7 @@ def scheduled_occurrence(messages: Any) -> dict[str, Any] | None:
 
 
 class ScheduledTask(TypedDict, total=False):
-    """One entry of ``get_scheduled_tasks()`` (spec §4.7 ``ThinkScheduledTask``): a prompt or a handler."""
+    """One entry of ``get_scheduled_tasks()`` (the reference's ``ThinkScheduledTask``): a prompt or a handler."""
 
     schedule: str
     prompt: str | Callable[[], Any]

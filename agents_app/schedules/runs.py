@@ -236,7 +236,7 @@ async def execute(run_id: int) -> str | None:
 
 
 def context_of(run: ScheduleRun) -> dsl.ScheduledTaskContext:
-    """The handler context of a run (spec §4.7 ``ThinkScheduledTaskContext``)."""
+    """The handler context of a run (the reference's ``ThinkScheduledTaskContext``)."""
     schedule, instance = run.schedule, run.instance
     spec = schedule.spec
     return dsl.ScheduledTaskContext.of(

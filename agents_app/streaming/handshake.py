@@ -75,7 +75,7 @@ def on_connect(state: ResumeState) -> frames.Frame | None:
 
 
 def on_request(state: ResumeState, probe_id: str | None) -> frames.Frame:
-    """Answer to ``cf_agent_stream_resume_request``; first match wins (spec §2.7)."""
+    """Answer to ``cf_agent_stream_resume_request``; first match wins (docs/protocol.md#resume-request)."""
     if state.active_request_id:
         return frames.stream_resuming(request_id=state.active_request_id, probe_id=probe_id)
     if state.terminal_request_id:
@@ -86,7 +86,7 @@ def on_request(state: ResumeState, probe_id: str | None) -> frames.Frame:
 
 
 class AckAction(Enum):
-    """What an ACK for a request leads to (spec §2.7 ACK cases 1-5)."""
+    """What an ACK for a request leads to (docs/protocol.md#resume-ack)."""
 
     # A duplicate ACK (its replay is in flight), or an ACK for another request while a stream
     # runs (case 2): nothing.
