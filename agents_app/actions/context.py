@@ -1,4 +1,4 @@
-"""What agent code is handed while a turn runs (spec cloudflare-agents.md §5.3, §5.11).
+"""What agent code is handed while a turn runs (docs/architecture.md#action-context).
 
 * ``TurnState``: one running turn, built by the engine; it is the pydantic-ai ``deps`` of the
   model run, so a tool reaches it as ``ctx.deps`` (and the agent as ``ctx.deps.agent``).
@@ -6,7 +6,7 @@
   (``permissions``, ``approval``, a function ``idempotency_key``) get a copy whose
   ``attach_reply`` does nothing: deciding whether to run an action must not leave traces.
 * ``TurnContext`` / ``ActionAuthorizationContext``: what ``authorize_turn`` / ``authorize_action``
-  see.
+  see (docs/architecture.md#authorization).
 """
 
 import dataclasses

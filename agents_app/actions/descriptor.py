@@ -1,17 +1,11 @@
-"""``action()``: a declared, guarded side effect the model may call (spec cloudflare-agents.md §5.1-§5.3).
+"""``action()``: a declared, guarded side effect the model may call (docs/architecture.md#declaring-an-action).
 
-An agent's ``get_actions()`` returns ``{"refund_order": action(...), ...}``. Unlike a plain tool,
-an action carries its policies as data: the permissions it requires, whether the user must
-approve it (inline, or parked until someone approves: ``durable-pause``), an idempotency key for
-the ledger, and a timeout. The pipeline (``actions/pipeline.py``) enforces them on every call;
-this module only describes them, validates them when the action is defined (so a bad action
-fails at import or startup, not in the middle of a conversation), and evaluates the policy
-callbacks. Nothing here touches the database or an engine.
-
-Every callback (``permissions``, ``approval``, ``idempotency_key``, ``execute``) may be a plain
-function or a coroutine function. A plain one runs in a worker thread through
-``sync_to_async`` (thread-sensitive, as Django's ORM needs), so it may use the ORM, e.g. to check the user's
-permissions, without blocking the event loop or tripping Django's async-safety check.
+An action carries its policies as data: the permissions it requires, whether the user must approve
+it (inline, or parked: ``durable-pause``), an idempotency key for the ledger, and a timeout. The
+pipeline (``actions/pipeline.py``) enforces them; this module describes them, validates them when
+the action is defined (so a bad action fails at import, not mid-conversation), and evaluates the
+policy callbacks. Nothing here touches the database. A plain-function callback runs through
+``sync_to_async`` (thread-sensitive), so it may use the ORM without blocking the event loop.
 """
 
 import dataclasses

@@ -1,31 +1,13 @@
-"""The action idempotency ledger: run an action's side effect at most once per key (spec §5.9).
+"""The action idempotency ledger: run an action's side effect at most once per key.
 
-A ledgered call claims its key by INSERTing a ``pending`` ``LedgerEntry``, runs, then *settles*
-the row with its JSON result, which every later call with that key replays without running
-again. A call that fails *releases* (deletes) its row so a retry runs cleanly. A row left
-``pending`` by a process that died is in an unknown state: the side effect may or may not have
-happened, so the ledger refuses to run it again (``ActionPendingError``) unless the action has
-an explicit idempotency key, i.e. promised that re-running is safe, and the row is older than
-the retry lease; then exactly one caller *reclaims* it.
-
-Every race is settled by one SQL statement, never by a read followed by a write (house style
-§1.1): the claim is an INSERT under ``unique_ledger_key`` (``IntegrityError`` → read the
-winner's row and decide), a reclaim is an UPDATE conditioned on the ``updated_at`` that was
-read, and settle/release match the claimer's ``updated_at`` so a slow process cannot settle or
-delete a row another process has since reclaimed. This holds across processes on SQLite (WAL,
-IMMEDIATE transactions) and PostgreSQL, and needs no ``select_for_update``.
-
-Each agent instance has a ledger of its own (``scope``), as each Cloudflare agent instance has
-its own table: tool call ids, the fallback keys, repeat across conversations, and an explicit
-key means "once in this conversation".
-
-Within one event loop, concurrent calls with the same key are coalesced before the database is
-asked: the followers await the first call and get its result (spec "same-isolate coalescing").
-Across processes a concurrent caller sees the ``pending`` row instead, as it would on
-Cloudflare after an eviction.
-
-The ``action()`` pipeline calls ``run_once``; ``claim``/``settle``/``release`` are its parts,
-sync because they need ``transaction.atomic()`` (async code goes through ``run_once``).
+A call claims its key with a ``pending`` ``LedgerEntry``, runs, then *settles* the row with its
+JSON result, which later calls replay; a call that fails *releases* (deletes) it. A row left
+``pending`` by a dead process is refused (``ActionPendingError``) until the retry lease passes and
+only for an explicit key, then exactly one caller *reclaims* it. Every race is one SQL statement
+(docs/architecture.md#one-statement-per-race); the rest is in docs/architecture.md#ledger. Each
+agent instance has its own ledger, so an explicit key means "once in this conversation". The
+``action()`` pipeline calls ``run_once``; ``claim``/``settle``/``release`` are its parts, sync
+because they need ``transaction.atomic()``.
 """
 
 import asyncio

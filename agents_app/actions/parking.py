@@ -1,8 +1,9 @@
-"""Parking a durable-pause call: the half of spec §5.10 that runs inside a turn.
+"""Parking a durable-pause call: the part of a durable pause that runs inside a turn.
 
 A ``durable-pause`` action does not wait on a socket. Its call is *parked*: a ``PendingApproval``
 row holds the input and the descriptor, the model reads the paused envelope, and the turn ends.
-Deciding the call later (admin, REST API, Python) is ``agents_app.approvals.service``' job.
+Deciding the call later (admin, REST API, Python) is ``agents_app.approvals.service``' job
+(docs/architecture.md#durable-pause).
 """
 
 import uuid

@@ -1,4 +1,4 @@
-"""The action pipeline: what happens on every call of an action (spec cloudflare-agents.md §5.4-§5.10).
+"""The action pipeline: what happens on every call of an action (docs/architecture.md#action-pipeline).
 
 ``action_tool`` turns an ``Action`` into a pydantic-ai ``Tool`` whose function runs::
 
@@ -6,10 +6,9 @@
     → ledger claim → execute, raced against the timeout and the turn's cancellation
     → output checked and made JSON-safe → ledger settle (or release on failure)
 
-Whatever goes wrong becomes the model-visible ``{"error": {"name", "message"}}`` envelope: an
-action never crashes its turn. ``needs_approval`` is the gate ``ToolPolicy`` asks before an
-approval-gated action runs (it authorizes first, so a denied call never prompts anyone), and
-``run_approved_pause`` runs a parked call once staff approve it, days later, with no turn.
+Whatever goes wrong becomes the model-visible error envelope: an action never crashes its turn.
+``needs_approval`` is ``ToolPolicy``'s gate (it authorizes first, so a denied call never prompts
+anyone); ``run_approved_pause`` runs a parked call once staff approve it, with no turn.
 """
 
 import asyncio
