@@ -1,25 +1,15 @@
 """Durable chat recovery: a turn cut by a crash or a stalled stream carries on by itself.
 
-Two steps, each safe to run on any process:
+Two steps, each safe on any process (docs/architecture.md#crash-recovery):
 
 1. **Cut** (``cut``): a running turn whose process is gone (``liveness``) is aborted by one
-   conditional UPDATE, so exactly one of the processes that notice it (the beat sweep, a worker
-   or Daphne starting, a reconnecting client, the queue claim, a staff decision) wins. In the same
-   transaction its stream is closed, its recovery incident opened (or, when the cut turn was
-   itself an attempt, continued) and a recovery *attempt* queued as a ``Turn`` of kind
-   ``recovery`` ahead of anything else queued on the instance. The cut is charged to the
-   incident's budget (``agents_app.recovery.policy``), so even attempts that die before they begin
-   run out. Every connection is told: the cut turn's terminal frame (``outcome: "recovering"``)
-   and ``cf_agent_chat_recovering``.
-2. **Attempt** (``begin_attempt``, run by the turn engine when it claims the attempt): the
-   partial reply is rebuilt from the cut turn's stored chunks, the budget checked,
-   ``on_chat_recovery`` asked, the partial persisted and its
-   interrupted tool calls repaired, and the attempt then streams as a *retry* (no partial: the
-   request runs again) or a *continuation* of the same assistant message. An attempt that dies
-   is cut in turn and the next one spends the same incident's budget.
+   conditional UPDATE, so exactly one noticer wins; the same transaction closes its stream, opens
+   (or continues) and charges its incident, and queues a recovery attempt ahead of everything.
+2. **Attempt** (``begin_attempt``, when the engine claims it): the partial is rebuilt from the
+   stored chunks, the budget checked, ``on_chat_recovery`` asked, the partial stored and its
+   interrupted tool calls repaired; it then streams as a *retry* or a *continuation*.
 
-A turn waiting on the user (a client tool, an approval) is parked, not retried: its partial is
-stored so the user can answer, and its incident ends (a later cut starts a fresh budget).
+A turn waiting on the user is parked, not retried; a later cut of it starts a fresh budget.
 """
 
 import inspect
