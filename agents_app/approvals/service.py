@@ -1,18 +1,13 @@
-"""Durable-pause decisions: approve or reject a parked call, days later (spec §5.10).
+"""Durable-pause decisions: approve or reject a parked call, days later (docs/architecture.md#durable-pause).
 
 A ``durable-pause`` action parks its call inside a turn (``actions.parking``); staff decide it
-later from the admin, the REST API, or Python code, and every one of those calls
-``approve_execution`` / ``reject_execution`` here.
-
-Deciding is *claim by delete*: the decider deletes the row and records the ``ApprovalDecision`` in
-one transaction, so of any number of concurrent deciders, on any process, exactly one wins; the
-others get the "no longer pending" error object (never an exception, never a second run).
-The winner runs the action through the ledgered pipeline (timeout included, authorization as at
-park time) and records what the model is told. Then the decision is *concluded*: the outcome is
-written into the parked tool part (once the turn that parked it has ended), connected clients are
-told, and a continuation turn lets the model react even when nobody is connected. Where that
-happens is ``AGENT_APPROVAL_CONTINUATION``: on a Celery worker (so an admin or API request never
-waits for a running turn), or in the deciding call.
+from the admin, the REST API, an ``rpc`` frame or Python code, and all of them call
+``approve_execution`` / ``reject_execution`` here. Deciding is *claim by delete*: exactly one of
+any number of concurrent deciders wins; the others get the "no longer pending" error object (never
+an exception, never a second run). The winner runs the action through the ledgered pipeline, then
+the decision is *concluded*: the outcome goes into the parked tool part, clients are told, and a
+continuation turn follows, on a Celery worker (so an admin or API request never waits for a turn)
+or in the deciding call (``AGENT_APPROVAL_CONTINUATION``).
 """
 
 import asyncio
