@@ -1,16 +1,14 @@
-"""Tools: server tools, client tools and human-approved tools (spec cloudflare-agents.md §2.8).
+"""Tools: server tools, client tools and human-approved tools (docs/architecture.md#tools).
 
 An agent's ``get_tools()`` returns any mix of:
 
 * plain functions (sync or async; their signature is the tool's JSON schema, and pydantic-ai
   validates the model's input against it) and ``pydantic_ai.Tool`` objects;
-* ``tool(fn, needs_approval=...)``: a server tool that waits for the user's Approve/Reject,
-  always (``True``) or when a predicate on its input says so;
-* ``ClientTool(name, description, parameters)``: a tool the browser runs (``onToolCall``); the
-  turn ends with its part ``input-available`` and the client's ``cf_agent_tool_result`` answers it.
-
-Tools whose schemas the client sends as ``clientTools`` are client tools too. ``ToolPolicy`` is
-the pydantic-ai capability that applies the rules around every server tool call.
+* ``tool(fn, needs_approval=...)``: a server tool that waits for Approve / Reject, always or when
+  a predicate on its input says so;
+* ``ClientTool(name, description, parameters)``: a tool the browser runs (``onToolCall``), as do
+  tools the client sends as ``clientTools``. ``ToolPolicy`` applies the rules around every server
+  tool call.
 """
 
 import dataclasses

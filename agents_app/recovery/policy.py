@@ -1,14 +1,12 @@
 """Durable chat recovery: the budget of an interrupted turn, and what its hooks are told.
 
-A turn cut by a crash (its process died) or by the stall watchdog opens a recovery *incident*:
-a recovery turn re-runs the unanswered request (*retry*) or goes on with the partial reply
-(*continue*), as often as the budget allows. This module is the pure part (no Django): the
-``ChatRecovery`` settings with the spec's defaults and normalisation (cloudflare-agents.md §4.5),
-the decision for each attempt, and the contexts handed to ``on_chat_recovery``,
-``should_keep_recovering`` and ``on_exhausted``. ``agents_app.recovery.service`` keeps the incidents
-in the database and runs the attempts.
-
-Durations are in seconds (the reference's ``*Ms`` fields divided by 1,000).
+A turn cut by a crash or by the stall watchdog opens a recovery *incident*: a recovery turn
+re-runs the unanswered request (*retry*) or goes on with the partial reply (*continue*), as often
+as the budget allows. This is the pure part (no Django): ``ChatRecovery`` with the reference's
+defaults and normalisation (docs/architecture.md#recovery-budget), the decision for each attempt,
+and the contexts handed to ``on_chat_recovery``, ``should_keep_recovering`` and ``on_exhausted``.
+``agents_app.recovery.service`` keeps the incidents and runs the attempts. Durations are in seconds
+(the reference's ``*Ms`` fields divided by 1,000).
 """
 
 import math
