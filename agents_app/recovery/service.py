@@ -1,15 +1,13 @@
 """Durable chat recovery: a turn cut by a crash or a stalled stream carries on by itself.
 
-Two steps, each safe on any process (docs/architecture.md#crash-recovery):
-
-1. **Cut** (``cut``): a running turn whose process is gone (``liveness``) is aborted by one
-   conditional UPDATE, so exactly one noticer wins; the same transaction closes its stream, opens
-   (or continues) and charges its incident, and queues a recovery attempt ahead of everything.
-2. **Attempt** (``begin_attempt``, when the engine claims it): the partial is rebuilt from the
-   stored chunks, the budget checked, ``on_chat_recovery`` asked, the partial stored and its
-   interrupted tool calls repaired; it then streams as a *retry* or a *continuation*.
-
-A turn waiting on the user is parked, not retried; a later cut of it starts a fresh budget.
+Two steps, each safe on any process (docs/architecture.md#crash-recovery). **Cut** (``cut``): a
+running turn whose process is gone (``liveness``) is aborted by one conditional UPDATE, so exactly
+one noticer wins; the same transaction closes its stream, opens (or continues) and charges its
+incident, and queues a recovery attempt ahead of everything. **Attempt** (``begin_attempt``, when
+the engine claims it): the partial is rebuilt from the stored chunks, the budget checked,
+``on_chat_recovery`` asked, the partial stored and its interrupted tool calls repaired; it then
+streams as a *retry* or a *continuation*. A turn waiting on the user is parked, not retried; a
+later cut of it starts a fresh budget.
 """
 
 import inspect
