@@ -276,7 +276,7 @@ class ChatAgent:
         return compile_actions(self.get_actions())
 
     async def authorize_turn(self, turn: TurnContext) -> bool | dict[str, Any] | AuthorizationDecision:
-        """Decide once per model run what this turn's actions may do (spec §5.11).
+        """Decide once per model run what this turn's actions may do (docs/architecture.md#authorization).
 
         Return True (the default: everything), False (no action may run), or a decision with
         ``granted_permissions`` (a list: actions requiring anything else are refused) and a
@@ -335,7 +335,7 @@ class ChatAgent:
         """Called after each turn's reply is persisted (errors are logged, never raised)."""
 
     def get_scheduled_tasks(self) -> dict[str, ScheduledTask]:
-        """Tasks this instance runs on a schedule (spec §4.7): ``{task_id: {"schedule", "prompt" | "handler", ...}}``.
+        """Tasks this instance runs on a schedule: ``{task_id: {"schedule", "prompt" | "handler", ...}}``.
 
         ``schedule`` is the schedule language (``"every day at 09:00"``, ``"every weekday at 08:30
         in Europe/Oslo"``, ``"every 15 minutes"``) or a cron expression; ``prompt`` a text (or a
@@ -351,7 +351,7 @@ class ChatAgent:
         return None
 
     async def on_chat_recovery(self, ctx: ChatRecoveryContext) -> dict[str, bool] | None:
-        """Decide what a recovery attempt of an interrupted turn does (spec §4.5).
+        """Decide what a recovery attempt of an interrupted turn does (docs/architecture.md#attempt).
 
         Return ``{"persist": False}`` to drop the partial reply (settled tool results are kept
         anyway) and ``{"continue": False}`` to stop there instead of re-running or continuing
@@ -400,7 +400,7 @@ class ChatAgent:
         )
 
     async def _authorize_turn(self, model: Model | str | None) -> None:
-        """Ask ``authorize_turn`` once for this model run (spec §5.11)."""
+        """Ask ``authorize_turn`` once for this model run."""
         turn = self.turn
         turn.authorization = ALLOW_ALL
         decision = await call_maybe_async(self.authorize_turn, TurnContext(
@@ -411,7 +411,7 @@ class ChatAgent:
         turn.authorization = AuthorizationDecision.of(decision)
 
     def _annotate(self, chunk: dict[str, Any]) -> dict[str, Any]:
-        """Add an action's approval descriptor to its approval request or paused output (spec §2.10 d)."""
+        """Add an action's approval descriptor to its approval request or paused output."""
         if chunk["type"] == "tool-approval-request":
             descriptor = self.turn.approval_descriptors.get(chunk["toolCallId"])
         elif chunk["type"] == "tool-output-available" and not chunk.get("preliminary"):

@@ -1,20 +1,10 @@
 """What happens to a submit that arrives while another turn of the conversation is queued or running.
 
-``ChatAgent.message_concurrency`` (spec cloudflare-agents.md §4.1, ``submit-concurrency.ts``):
-
-* ``"queue"`` (default): every submit runs its own turn, in order;
-* ``"drop"``: an overlapping submit is refused before anything is stored; the sender gets the
-  stored transcript back (to roll back its optimistic message) and a ``done`` frame;
-* ``"latest"``: every submit is stored, but of the overlapping ones only the newest runs when its
-  turn comes (the model sees every stored message); the others end with a ``skipped`` frame;
-* ``"merge"``: as ``latest``, and the run of user messages stored since the overlap began is
-  joined into one message (texts joined with a blank line, the last message's id kept);
-* ``Debounce(ms=750)``: as ``latest``, and the surviving turn waits until ``ms`` after its submit
-  (the trailing edge) before it runs.
-
-Only ``submit-message`` chat requests are subject to it; regenerations, tool answers,
-continuations and programmatic turns always queue. A submit *overlaps* when a turn of the current
-clear generation is queued or running at the moment it is accepted. Pure: the decision is made
+``ChatAgent.message_concurrency``, as the reference's: ``"queue"`` (default), ``"drop"``,
+``"latest"``, ``"merge"`` or ``Debounce(ms=750)``; docs/architecture.md#message-concurrency says
+what each does. Only ``submit-message`` chat requests are subject to it; regenerations, tool
+answers, continuations and programmatic turns always queue. A submit *overlaps* when a turn of the
+current clear generation is queued or running when it is accepted. Pure: the decision is made
 here, and ``turns.admission`` makes it in the database, where every process sees the same queue.
 """
 
@@ -22,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-# Default trailing-edge wait of ``Debounce`` (milliseconds; spec MESSAGE_DEBOUNCE_MS).
+# Default trailing-edge wait of ``Debounce`` (milliseconds; the reference's MESSAGE_DEBOUNCE_MS).
 DEFAULT_DEBOUNCE_MS = 750.0
 
 Strategy: TypeAlias = Literal["queue", "latest", "merge", "drop", "debounce"]

@@ -44,8 +44,8 @@ DEFAULTS: dict[str, Any] = {
     # what storing costs (the "stream buffer off" row of bench/stream.py): a reconnect then replays nothing.
     "AGENT_STREAM_BUFFER": True,
     # How long a ``pending`` action-ledger row with an explicit idempotency key may stay pending
-    # before another call may reclaim and re-run it (a timedelta; default 5 minutes, spec §5.9
-    # actionLedgerPendingRetryLeaseMs). None: a pending row blocks retries until swept.
+    # before another call may reclaim and re-run it (a timedelta; default 5 minutes, the
+    # reference's actionLedgerPendingRetryLeaseMs). None: a pending row blocks retries until swept.
     "AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE": timedelta(minutes=5),
     # Retention of action-ledger rows, by ``updated_at``: settled rows 30 days, pending rows
     # 90 days (keep it far above the lease), deleted ``batch_size`` rows per statement. A
@@ -56,8 +56,8 @@ DEFAULTS: dict[str, Any] = {
         "batch_size": 500,
     },
     # How long a parked durable-pause call waits for a decision before the sweep removes it and
-    # tells the model the request expired (a timedelta; default 30 days, spec §5.10
-    # actionPendingApprovalTtlMs). None: parked calls wait forever.
+    # tells the model the request expired (a timedelta; default 30 days, the
+    # reference's actionPendingApprovalTtlMs). None: parked calls wait forever.
     "AGENT_ACTION_PENDING_APPROVAL_TTL": timedelta(days=30),
     # Where the turn that follows a durable-pause decision runs: "celery" (a worker, so the model
     # reacts with nobody connected, whichever process decided) or "inline" (in the deciding

@@ -82,7 +82,7 @@ class ConversationConflict(Exception):
 
 
 # --------------------------------------------------------------------------------------- actions
-# The ActionError family (spec cloudflare-agents.md §5.5). These are the signals of the action
+# The ActionError family (docs/architecture.md#error-envelopes). These are the signals of the action
 # pipeline: each one ends an action call *without* crashing the turn, and becomes the
 # model-visible envelope ``{"error": {"name": <name>, "message": str(exc)}}`` built by
 # ``agents_app.actions.envelopes.error_envelope``. ``name`` is the reference's error name, which is
@@ -92,7 +92,7 @@ class ConversationConflict(Exception):
 # The exact messages live here, on the exceptions that carry them, so the envelope builders, the
 # ledger and the pipeline share one spelling.
 
-# Default reason of an authorization denial that gives none (spec §5.11: authorizeTurn → false).
+# Default reason of an authorization denial that gives none (``authorize_turn`` answered False).
 NOT_AUTHORIZED_MESSAGE = "Action is not authorized"
 # Prefix of the default authorizeAction reason, followed by the missing permissions, ", "-joined.
 MISSING_PERMISSION_PREFIX = "Missing required permission: "
@@ -101,7 +101,7 @@ PENDING_MESSAGE = (
     "Manual reconciliation may be required."
 )
 # Raised (not an envelope of its own: it becomes a plain "Error") when an idempotency-key
-# function returns "" (spec §5.5); format with the action's name.
+# function returns ""; format with the action's name.
 EMPTY_KEY_MESSAGE = 'Action "{name}" returned an empty idempotency key'
 APPROVAL_INPUT_MESSAGE = "Approved action input cannot be changed by beforeToolCall"
 # The message of an abort (turn cancelled) whose reason is not itself an exception.
@@ -109,7 +109,7 @@ ABORTED_MESSAGE = "Action aborted"
 
 
 class ActionError(Exception):
-    """Base of the errors that end an action call with a model-visible envelope (spec §5.5).
+    """Base of the errors that end an action call with a model-visible envelope.
 
     Raised by the pipeline, never by user code: an ``execute`` that raises anything else gets the
     generic envelope too, named after its class. Never a control-flow signal to catch and ignore:
@@ -140,7 +140,7 @@ class ActionAuthorizationError(ActionError):
 
 
 class ActionPendingError(ActionError):
-    """A ``pending`` ledger row holds the key: a prior attempt may or may not have run (spec §5.9).
+    """A ``pending`` ledger row holds the key: a prior attempt may or may not have run.
 
     Re-running could repeat a side effect, so the call is refused until the row is reclaimed
     (explicit keys, after the lease) or reconciled by hand.
@@ -153,7 +153,7 @@ class ActionPendingError(ActionError):
 
 
 class ActionKeyConflict(ActionError):
-    """The idempotency key was used before by another action or with other input (spec §5.9).
+    """The idempotency key was used before by another action or with other input.
 
     A programming error in the action's ``idempotency_key``: retrying cannot help. (Named without
     the ``Error`` suffix because that is the reference's name, which the model reads.)
@@ -174,7 +174,7 @@ class ActionKeyConflict(ActionError):
 class ActionApprovalInputError(ActionError):
     """The user approved one input, but ``before_tool_call`` rewrote it: ``execute`` does not run.
 
-    Otherwise an approval could be laundered into a call the user never saw (spec §5.4).
+    Otherwise an approval could be laundered into a call the user never saw.
     """
 
     name = "ActionApprovalInputError"
@@ -184,7 +184,7 @@ class ActionApprovalInputError(ActionError):
 
 
 class ActionTimeoutError(ActionError):
-    """``execute`` did not finish within the action's ``timeout_ms`` (spec §5.7).
+    """``execute`` did not finish within the action's ``timeout_ms``.
 
     Named ``"Error"`` in the envelope, as the reference's timer aborts with a plain ``Error``.
     """

@@ -1,15 +1,12 @@
-"""Observability events: the spec's event names, emitted to the log and to in-process subscribers.
+"""Observability events: the reference's event names, emitted to the log and to in-process subscribers.
 
-Spec cloudflare-agents.md §5.13 lists the only action events the reference emits (the RFC's
-longer list is not emitted, §5.15.5), and §4.8 the chat events (AIChatAgent's ``message:*`` and
-``tool:*``, Think's ``chat:turn:*`` and ``chat:request:failed``), so these constants are the
-whole vocabulary. Tests
-subscribe and assert on names and payloads, never on log text. Payload keys are the spec's
-(``inputHash``, ``ageMs``, ``executionId``…) so a dashboard reads the same fields as on Cloudflare.
-
-A subscriber runs synchronously inside ``emit()``; one that raises is logged and skipped, because
-observability must never change what the caller does (a ledger settle must not fail because a
-metrics hook did).
+The constants here are the whole vocabulary (docs/architecture.md#events): the action events the
+reference's code emits (not the longer list of its design notes) and the chat events of
+``AIChatAgent`` (``message:*``, ``tool:*``) and Think (``chat:turn:*``, ``chat:request:failed``).
+Payload keys are the reference's (``inputHash``, ``ageMs``, ``executionId``…), so a dashboard reads
+the same fields as on Cloudflare. Tests assert on names and payloads, never on log text. A
+subscriber runs synchronously inside ``emit()``; one that raises is logged and skipped, because
+observability must never change what the caller does.
 """
 
 import logging
@@ -115,7 +112,7 @@ SCHEDULE_EXECUTE = "schedule:execute"
 # occurrenceKey, requestId, status, error}.
 SCHEDULE_ERROR = "schedule:error"
 
-# Durable chat recovery (spec §4.5): a cut turn was found, an attempt queued, an attempt began,
+# Durable chat recovery: a cut turn was found, an attempt queued, an attempt began,
 # the incident ended well, was skipped (parked on the user, or ``continue: False``), failed
 # (``on_chat_recovery`` raised), or was given up.
 RECOVERY_DETECTED = "chat:recovery:detected"

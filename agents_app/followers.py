@@ -1,16 +1,13 @@
 """Following one turn's reply from code, on any process: what ``chat()`` hands to its callback.
 
 A follower joins the instance's fan-out group on a channel of its own *before* the turn is
-queued, so it sees the turn's stream from its first chunk wherever the turn runs (this process,
-another Daphne, a Celery worker), and routes what arrives through the same resume session as a
-WebSocket connection (``agents_app.streaming.resume``): a batch the channel layer drops is sent again from
-the stream buffer, so the callback gets every chunk once, in order.
-
-When no frame comes for ``WATCH_SECONDS`` the follower reads the turn's row: a turn that ended
-while its last batch was lost is finished from the buffer, and a turn whose process died ends the
-follow as *interrupted* (recovery owns its result). The receive loop is never cancelled (that can
-lose another channel's message with channels_redis, ``turns.control``): it is woken by messages it
-sends itself.
+queued, so it sees the stream from its first chunk wherever the turn runs, and routes what arrives
+through the same resume session as a WebSocket (``agents_app.streaming.resume``): a dropped batch
+is re-sent from the stream buffer, so the callback gets every chunk once, in order. With no frame
+for ``WATCH_SECONDS`` it reads the turn's row: a turn that ended while its last batch was lost is
+finished from the buffer; one whose process died ends the follow as *interrupted*. The receive loop
+is never cancelled (with channels_redis that can lose another channel's message, ``turns.control``):
+it is woken by messages it sends itself.
 """
 
 import asyncio

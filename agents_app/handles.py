@@ -63,7 +63,7 @@ class AgentHandle:
 
     async def chat(self, message: str | UIMessage | MessagesOrFunction, callback: Any, *,
                    signal: AbortSignal | None = None, tools: Any = None) -> SaveMessagesResult:
-        """Run a turn of this agent and stream it to ``callback`` (the reference's ``chat()``, spec §4.6).
+        """Run a turn of this agent and stream it to ``callback`` (the reference's ``chat()``).
 
         ``message`` is a user message (text or UIMessage), messages, or a function of the
         transcript returning them (``save_messages``). ``callback`` (``StreamCallback`` or any
@@ -93,7 +93,7 @@ class AgentHandle:
 
     async def sub_agent(self, agent_class: type[ChatAgent], name: str) -> "AgentHandle":
         """A handle on sub-agent ``name`` of class ``agent_class``: an instance of its own whose
-        parent is this one (made on first use, with this one's owner; spec §4.6).
+        parent is this one (made on first use, with this one's owner).
 
         It is addressed ``<this address>/sub/<slug>/<name>`` (WebSocket, get-messages, the chat
         page), its owner opens it there, and the admin lists it under its parent. Its class must
@@ -131,7 +131,7 @@ class AgentHandle:
         """True while a reply waits on the user: an approval, or a tool call without a result."""
         return await turns.has_pending_interaction(self.instance)
 
-    async def wait_until_stable(self, timeout: float = 10.0) -> bool:  # noqa: ASYNC109 - spec API: False at the deadline
+    async def wait_until_stable(self, timeout: float = 10.0) -> bool:  # noqa: ASYNC109 - the reference's API: False at the deadline
         """Wait until no turn is queued or running and nothing waits on the user (False on timeout)."""
         return await turns.wait_until_stable(self.instance, timeout)
 
@@ -168,7 +168,7 @@ class AgentHandle:
         """Refuse a parked call and continue the conversation (``approvals.reject_execution``)."""
         return await approvals.reject_execution(execution_id, reason, actor=actor, instance=self.instance)
 
-    # --- schedules (spec §4.7; the reference Agent's schedule API) ---------------------------------
+    # --- schedules (the reference Agent's schedule API) -------------------------------------------
     async def schedule(self, when: float | datetime | str, callback: str, payload: Any = None, *,
                        idempotent: bool | None = None, timezone: str | None = None) -> ScheduleEntry:
         """Call the agent's method ``callback(payload, ctx)`` at ``when``, on a worker.

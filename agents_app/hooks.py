@@ -1,17 +1,12 @@
 """Tool-call hooks: ``before_tool_call`` / ``after_tool_call``, the outermost gate of every server tool.
 
 ``ChatAgent.before_tool_call(call)`` sees every server tool and action call before it runs and
-decides (the reference's ``beforeToolCall``, spec cloudflare-agents.md §5.4):
-
-* ``None`` or ``ToolCallDecision.allow()``: run it as the model asked;
-* ``ToolCallDecision.allow(input={...})``: run it with this input instead;
-* ``ToolCallDecision.block(reason)``: do not run it; the model gets ``reason`` as the output;
-* ``ToolCallDecision.substitute(output)``: do not run it; the model gets ``output``.
-
-``after_tool_call(call, output)`` then observes what the model gets. Approval comes *before*
-the hook (the user approves what the model asked), so an approved action whose input the hook
-rewrites is refused with ``ActionApprovalInputError`` rather than run with an input nobody
-approved.
+decides, as the reference's ``beforeToolCall`` (docs/architecture.md#action-pipeline): ``None`` or
+``ToolCallDecision.allow()`` runs it as asked, ``allow(input={...})`` with this input instead,
+``block(reason)`` gives the model ``reason``, ``substitute(output)`` gives it ``output``.
+``after_tool_call(call, output)`` then observes what the model gets. Approval comes *before* the
+hook (the user approves what the model asked), so an approved action whose input the hook rewrites
+is refused with ``ActionApprovalInputError`` rather than run with an input nobody approved.
 """
 
 from dataclasses import dataclass, field

@@ -1,7 +1,7 @@
 """Database tables of the agents app.
 
 Every query made per frame or per turn has an index named after it. Statuses are ``TextChoices``
-holding the spec's strings, so the database, the wire and the admin say the same thing.
+holding the reference's strings, so the database, the wire and the admin say the same thing.
 """
 
 from django.conf import settings
@@ -23,7 +23,7 @@ class AgentInstance(models.Model):
 
     A sub-agent (``await agent.sub_agent(ChildAgent, "child-1")``) is an instance with a
     ``parent``: its names are unique among its parent's children, and it has its parent's owner.
-    Its address is the parent's plus ``/sub/<slug>/<name>`` (Cloudflare's facets, spec §1.1).
+    Its address is the parent's plus ``/sub/<slug>/<name>`` (Cloudflare's facets; docs/protocol.md#sub-agent-addresses).
     """
 
     slug = models.CharField(max_length=100)
@@ -38,7 +38,7 @@ class AgentInstance(models.Model):
     # concurrency: a queued turn with a lower one is superseded (``agents_app.concurrency``).
     overlap_sequence = models.PositiveIntegerField(default=0)
     # The last turn that failed, delivered to clients through the resume handshake until a
-    # later turn completes (spec §2.7, ACK case 3). Empty when there is none.
+    # later turn completes (docs/protocol.md#resume-request, case 2). Empty when there is none.
     terminal_request_id = models.CharField(max_length=200, blank=True, default="")
     terminal_error = models.TextField(blank=True, default="")
     # The instance this one is a sub-agent of (None for a top-level conversation).
@@ -169,7 +169,7 @@ class Turn(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # Reply attachments recorded by actions during the turn (``ctx.attach_reply``, spec §5.12).
+    # Reply attachments recorded by actions during the turn (``ctx.attach_reply``).
     attachments = models.JSONField(default=list, blank=True)
     # Which process runs it (host:pid), for crash detection by the recovery sweep.
     worker = models.CharField(max_length=200, blank=True, default="")
@@ -177,7 +177,7 @@ class Turn(models.Model):
     # function of ``save_messages(fn)``, which computes the messages when the turn starts).
     # Other processes leave it queued while that process lives (``turns.lock``).
     affinity = models.CharField(max_length=200, blank=True, default="")
-    # Its messages go into the transcript when it starts (spec §4.3 saveMessages): they are
+    # Its messages go into the transcript when it starts (docs/architecture.md#programmatic-turns): they are
     # ``messages_to_store``, or computed by the function the ``affinity`` process holds.
     pending_messages = models.BooleanField(default=False)
     messages_to_store = models.JSONField(null=True, blank=True)
@@ -227,7 +227,7 @@ class Turn(models.Model):
     def is_stale(self, generation: int, overlap_sequence: int) -> bool:
         """Accepted before the last clear, or an overlapping submit a newer one superseded.
 
-        Such a turn ends ``skipped`` instead of running (spec §2.6).
+        Such a turn ends ``skipped`` instead of running (docs/protocol.md#skip-frames).
         """
         return self.generation < generation or (
             self.submit_sequence is not None and self.submit_sequence < overlap_sequence
@@ -336,7 +336,7 @@ class StreamSegment(models.Model):
 
 
 class LedgerEntry(models.Model):
-    """One row of the action idempotency ledger (spec cloudflare-agents.md §5.9).
+    """One row of the action idempotency ledger (docs/architecture.md#ledger).
 
     ``key`` is ``action:<name>:<idempotency key>`` or ``tool:<toolCallId>``, unique within its
     ``scope`` (the agent instance). The unique constraint is what settles a race: every process
@@ -385,7 +385,7 @@ class LedgerEntry(models.Model):
 
 
 class PendingApproval(models.Model):
-    """A durable-pause action call waiting for a human (spec cloudflare-agents.md §5.10).
+    """A durable-pause action call waiting for a human (docs/architecture.md#durable-pause).
 
     A row exists exactly while the call is pending: approving or rejecting *deletes* it first
     ("claim by delete"), so of any number of concurrent deciders, on any process, exactly one
@@ -474,7 +474,7 @@ class ApprovalDecision(models.Model):
 
 
 class Schedule(models.Model):
-    """A prompt (or, from code, a method) run on one agent instance on a schedule (spec §4.7).
+    """A prompt (or, from code, a method) run on one agent instance on a schedule (docs/architecture.md#schedules).
 
     Three sources write rows: operators (the admin and the REST API), ``get_scheduled_tasks()``
     declarations (kept in line with the code by ``schedules.sync_declared``), and the agent

@@ -1,4 +1,4 @@
-"""Methods of an agent that a client may call over its WebSocket (spec §1.2, the ``rpc`` frames).
+"""Methods of an agent that a client may call over its WebSocket (the ``rpc`` frames, docs/protocol.md#rpc-frames).
 
 ``{"type": "rpc", "id", "method", "args"}`` calls a method marked ``@callable`` on a fresh agent
 object of the instance (outside any turn; ``self.handle`` reaches the instance) with ``args``;

@@ -1,20 +1,11 @@
-"""What is stored of a message: provider leftovers removed, and a row-size guard (spec §4.2 step 2).
+"""What is stored of a message: provider leftovers removed, and a row-size guard.
 
 Every message goes through ``prepare_for_storage`` before it is written (``transcript``):
-
-1. ``sanitize_message``: OpenAI's ephemeral ``itemId`` / ``reasoningEncryptedContent`` are removed
-   from ``providerMetadata`` / ``callProviderMetadata``; reasoning parts left with no text and no
-   provider metadata are dropped; strings longer than 500 characters in the input and output of
-   provider-executed tool parts are cut with a marker (the model has consumed them), except for
-   ``web_search`` / ``web_fetch`` (replayed on later turns) and values under keys starting with
-   ``encrypted`` (opaque replay tokens);
-2. the agent's ``sanitize_message_for_persistence`` hook;
-3. ``enforce_row_size_limit``: a message above ``ROW_MAX_BYTES`` of JSON has its large tool outputs
-   compacted, keeping their structure (``truncate_tool_output``), and then, oldest first, its long
-   text parts replaced by a note, until it fits; ``metadata.compactedToolOutputs`` (tool call ids)
-   and ``metadata.compactedTextParts`` (part indexes) say what was compacted.
-
-Pure: ports of ``agents/src/chat/sanitize.ts`` and ``tool-output-truncation.ts`` (same markers,
+``sanitize_message`` (provider leftovers), the agent's ``sanitize_message_for_persistence`` hook,
+then ``enforce_row_size_limit``: a message above ``ROW_MAX_BYTES`` of JSON has its large tool
+outputs compacted, keeping their structure (``truncate_tool_output``), then, oldest first, its long
+text parts replaced by a note, until it fits (docs/architecture.md#transcript-storage has the
+rules). Pure: ports of the reference's message sanitizer and tool-output truncation (same markers,
 same thresholds), so a transcript compacts here as it would on Cloudflare.
 """
 
@@ -24,7 +15,7 @@ from typing import Any, Final
 
 from .messages import UIMessage, is_tool_part, tool_name
 
-# Largest JSON of a stored message, in UTF-8 bytes (spec ROW_MAX_BYTES: headroom under 2 MB).
+# Largest JSON of a stored message, in UTF-8 bytes (the reference's ROW_MAX_BYTES: headroom under 2 MB).
 ROW_MAX_BYTES: Final = 1_800_000
 # Tool outputs longer than this (JSON characters) are compacted when a message is too large.
 TOOL_OUTPUT_COMPACT_CHARS: Final = 1_000

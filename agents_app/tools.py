@@ -1,16 +1,14 @@
-"""Tools: server tools, client tools and human-approved tools (spec cloudflare-agents.md §2.8).
+"""Tools: server tools, client tools and human-approved tools (docs/architecture.md#tools).
 
 An agent's ``get_tools()`` returns any mix of:
 
 * plain functions (sync or async; their signature is the tool's JSON schema, and pydantic-ai
   validates the model's input against it) and ``pydantic_ai.Tool`` objects;
-* ``tool(fn, needs_approval=...)``: a server tool that waits for the user's Approve/Reject,
-  always (``True``) or when a predicate on its input says so;
-* ``ClientTool(name, description, parameters)``: a tool the browser runs (``onToolCall``); the
-  turn ends with its part ``input-available`` and the client's ``cf_agent_tool_result`` answers it.
-
-Tools whose schemas the client sends as ``clientTools`` are client tools too. ``ToolPolicy`` is
-the pydantic-ai capability that applies the rules around every server tool call.
+* ``tool(fn, needs_approval=...)``: a server tool that waits for Approve / Reject, always or when
+  a predicate on its input says so;
+* ``ClientTool(name, description, parameters)``: a tool the browser runs (``onToolCall``), as do
+  tools the client sends as ``clientTools``. ``ToolPolicy`` applies the rules around every server
+  tool call.
 """
 
 import dataclasses
@@ -117,7 +115,7 @@ def compile_tools(declared: list[Any], client: list[ClientTool], actions: dict[s
                   action_gates: dict[str, ApprovalGate] | None = None) -> Toolset:
     """Split declared tools into pydantic-ai function tools and one external (client) toolset.
 
-    The merge order is the reference's (spec §5.1): ``get_tools()`` < actions < client tools; a
+    The merge order is the reference's: ``get_tools()`` < actions < client tools; a
     later source wins a name clash. ``actions`` are the compiled action tools by name, and
     ``action_gates`` the approval gates of the approval-gated ones.
     """

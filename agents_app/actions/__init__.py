@@ -1,4 +1,4 @@
-"""Actions: declared, guarded side effects the model may call (spec cloudflare-agents.md §5).
+"""Actions: declared, guarded side effects the model may call (docs/architecture.md#actions).
 
 ``action()`` declares one; an agent's ``get_actions()`` lists them. This package's pure parts
 (``descriptor``, ``envelopes``, ``attachments``) touch no database and import no models, so an

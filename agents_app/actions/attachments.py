@@ -1,24 +1,12 @@
-"""Reply attachments: structured extras an action attaches to the turn's reply (spec §5.12).
+"""Reply attachments: structured extras an action attaches to the turn's reply.
 
-``ctx.attach_reply({"type": "email_draft", "subject": ..., "to": [...]})`` lets an action hand a
-channel (the chat page, an email or voice adapter) something to render beside the text, without
-changing what the model sees. One ``ReplyAttachments`` recorder lives per turn; the engine reads
-``items()`` when the turn ends (``ChatResponseResult.attachments``).
-
-Recording is forgiving, because an attachment is a nicety and must never fail an action: a value
-that is not a mapping, has no string ``type``, comes after the per-turn cap, or cannot be made
-JSON-safe is ignored silently. What is stored is a JSON-safe copy (``envelopes.to_json_safe``),
-so later changes to the action's own objects do not leak into the reply, and ``items()`` hands
-out deep copies, so a consumer cannot change what the next one reads.
-
-Attachments of an attempt that fails (raises, times out, is aborted) are discarded: the reply must
-not promise a draft whose action did not happen. ``attempt(action)`` records on behalf of one
-``execute`` call and can roll back exactly its own entries, which matters in Python because
-pydantic-ai runs a step's tool calls concurrently: the reference's "truncate to the length before
-the call" would also drop the entries of a sibling call that recorded in between.
-
-Policy callbacks (permissions, approval, idempotency key) and approved durable-pause runs get
-``NO_ATTACHMENTS``, whose ``record`` does nothing (spec §5.3, §5.12).
+``ctx.attach_reply({"type": "email_draft", ...})`` hands a channel something to render beside the
+text without changing what the model sees (docs/architecture.md#reply-attachments). Recording never
+fails an action: a value that is not a mapping with a string ``type``, beyond the per-turn cap, or
+not JSON-safe is ignored. A JSON-safe copy is stored, and ``items()`` hands out deep copies.
+Attachments of an attempt that fails are discarded: ``attempt(action)`` rolls back exactly its own
+entries, since pydantic-ai runs a step's tool calls concurrently. Policy callbacks and approved
+durable-pause runs get ``NO_ATTACHMENTS``, whose ``record`` does nothing.
 """
 
 import copy
@@ -38,7 +26,7 @@ __all__ = [
     "ReplyAttachments",
 ]
 
-# Attachments kept per turn; later ones are ignored, the first ones kept (spec §5.12/§5.14).
+# Attachments kept per turn; later ones are ignored, the first ones kept.
 MAX_REPLY_ATTACHMENTS_PER_TURN: Final = 32
 
 
@@ -73,7 +61,7 @@ class ReplyAttachments:
                 return False
         try:
             safe = to_json_safe(value)
-        except Exception:  # noqa: BLE001 (an attachment that cannot be serialised is dropped, spec §5.12)
+        except Exception:  # noqa: BLE001 (an attachment that cannot be serialised is dropped)
             return False
         with self._lock:  # checked again: another thread may have filled the last slot meanwhile
             if len(self._entries) >= self.limit:
@@ -124,7 +112,7 @@ class NullReplyAttachments:
     """A recorder that records nothing: for policy callbacks and approved durable-pause runs."""
 
     def record(self, value: object, action: str | None = None) -> bool:
-        """Ignore ``value`` (``attach_reply`` is a no-op here, spec §5.3)."""
+        """Ignore ``value`` (``attach_reply`` is a no-op here)."""
         return False
 
     def attempt(self, action: str | None = None) -> "NullReplyAttachments":

@@ -1,4 +1,4 @@
-"""What agent code is handed while a turn runs (spec cloudflare-agents.md §5.3, §5.11).
+"""What agent code is handed while a turn runs (docs/architecture.md#action-context).
 
 * ``TurnState``: one running turn, built by the engine; it is the pydantic-ai ``deps`` of the
   model run, so a tool reaches it as ``ctx.deps`` (and the agent as ``ctx.deps.agent``).
@@ -6,7 +6,7 @@
   (``permissions``, ``approval``, a function ``idempotency_key``) get a copy whose
   ``attach_reply`` does nothing: deciding whether to run an action must not leave traces.
 * ``TurnContext`` / ``ActionAuthorizationContext``: what ``authorize_turn`` / ``authorize_action``
-  see.
+  see (docs/architecture.md#authorization).
 """
 
 import dataclasses
@@ -78,7 +78,7 @@ class ActionContext:
     attachments: AttachmentAttempt | NullReplyAttachments = NO_ATTACHMENTS
 
     def attach_reply(self, attachment: dict[str, Any]) -> bool:
-        """Attach ``{"type": ..., ...}`` to this turn's reply (spec §5.12); False when it was ignored.
+        """Attach ``{"type": ..., ...}`` to this turn's reply; False when it was ignored.
 
         Ignored: a value without a string ``type``, beyond 32 a turn, one that cannot be made
         JSON-safe, or any call from a policy callback. Discarded if this ``execute`` then fails.
@@ -199,7 +199,7 @@ class TurnContext:
 
 @dataclass(frozen=True, kw_only=True)
 class ActionAuthorizationContext:
-    """What ``authorize_action`` sees, for every action call (spec §5.11)."""
+    """What ``authorize_action`` sees, for every action call (docs/architecture.md#authorization)."""
 
     agent: ActionAgent
     action: str

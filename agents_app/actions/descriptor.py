@@ -1,17 +1,11 @@
-"""``action()``: a declared, guarded side effect the model may call (spec cloudflare-agents.md §5.1-§5.3).
+"""``action()``: a declared, guarded side effect the model may call (docs/architecture.md#declaring-an-action).
 
-An agent's ``get_actions()`` returns ``{"refund_order": action(...), ...}``. Unlike a plain tool,
-an action carries its policies as data: the permissions it requires, whether the user must
-approve it (inline, or parked until someone approves: ``durable-pause``), an idempotency key for
-the ledger, and a timeout. The pipeline (``actions/pipeline.py``) enforces them on every call;
-this module only describes them, validates them when the action is defined (so a bad action
-fails at import or startup, not in the middle of a conversation), and evaluates the policy
-callbacks. Nothing here touches the database or an engine.
-
-Every callback (``permissions``, ``approval``, ``idempotency_key``, ``execute``) may be a plain
-function or a coroutine function. A plain one runs in a worker thread through
-``sync_to_async`` (thread-sensitive, as Django's ORM needs), so it may use the ORM, e.g. to check the user's
-permissions, without blocking the event loop or tripping Django's async-safety check.
+An action carries its policies as data: the permissions it requires, whether the user must approve
+it (inline, or parked: ``durable-pause``), an idempotency key for the ledger, and a timeout. The
+pipeline (``actions/pipeline.py``) enforces them; this module describes them, validates them when
+the action is defined (so a bad action fails at import, not mid-conversation), and evaluates the
+policy callbacks. Nothing here touches the database. A plain-function callback runs through
+``sync_to_async`` (thread-sensitive), so it may use the ORM without blocking the event loop.
 """
 
 import dataclasses
@@ -44,7 +38,7 @@ __all__ = [
 ]
 
 # How long ``execute`` may run before the model gets a timeout envelope, in milliseconds
-# (spec §5.7/§5.14: 30 s for every kind, approved durable-pause runs included). Per action:
+# (30 s for every kind, approved durable-pause runs included). Per action:
 # ``action(timeout_ms=...)``; ``<= 0`` disables the timer.
 DEFAULT_ACTION_TIMEOUT_MS: Final = 30_000
 
@@ -102,12 +96,12 @@ class Action(Generic[InputT]):
 
     @property
     def summary(self) -> str:
-        """The approval summary: ``approval_summary``, else ``description`` (spec §5.2)."""
+        """The approval summary: ``approval_summary``, else ``description``."""
         return self.description if self.approval_summary is None else self.approval_summary
 
     @property
     def approval_configured(self) -> bool:
-        """Whether the call asks for approval before running inline (spec §5.2 ``needsApproval``).
+        """Whether the call asks for approval before running inline (the reference's ``needsApproval``).
 
         True iff an approval policy is set and the action does not park: a durable-pause action
         uses its policy as a park gate instead. (Note that ``kind="approval-gated"`` without an
@@ -175,13 +169,13 @@ def action(
     timeout_ms: float = DEFAULT_ACTION_TIMEOUT_MS,
     kind: ActionKind | None = None,
 ) -> Action[InputT] | Callable[[ExecuteFn], Action[InputT]]:
-    """Declare an action (spec §5.1); raises ``AgentConfigurationError`` if the declaration is wrong.
+    """Declare an action; raises ``AgentConfigurationError`` if the declaration is wrong.
 
     ``kind`` defaults by the truthiness of ``approval``, as the reference infers it:
     ``"approval-gated"`` for ``True`` or a predicate, ``"server"`` otherwise; ``client`` and
-    ``delegated-agent`` are never inferred and behave like ``server`` (spec §5.2, §5.15.4).
+    ``delegated-agent`` are never inferred and behave like ``server``.
     ``kind="durable-pause"`` with ``approval=False`` is refused, since it could never park;
-    without ``approval`` it always parks (spec §5.15.1).
+    without ``approval`` it always parks (docs/architecture.md#reference-discrepancies).
 
     Without ``execute`` it returns a decorator, so an action can be written as::
 
@@ -259,7 +253,7 @@ def is_action(value: object) -> bool:
 def compile_actions(actions: Mapping[str, Any]) -> dict[str, Action[Any]]:
     """Validate a ``get_actions()`` mapping; returns ``{tool name: Action}`` with every name filled in.
 
-    The tool name is the action's ``name``, else its key (spec §5.1). Two entries that resolve to
+    The tool name is the action's ``name``, else its key. Two entries that resolve to
     the same name are refused: the reference would silently keep the later one, hiding an action
     the developer declared.
     """
@@ -299,7 +293,7 @@ async def call_maybe_async(function: Callable[..., Any], *args: Any, thread_sens
 
 
 async def resolve_permissions(action: Action[Any], input: Any, ctx: Any) -> list[str]:
-    """The permissions this call requires: the fixed list, or the policy's answer (spec §5.4 step 2).
+    """The permissions this call requires: the fixed list, or the policy's answer (pipeline step 2).
 
     ``ctx`` should be the policy copy of the context (its ``attach_reply`` does nothing).
     Raises ``TypeError`` if a policy returns anything but a list of strings.
@@ -317,7 +311,7 @@ async def resolve_permissions(action: Action[Any], input: Any, ctx: Any) -> list
 async def evaluate_approval(action: Action[Any], input: Any, ctx: Any) -> bool:
     """Whether this call waits for a human: before running (approval-gated) or by parking (durable-pause).
 
-    No policy: only a ``durable-pause`` action waits (it always parks, spec §5.4 step 4). A bool
+    No policy: only a ``durable-pause`` action waits (it always parks). A bool
     is the answer; a predicate decides per call, by the truthiness of its result.
     """
     if action.approval is None:
@@ -328,7 +322,7 @@ async def evaluate_approval(action: Action[Any], input: Any, ctx: Any) -> bool:
 
 
 async def resolve_idempotency_key(action: Action[Any], input: Any, ctx: Any) -> str | None:
-    """The action's own idempotency key for this call, or None when it declares none (spec §5.9).
+    """The action's own idempotency key for this call, or None when it declares none.
 
     None means the ledger falls back to ``tool:<toolCallId>``. A policy returning ``""`` is a
     bug that must not silently lose idempotency: ``ValueError('Action "<name>" returned an empty
@@ -354,7 +348,7 @@ def approval_descriptor(
     input: Any,
     permissions: Sequence[str],
 ) -> dict[str, Any]:
-    """The stable descriptor shown to whoever approves a call (spec §2.10 d, §5.10 park).
+    """The stable descriptor shown to whoever approves a call (docs/architecture.md#approval-gated-actions).
 
     ``{requestId, toolCallId, action, summary, input, permissions, risk?, kind}`` in that key
     order; ``risk`` is left out when the action declares none. ``input`` is stored as JSON (a

@@ -1,35 +1,14 @@
 """What the model sees of an action call: error envelopes and size-capped, JSON-safe outputs.
 
-Spec cloudflare-agents.md §5.5 (error envelopes, exact strings) and §5.6 (output normalisation
-and truncation). Everything here is pure: no Django, no database, no event loop.
-
-An action never crashes its turn. Whatever goes wrong (a denial, a timeout, an exception in
-``execute``) reaches the model as a tool output ``{"error": {"name", "message"}}``, so the model
-can tell the user; the messages are the reference's, letter for letter (they live on the
-exceptions in ``agents_app/errors.py``). A successful output passes through ``prepare_output``
-before the model reads it, so one huge or odd return value cannot blow the context window or
-break the JSON transcript.
-
-Python equivalents of JavaScript-only rules (``to_json_safe``):
-
-* JavaScript's ``BigInt`` (which ``JSON.stringify`` refuses) becomes ``"<n>n"``. Python has one
-  integer type and JSON numbers have no size limit, so ints stay ints at any size; only an int
-  too long for ``str()`` (``sys.get_int_max_str_digits()``, 4300 digits by default) becomes its
-  ``hex()`` text. (Browsers parse integers beyond 2**53 inexactly; the model reads the digits.)
-* ``NaN`` and the infinities become ``None`` (``JSON.stringify`` writes ``null``).
-* Values JSON has no type for become text, as a ``Date`` becomes its ISO string in JavaScript:
-  date/time/datetime → ``isoformat()``; ``Decimal``, ``UUID``, paths, complex → ``str()``;
-  bytes → UTF-8 text (undecodable bytes as ``\\xNN`` escapes); any other object → ``str()``.
-  Enums become their value. Dataclasses and pydantic models become dicts of their fields (pydantic
-  through its own JSON serialisation). Tuples and deques become lists; sets become lists, sorted
-  when their items are comparable (so the output does not vary with hash seeds).
-* Dict keys become strings as ``json.dumps`` writes them (``1`` → ``"1"``, ``True`` → ``"true"``,
-  ``None`` → ``"null"``); other keys by ``str()``.
-* As in the reference's safe stringify, a container or object met a second time, whether through
-  a cycle or merely shared, becomes ``"[Circular]"``. This keeps the work linear in the size of the
-  value: expanding shared references could grow exponentially.
-* Lengths are counted in code points; JavaScript counts UTF-16 units, so text outside the Basic
-  Multilingual Plane (emoji) counts once here and twice there.
+Pure: no Django, no database, no event loop. An action never crashes its turn: whatever goes wrong
+reaches the model as ``{"error": {"name", "message"}}`` (docs/architecture.md#error-envelopes), and
+``prepare_output`` caps and cleans a successful output (docs/architecture.md#output-normalisation).
+Rules of ``to_json_safe``, Python forms of the reference's: ints stay ints (one too long for
+``str()`` becomes its ``hex()``); NaN and the infinities become ``None``; dates become ISO text,
+enums their value, bytes UTF-8 text (``\\xNN`` escapes), dataclasses and pydantic models dicts,
+tuples, deques and sets lists (sets sorted when comparable), other objects ``str()``; dict keys as
+``json.dumps`` writes them; a container met twice (cycle or shared) becomes ``"[Circular]"``, which
+keeps the work linear; lengths count code points, where JavaScript counts UTF-16 units.
 """
 
 import dataclasses
@@ -67,10 +46,10 @@ __all__ = [
 ]
 
 # Largest action output the model reads, in characters (of a string, or of the output's JSON);
-# beyond it the output is cut and labelled (spec §5.6/§5.14 ACTION_OUTPUT_MAX_CHARS).
+# beyond it the output is cut and labelled (the reference's ACTION_OUTPUT_MAX_CHARS).
 ACTION_OUTPUT_MAX_CHARS: Final = 20_000
 
-# What a repeated or circular reference becomes (spec §5.6).
+# What a repeated or circular reference becomes.
 CIRCULAR: Final = "[Circular]"
 
 # Ints longer than this many bits are checked against ``str()``'s digit limit before being kept.
@@ -79,7 +58,7 @@ _SAFE_INT_BITS: Final = 10_000
 
 # --------------------------------------------------------------------------------------- envelopes
 def error_envelope(exc: object) -> dict[str, Any]:
-    """``{"error": {"name", "message"}}`` for anything that ended an action call (spec §5.5).
+    """``{"error": {"name", "message"}}`` for anything that ended an action call (docs/architecture.md#error-envelopes).
 
     ``name``: an ``ActionError``'s reference name; ``"Error"`` for a bare ``Exception`` (Python's
     plain error, as JavaScript's is ``Error``) and for a non-exception value; otherwise the class
@@ -99,7 +78,7 @@ def error_envelope(exc: object) -> dict[str, Any]:
 
 
 def missing_permission_message(missing: Sequence[str]) -> str:
-    """The default denial reason: ``Missing required permission: a, b`` (spec §5.11)."""
+    """The default denial reason: ``Missing required permission: a, b``."""
     return ActionAuthorizationError.missing_message(missing)
 
 
@@ -109,7 +88,7 @@ def authorization_error(reason: str | None = None, permissions: Sequence[str] = 
 
 
 def pending_error() -> dict[str, Any]:
-    """The ``ActionPendingError`` envelope: a prior attempt is in an unknown state (spec §5.9)."""
+    """The ``ActionPendingError`` envelope: a prior attempt is in an unknown state."""
     return error_envelope(ActionPendingError())
 
 
@@ -119,7 +98,7 @@ def key_conflict_error(ledger_key: str, action_name: str) -> dict[str, Any]:
 
 
 def aborted_error(reason: object = None) -> dict[str, Any]:
-    """The envelope of an action cut short by its turn's cancellation (spec §5.7).
+    """The envelope of an action cut short by its turn's cancellation.
 
     A reason that is an ``Exception`` is reported as itself; anything else (no reason, a string,
     an ``asyncio.CancelledError``, which is not an error of the action) as ``Action aborted``.
@@ -134,7 +113,7 @@ def truncation_note(dropped: int) -> str:
 
 
 def prepare_output(value: Any) -> Any:
-    """An action's return value as the model may read it (spec §5.6 ``prepareActionOutputForModel``).
+    """An action's return value as the model may read it (the reference's ``prepareActionOutputForModel``).
 
     * ``None`` (JavaScript's ``undefined`` and ``null`` alike) is returned as is.
     * A string of at most ``ACTION_OUTPUT_MAX_CHARS`` is returned unchanged; a longer one is cut

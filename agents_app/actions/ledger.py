@@ -1,31 +1,13 @@
-"""The action idempotency ledger: run an action's side effect at most once per key (spec §5.9).
+"""The action idempotency ledger: run an action's side effect at most once per key.
 
-A ledgered call claims its key by INSERTing a ``pending`` ``LedgerEntry``, runs, then *settles*
-the row with its JSON result, which every later call with that key replays without running
-again. A call that fails *releases* (deletes) its row so a retry runs cleanly. A row left
-``pending`` by a process that died is in an unknown state: the side effect may or may not have
-happened, so the ledger refuses to run it again (``ActionPendingError``) unless the action has
-an explicit idempotency key, i.e. promised that re-running is safe, and the row is older than
-the retry lease; then exactly one caller *reclaims* it.
-
-Every race is settled by one SQL statement, never by a read followed by a write (house style
-§1.1): the claim is an INSERT under ``unique_ledger_key`` (``IntegrityError`` → read the
-winner's row and decide), a reclaim is an UPDATE conditioned on the ``updated_at`` that was
-read, and settle/release match the claimer's ``updated_at`` so a slow process cannot settle or
-delete a row another process has since reclaimed. This holds across processes on SQLite (WAL,
-IMMEDIATE transactions) and PostgreSQL, and needs no ``select_for_update``.
-
-Each agent instance has a ledger of its own (``scope``), as each Cloudflare agent instance has
-its own table: tool call ids, the fallback keys, repeat across conversations, and an explicit
-key means "once in this conversation".
-
-Within one event loop, concurrent calls with the same key are coalesced before the database is
-asked: the followers await the first call and get its result (spec "same-isolate coalescing").
-Across processes a concurrent caller sees the ``pending`` row instead, as it would on
-Cloudflare after an eviction.
-
-The ``action()`` pipeline calls ``run_once``; ``claim``/``settle``/``release`` are its parts,
-sync because they need ``transaction.atomic()`` (async code goes through ``run_once``).
+A call claims its key with a ``pending`` ``LedgerEntry``, runs, then *settles* the row with its
+JSON result, which later calls replay; a call that fails *releases* (deletes) it. A row left
+``pending`` by a dead process is refused (``ActionPendingError``) until the retry lease passes and
+only for an explicit key, then exactly one caller *reclaims* it. Every race is one SQL statement
+(docs/architecture.md#one-statement-per-race); the rest is in docs/architecture.md#ledger. Each
+agent instance has its own ledger, so an explicit key means "once in this conversation". The
+``action()`` pipeline calls ``run_once``; ``claim``/``settle``/``release`` are its parts, sync
+because they need ``transaction.atomic()``.
 """
 
 import asyncio
@@ -81,15 +63,15 @@ logger = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------- defaults
 # The values live in conf.DEFAULTS (one documented block for every AGENT_* setting); these names
-# are what code and tests refer to (spec §5.14).
+# are what code and tests refer to (docs/architecture.md#action-defaults).
 
-# A pending explicit-key row older than this may be reclaimed (5 minutes; spec 300_000 ms).
+# A pending explicit-key row older than this may be reclaimed (5 minutes, as the reference's 300_000 ms).
 DEFAULT_PENDING_RETRY_LEASE: Final[timedelta] = conf.DEFAULTS["AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE"]
-# Settled rows are replayable for 30 days after they settled (spec settledMs 2_592_000_000).
+# Settled rows are replayable for 30 days after they settled (the reference's settledMs 2_592_000_000).
 DEFAULT_SETTLED_TTL: Final[timedelta] = conf.DEFAULTS["AGENT_ACTION_LEDGER_RETENTION"]["settled"]
-# Pending rows, kept for manual reconciliation, go after 90 days (spec pendingMs 7_776_000_000).
+# Pending rows, kept for manual reconciliation, go after 90 days (the reference's pendingMs 7_776_000_000).
 DEFAULT_PENDING_TTL: Final[timedelta] = conf.DEFAULTS["AGENT_ACTION_LEDGER_RETENTION"]["pending"]
-# Rows deleted per statement by the sweep, so it never holds a long lock. (The spec's maxSweepRows
+# Rows deleted per statement by the sweep, so it never holds a long lock. (The reference's maxSweepRows
 # caps a whole sweep at 500; ours goes on in batches until nothing expired is left.)
 DEFAULT_SWEEP_BATCH_SIZE: Final[int] = conf.DEFAULTS["AGENT_ACTION_LEDGER_RETENTION"]["batch_size"]
 
@@ -109,7 +91,7 @@ USE_SETTING: Final = _Setting.USE
 UseSetting: TypeAlias = Literal[_Setting.USE]
 
 # --------------------------------------------------------------------------------------- messages
-# Model-visible error names and messages, exact strings of spec §5.5, live with the exceptions
+# Model-visible error names and messages, the reference's exact strings, live with the exceptions
 # in ``errors`` (one copy).
 def conflict_message(ledger_key: str, action_name: str) -> str:
     """The ``ActionKeyConflict`` message; ``ledger_key`` is the full key (``action:echo:k``)."""
@@ -159,7 +141,7 @@ def ledger_key(action_name: str, explicit_key: str | None, tool_call_id: str | N
     """The row key of a call: ``action:<name>:<key>``, else ``tool:<toolCallId>``, else None (no ledger).
 
     An explicit key of ``""`` is a bug in the action's ``idempotency_key`` function, so it raises
-    ``ValueError`` (spec §5.5) instead of silently falling back to the tool-call key.
+    ``ValueError`` instead of silently falling back to the tool-call key.
     """
     if explicit_key is not None:
         if explicit_key == "":
@@ -187,7 +169,7 @@ def input_hash(value: Any) -> str:
     bytes (hex), sets (sorted), Decimal/UUID/date/time/datetime/paths (their text), enums (their
     value), dataclasses and pydantic models (their fields), other objects (their ``__dict__``,
     else ``repr()``, which is only as stable as the type makes it). A container met again inside
-    itself becomes ``"[Circular]"``. Only equality matters (spec §5.9): the digest is never parsed.
+    itself becomes ``"[Circular]"``. Only equality matters: the digest is never parsed.
     """
     text = json.dumps(_canonical(value, frozenset()), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
@@ -307,7 +289,7 @@ def claim(
     lease: timedelta | UseSetting | None = USE_SETTING,
     now: datetime | None = None,
 ) -> Claim:
-    """Claim ``key`` for one execution, or say why not (spec §5.9 claim, in its order).
+    """Claim ``key`` for one execution, or say why not, in the order of docs/architecture.md#ledger.
 
     ``scope``: whose ledger (the pipeline passes the agent instance: each conversation has its
     own ledger, as each Cloudflare agent instance has its own table). ``retryable``: the action
@@ -366,7 +348,7 @@ def settle(key: str, value: Any, *, scope: str = "", claimed_at: datetime | None
 
     A value with no faithful JSON form (an object, a set, NaN…) cannot be replayed, so the row is
     released instead and ``(False, value)`` is returned: the caller still gets the live value,
-    un-ledgered (spec §5.9 settle). With ``claimed_at`` (from the ``Claim``), a row that another
+    un-ledgered. With ``claimed_at`` (from the ``Claim``), a row that another
     process reclaimed meanwhile is left to that process; the value is returned either way.
     """
     try:
@@ -513,11 +495,11 @@ async def run_once(
     execute: Callable[[], Awaitable[Any]],
     now: datetime | None = None,
 ) -> LedgerResult:
-    """Run ``execute`` at most once for ``key``, replaying its stored result afterwards (spec §5.9).
+    """Run ``execute`` at most once for ``key``, replaying its stored result afterwards.
 
     Order: coalesce with a call already running this key in this loop → claim → on
     ``claimed``/``reclaimed`` run ``execute`` and settle its result, or release the row and
-    re-raise if it raises (including cancellation and timeouts). Emits the spec's
+    re-raise if it raises (including cancellation and timeouts). Emits the reference's
     ``action:ledger:*`` events. A follower of a call that raised gets the same exception; a
     follower of a call that was cancelled starts over on its own (it was not cancelled itself).
     As in the reference, a follower's input is not compared with the leader's: a same-key call

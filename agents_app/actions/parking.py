@@ -1,8 +1,9 @@
-"""Parking a durable-pause call: the half of spec §5.10 that runs inside a turn.
+"""Parking a durable-pause call: the part of a durable pause that runs inside a turn.
 
 A ``durable-pause`` action does not wait on a socket. Its call is *parked*: a ``PendingApproval``
 row holds the input and the descriptor, the model reads the paused envelope, and the turn ends.
-Deciding the call later (admin, REST API, Python) is ``agents_app.approvals.service``' job.
+Deciding the call later (admin, REST API, Python) is ``agents_app.approvals.service``' job
+(docs/architecture.md#durable-pause).
 """
 
 import uuid
@@ -14,9 +15,9 @@ from .. import events
 from .context import ActionContext, TurnState
 from .descriptor import Action, approval_descriptor
 
-# Prefix of every execution id (spec §5.14).
+# Prefix of every execution id.
 EXECUTION_PREFIX: Final = "actpause_"
-# What the model reads in place of the output of a parked call (spec §5.10, exact string).
+# What the model reads in place of the output of a parked call (the reference's exact string).
 PAUSED_MESSAGE: Final = (
     "This action is awaiting human approval. Stop and wait for the approval result before proceeding."
 )

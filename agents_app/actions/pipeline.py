@@ -1,4 +1,4 @@
-"""The action pipeline: what happens on every call of an action (spec cloudflare-agents.md §5.4-§5.10).
+"""The action pipeline: what happens on every call of an action (docs/architecture.md#action-pipeline).
 
 ``action_tool`` turns an ``Action`` into a pydantic-ai ``Tool`` whose function runs::
 
@@ -6,10 +6,9 @@
     → ledger claim → execute, raced against the timeout and the turn's cancellation
     → output checked and made JSON-safe → ledger settle (or release on failure)
 
-Whatever goes wrong becomes the model-visible ``{"error": {"name", "message"}}`` envelope: an
-action never crashes its turn. ``needs_approval`` is the gate ``ToolPolicy`` asks before an
-approval-gated action runs (it authorizes first, so a denied call never prompts anyone), and
-``run_approved_pause`` runs a parked call once staff approve it, days later, with no turn.
+Whatever goes wrong becomes the model-visible error envelope: an action never crashes its turn.
+``needs_approval`` is ``ToolPolicy``'s gate (it authorizes first, so a denied call never prompts
+anyone); ``run_approved_pause`` runs a parked call once staff approve it, with no turn.
 """
 
 import asyncio
@@ -99,7 +98,7 @@ def _context(turn: TurnState[Any], action: Action[Any], tool_call_id: str, messa
 
 async def _authorize(turn: TurnState[Any], action: Action[Any], input: Any, ctx: ActionContext,
                      permissions: Sequence[str]) -> AuthorizationDecision:
-    """``agent.authorize_action`` for this call, normalised (spec §5.11)."""
+    """``agent.authorize_action`` for this call, normalised (docs/architecture.md#authorization)."""
     granted = turn.authorization
     decision = await call_maybe_async(turn.agent.authorize_action, ActionAuthorizationContext(
         agent=turn.agent, action=ctx.action, kind=action.kind, request_id=ctx.request_id,
@@ -111,7 +110,7 @@ async def _authorize(turn: TurnState[Any], action: Action[Any], input: Any, ctx:
 
 async def needs_approval(turn: TurnState[Any], action: Action[Any], input: Any, tool_call_id: str,
                          messages: Sequence[Any]) -> bool:
-    """Whether this call of an approval-gated action must wait for the user (spec §5.8 step 1).
+    """Whether this call of an approval-gated action must wait for the user (approval step 1).
 
     A call the user may not make anyway is not put to them: it runs and gets the authorization
     error. (A policy that raises fails the call: ``ToolPolicy`` never runs it unasked.)
@@ -131,7 +130,7 @@ async def needs_approval(turn: TurnState[Any], action: Action[Any], input: Any, 
 
 async def execute_action(turn: TurnState[Any], action: Action[Any], input: Any, *, tool_call_id: str,
                          messages: Sequence[Any], approved_input: Any = None) -> Any:
-    """One call of ``action`` inside a turn; returns what the model reads (spec §5.4).
+    """One call of ``action`` inside a turn; returns what the model reads (docs/architecture.md#action-pipeline).
 
     ``approved_input`` is the input the user approved, when this call ran after an approval.
     """
@@ -149,12 +148,12 @@ async def execute_action(turn: TurnState[Any], action: Action[Any], input: Any, 
         if action.kind == "durable-pause" and await evaluate_approval(action, input, policy):
             return await park(turn, action, input, ctx, permissions)
         return await _run_ledgered(action, input, ctx)
-    except Exception as exc:  # noqa: BLE001 (spec §5.4 step 6: the model gets the envelope, the turn goes on)
+    except Exception as exc:  # noqa: BLE001 (the model gets the envelope, the turn goes on)
         return error_envelope(exc)
 
 
 async def run_approved_pause(agent: ActionAgent, action: Action[Any], row: "PendingApproval") -> Any:
-    """Run a parked call that staff approved: no turn, no re-authorization (spec §5.10).
+    """Run a parked call that staff approved: no turn, no re-authorization (docs/architecture.md#durable-pause).
 
     Authorization was checked when the call parked and the approver's decision stands. The
     context has no messages and ``attach_reply`` does nothing; the timeout and the ledger apply.
@@ -170,7 +169,7 @@ async def run_approved_pause(agent: ActionAgent, action: Action[Any], row: "Pend
 
 
 async def _run_ledgered(action: Action[Any], input: Any, ctx: ActionContext) -> Any:
-    """Execute at most once per ledger key; replay a settled result (spec §5.9)."""
+    """Execute at most once per ledger key; replay a settled result (docs/architecture.md#ledger)."""
     assert action.name is not None
     explicit = await resolve_idempotency_key(action, input, ctx.for_policy())
     key = ledger.ledger_key(action.name, explicit, ctx.tool_call_id or None)
@@ -196,7 +195,7 @@ async def _run_ledgered(action: Action[Any], input: Any, ctx: ActionContext) -> 
         )
     except _Unrecorded as unrecorded:
         # The action ran, but its result cannot be stored for replays: its row is released
-        # (a retry runs again) and the model gets what there is (spec §5.9 serialize_failed).
+        # (a retry runs again) and the model gets what there is (``serialize_failed``).
         events.emit(events.LEDGER_SERIALIZE_FAILED, action=action.name, key=key)
         return unrecorded.output
     if result.outcome == "conflict":
@@ -220,7 +219,7 @@ def _unserialisable(prepared: Any) -> bool:
 
 
 async def _execute_in_time(action: Action[Any], input: Any, ctx: ActionContext) -> Any:
-    """``execute``, raced against the action's timeout and the turn's cancellation (spec §5.7).
+    """``execute``, raced against the action's timeout and the turn's cancellation.
 
     A plain-function ``execute`` runs in a thread of its own: if it hangs, the timeout abandons
     it there (Python cannot kill a thread) and the turn goes on.

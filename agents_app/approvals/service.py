@@ -1,18 +1,13 @@
-"""Durable-pause decisions: approve or reject a parked call, days later (spec §5.10).
+"""Durable-pause decisions: approve or reject a parked call, days later (docs/architecture.md#durable-pause).
 
 A ``durable-pause`` action parks its call inside a turn (``actions.parking``); staff decide it
-later from the admin, the REST API, or Python code, and every one of those calls
-``approve_execution`` / ``reject_execution`` here.
-
-Deciding is *claim by delete*: the decider deletes the row and records the ``ApprovalDecision`` in
-one transaction, so of any number of concurrent deciders, on any process, exactly one wins; the
-others get the "no longer pending" error object (never an exception, never a second run).
-The winner runs the action through the ledgered pipeline (timeout included, authorization as at
-park time) and records what the model is told. Then the decision is *concluded*: the outcome is
-written into the parked tool part (once the turn that parked it has ended), connected clients are
-told, and a continuation turn lets the model react even when nobody is connected. Where that
-happens is ``AGENT_APPROVAL_CONTINUATION``: on a Celery worker (so an admin or API request never
-waits for a running turn), or in the deciding call.
+from the admin, the REST API, an ``rpc`` frame or Python code, and all of them call
+``approve_execution`` / ``reject_execution`` here. Deciding is *claim by delete*: exactly one of
+any number of concurrent deciders wins; the others get the "no longer pending" error object (never
+an exception, never a second run). The winner runs the action through the ledgered pipeline, then
+the decision is *concluded*: the outcome goes into the parked tool part, clients are told, and a
+continuation turn follows, on a Celery worker (so an admin or API request never waits for a turn)
+or in the deciding call (``AGENT_APPROVAL_CONTINUATION``).
 """
 
 import asyncio
@@ -81,7 +76,7 @@ def _not_pending(execution_id: str) -> dict[str, Any]:
 
 
 def pending_approvals(instance: AgentInstance | None = None, execution_id: str | None = None) -> list[dict[str, Any]]:
-    """Parked calls, oldest first: ``[{"executionId", "source": "action", "descriptor"}]`` (spec §5.10)."""
+    """Parked calls, oldest first: ``[{"executionId", "source": "action", "descriptor"}]``."""
     rows = PendingApproval.objects.order_by("created_at", "execution_id")
     if instance is not None:
         rows = rows.filter(instance=instance)
@@ -100,7 +95,7 @@ def _claim(execution_id: str, decision: str, reason: str, actor: Any,
     """Delete the row and record the decision in one transaction; None if someone else got it first.
 
     The DELETE's row count settles a race: concurrent deciders block on the row and all but
-    one delete nothing (spec §5.10 "claim-by-delete").
+    one delete nothing (claim by delete).
     """
     with transaction.atomic():
         rows = PendingApproval.objects.select_related("instance").filter(pk=execution_id)
@@ -229,7 +224,7 @@ def _record_outcome(instance: AgentInstance, execution_id: str, output: Any) -> 
     """Replace the parked part's output; returns the updated message (None if none was updated).
 
     When the part is gone (the transcript was compacted or edited), a system note tells the
-    model the outcome instead, unless a settled part already carries it (spec §5.10).
+    model the outcome instead, unless a settled part already carries it.
     """
     agent = _agent(instance)
     policy = transcript.Policy.of(agent) if agent is not None else transcript.DEFAULT_POLICY
@@ -265,7 +260,7 @@ def _mentions(part: dict[str, Any], execution_id: str) -> bool:
 # ----------------------------------------------------------------------------------------- sweep
 def sweep_expired(*, now: datetime | None = None,
                   ttl: timedelta | UseSetting | None = USE_SETTING, batch_size: int = 500) -> int:
-    """Remove parked calls older than ``AGENT_ACTION_PENDING_APPROVAL_TTL``, oldest first (spec §5.10).
+    """Remove parked calls older than ``AGENT_ACTION_PENDING_APPROVAL_TTL``, oldest first.
 
     Each one is recorded as ``expired`` (and concluded at once) and its part tells the model the
     request expired; continuations are left to the next conversation turn (nobody decided

@@ -2,19 +2,12 @@
 
 With the offline demo model, name a tool to call it (``/tool NAME {json}`` or a word of its name):
 ``get_weather`` runs here; ``send_email`` waits for Approve / Reject; ``getBrowserInfo`` runs in
-the browser; ``crunch_numbers`` reports progress while it works. Two actions show the ledger and
-approvals at work:
-
-* ``refund_order`` (``/tool refund_order {"order_id": "A1", "amount": 250}``) needs the
-  ``orders:refund`` permission, asks the user to approve refunds above 100, makes one
-  ``demo.Refund`` row per order however often it is retried (idempotency key ``refund:<order>``),
-  and attaches a draft confirmation email to the reply;
-* ``deploy_release`` (``/tool deploy_release {"version": "1.4.2"}``) parks until staff approve
-  it in the admin ("Pending approvals"), then deploys (demo: nothing happens) and the
-  conversation continues by itself.
-
-``research`` hands a task to a sub-agent (``ResearchAgent``, ``agent_tool``): its report streams
-into the tool's card while it works, and the demo agent then sums it up.
+the browser; ``crunch_numbers`` reports progress. ``refund_order`` needs ``orders:refund``, asks
+approval above 100, makes one ``demo.Refund`` per order however often retried (key
+``refund:<order>``) and attaches a draft email; ``deploy_release`` parks until staff approve it
+in the admin ("Pending approvals"), then (doing nothing) lets the conversation continue by itself.
+``research`` hands a task to a sub-agent (``ResearchAgent``) whose report streams into the tool's
+card, and the demo agent then sums it up.
 """
 
 import asyncio

@@ -1,33 +1,13 @@
 """The offline demo model: deterministic, no key, no network.
 
-It is a pydantic-ai ``FunctionModel`` whose reply is a pure function of the message history, so
-it exercises the real streaming, tool and approval paths. Its prompt grammar (the last user
-message) lets people and scripts drive it:
-
-``/tool NAME {json}``
-    Call tool NAME with the JSON arguments (``{}`` when omitted).
-``/slow N [MS]``
-    Stream N numbered words, MS milliseconds apart (default 50): long enough to watch, cancel,
-    or drop the connection mid-reply.
-``/burst N``
-    Stream N numbered words with no delay (benchmarks).
-``/fail``
-    Stream a few words, then fail in-band (the client sees an error after partial text).
-anything else
-    If it names a tool (its name or a word of 4+ letters of it), call that tool with the
-    arguments the prompt gives as ``NAME VALUE``, ``NAME: VALUE`` or ``NAME=VALUE`` (a word or a
-    quoted string: ``send_email to bob@example.com subject "Lunch"``), the others made from its
-    JSON schema; otherwise echo: ``(demo model, offline) You said: ...``.
-
-A system note (``<system>…</system>``, e.g. the outcome of an approval whose tool call was
-compacted away) is acknowledged as ``(demo model, offline) Noted: …``, never acted on.
-
-After tool results come back it summarises them: ``get_weather returned Sunny in Oslo.``, and
-for a call parked until staff decide (a ``{"status": "paused"}`` result): ``Asked staff to approve
-deploy_release.``, never the envelope meant for the model. Asked to go on with nothing new from
-the user, it sends the rest of a text reply that was cut short (the recovery of a crashed turn),
-or summarises the latest results again, as they read now (a continuation after an approval
-decided later), or, with neither, says it goes on (``continue_last_turn``).
+A pydantic-ai ``FunctionModel`` whose reply is a pure function of the message history, so it
+exercises the real streaming, tool and approval paths. Its prompt grammar (``/tool``, ``/slow``,
+``/burst``, ``/fail``, naming a tool, else an echo) is in README.md, "The demo model". A system
+note (``<system>…</system>``) is acknowledged as ``(demo model, offline) Noted: …``, never acted
+on. After tool results it summarises them (a parked call as ``Asked staff to approve NAME.``).
+Asked to go on with nothing new from the user, it sends the rest of a text reply cut short (crash
+recovery), else summarises the latest results again as they read now (a continuation after a
+later approval), else says it goes on (``continue_last_turn``).
 """
 
 import asyncio

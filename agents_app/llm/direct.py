@@ -1,20 +1,12 @@
 """A turn's first model request made with pydantic-ai's direct API rather than inside an agent run.
 
-Most turns are one model request that streams text. An agent run puts every streamed event
-through its graph, capability hooks and stream wrappers (a task, a memory-object stream, anyio
-locks and cancel scopes per event): measured on the demo model, a quarter of a minimal turn's
-CPU and of a 200-chunk turn's (``bench/turn_cost.py``, ``bench/README.md``). The direct API
-(``pydantic_ai.direct.model_request_stream``) streams the same model events without it.
-
+Most turns are one request that streams text; the direct API (``model_request_stream``) streams
+the same events without an agent run's per-event overhead (docs/decisions.md#direct-first-request).
 When the model answers with tool calls, the reply goes on as an agent run over the history plus
-this response (``FirstStep.history``, ``FirstStep.usage``): pydantic-ai runs the calls, with their
-approvals, actions and policies, and makes every later request, as it does when a run resumes
-from a response with unanswered calls. The events of both parts go through one encoder, so the
-client sees one stream.
-
-``parameters`` says what the request carries, and returns None where the agent could send
-something else: tools that are prepared per run step, or hidden until a search reveals them.
-Those turns run wholly as agent runs. A test compares what a model receives both ways.
+this response (``FirstStep.history``, ``FirstStep.usage``), and the events of both parts go
+through one encoder, so the client sees one stream. ``parameters`` returns None where the agent
+could send something else (tools prepared per step, or revealed by a search): those turns run
+wholly as agent runs. A test compares what a model receives both ways.
 """
 
 import dataclasses

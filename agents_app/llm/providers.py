@@ -1,16 +1,12 @@
 """``AGENT_MODEL`` → a pydantic-ai model.
 
-Accepted values:
-
-* ``demo`` (default): the offline demo model (``llm/demo.py``).
-* any pydantic-ai model string: ``openai-chat:gpt-4o``, ``openai:gpt-5.2`` (Responses API),
-  ``anthropic:claude-sonnet-4-5``; keys come from the provider's usual environment variable
-  (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
-* ``ollama:<model>``: a local Ollama server (``OLLAMA_BASE_URL``, default
-  ``http://127.0.0.1:11434/v1``).
-* ``openai-compatible:<model>`` with ``AGENT_MODEL_BASE_URL`` (and ``AGENT_MODEL_API_KEY`` if the
-  server wants one): any server that speaks OpenAI chat completions (vLLM, LM Studio, llama.cpp).
-  ``AGENT_MODEL_BASE_URL`` also redirects ``openai-chat:`` models.
+Accepted values: ``demo`` (default, the offline demo model, ``llm/demo.py``); any pydantic-ai
+model string (``openai-chat:gpt-4o``, ``openai:gpt-5.2`` for the Responses API,
+``anthropic:claude-sonnet-4-5``), with keys from the provider's usual environment variable;
+``ollama:<model>`` for a local Ollama server (``OLLAMA_BASE_URL``, default
+``http://127.0.0.1:11434/v1``); ``openai-compatible:<model>`` with ``AGENT_MODEL_BASE_URL`` (and
+``AGENT_MODEL_API_KEY`` if needed) for any OpenAI chat completions server (vLLM, LM Studio,
+llama.cpp). ``AGENT_MODEL_BASE_URL`` also redirects ``openai-chat:`` models.
 """
 
 import os

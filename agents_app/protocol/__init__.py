@@ -1,1 +1,1 @@
-"""The ``cf_agent_*`` wire protocol: pure Python, no Django (spec: cloudflare-agents.md §2)."""
+"""The ``cf_agent_*`` wire protocol: pure Python, no Django (docs/protocol.md)."""

@@ -1,18 +1,10 @@
 """JSON text of what every turn sends and stores: orjson where it can, the standard library where not.
 
-Each turn encodes its frames (two of them the whole transcript), its chunks, and each message's
-cache key (``llm.ui_messages``). Measured on a transcript of 60 messages: 72 µs with
-``json.dumps``, 5 µs with orjson (bench/README.md, "Third round").
-
-orjson is stricter than ``json``: it refuses lone surrogates, integers beyond 64 bits and keys
-that are not strings. For those values the standard library runs instead, so every value gives
-the text it gave before, and types ``json`` refuses stay refused (datetimes, dataclasses and
-subclasses of the JSON types are handed back to it). Two outputs differ in spelling only: a
-float's exponent (``1e16``, not ``1e+16``), and a float that is not a number, which orjson
-writes as ``null`` where ``json`` wrote invalid JSON.
-
-Reading stays with ``json``: orjson reads integers beyond 64 bits as floats, and telling when
-it did costs more than it saves.
+orjson refuses lone surrogates, integers beyond 64 bits and keys that are not strings; for those
+the standard library runs instead, so every value gives the text it gave before, and types
+``json`` refuses stay refused. Two spellings differ: a float's exponent (``1e16``, not ``1e+16``)
+and a non-number float, written ``null``. Reading stays with ``json``. Why and the measurements:
+docs/decisions.md#orjson-codec.
 """
 
 import json

@@ -1,6 +1,6 @@
 """Builders for every outbound frame: the only place wire dicts are made.
 
-Key order follows the frames captured from the real ``AIChatAgent`` (cf-golden-frames.md §5):
+Key order follows the frames captured from the real ``AIChatAgent`` (docs/protocol.md#scope-and-conventions):
 response frames are ``body, done, id, type`` then the optional flags. Golden tests freeze these
 shapes; an intended wire change edits a fixture on purpose.
 """
@@ -23,7 +23,7 @@ def identity(*, name: str, agent: str) -> Frame:
 
 
 def mcp_servers() -> Frame:
-    """The empty MCP structure: this server has no MCP connections (js-client-protocol.md §3)."""
+    """The empty MCP structure: this server has no MCP connections (docs/protocol.md#mcp-servers-frame)."""
     return {
         "mcp": {"prompts": [], "resources": [], "servers": {}, "tools": []},
         "type": MessageType.MCP_SERVERS.value,
@@ -102,7 +102,7 @@ def thrown_error(*, request_id: str, error_text: str, continuation: bool = False
 
 
 def replay_complete(*, request_id: str, continuation: bool = False) -> Frame:
-    """End of a replay whose stream is still live (spec §2.7, ACK case 1)."""
+    """End of a replay whose stream is still live (docs/protocol.md#replay)."""
     frame: Frame = {
         "body": "",
         "done": False,

@@ -1,4 +1,4 @@
-"""Names on the wire: agent slugs and the default instance name (spec cloudflare-agents.md §1.1).
+"""Names on the wire: agent slugs and the default instance name (docs/protocol.md#agent-slugs).
 
 The client builds ``/agents/<slug>/<name>`` from the agent's class name and an instance name, so
 both sides must spell a slug the same way. Pure: nothing here imports Django.

@@ -30,7 +30,7 @@ class ProtocolError(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class ChatRequest:
-    """``cf_agent_use_chat_request``: one user submit or regenerate (spec §2.2)."""
+    """``cf_agent_use_chat_request``: one user submit or regenerate (docs/protocol.md#chat-request)."""
 
     request_id: str
     messages: list[dict[str, Any]]
@@ -74,7 +74,7 @@ class ResumeAck:
 
 @dataclass(frozen=True, kw_only=True)
 class ToolResult:
-    """``cf_agent_tool_result``: the browser's answer to a client tool call (spec §2.8)."""
+    """``cf_agent_tool_result``: the browser's answer to a client tool call (docs/protocol.md#client-tool-results)."""
 
     tool_call_id: str
     tool_name: str
@@ -96,7 +96,7 @@ class ToolApproval:
 
 @dataclass(frozen=True, kw_only=True)
 class RpcCall:
-    """``{"type": "rpc", "id", "method", "args"}``: a client calls a method of the agent (spec §1.2)."""
+    """``{"type": "rpc", "id", "method", "args"}``: a client calls a method of the agent."""
 
     call_id: str
     method: str
@@ -295,7 +295,7 @@ def _parse_chat_request(data: dict[str, Any]) -> ChatRequest:
     return ChatRequest(
         request_id=request_id,
         messages=messages,
-        # Any trigger other than regenerate is a submit (spec §2.2).
+        # Any trigger other than regenerate is a submit, as in the reference.
         trigger=REGENERATE_TRIGGER if trigger == REGENERATE_TRIGGER else SUBMIT_TRIGGER,
         client_tools=client_tools,
         body=body or None,

@@ -1,7 +1,7 @@
 """Wire constants of the ``cf_agent_*`` protocol.
 
-The strings are those of ``agents/src/chat/protocol.ts`` and the base ``Agent`` (spec
-cloudflare-agents.md §1.2, §2.1). Nothing here imports Django.
+The strings are those of the reference's chat protocol and its base ``Agent``
+(docs/protocol.md#frame-catalogue). Nothing here imports Django.
 """
 
 from enum import IntEnum, StrEnum
@@ -27,7 +27,7 @@ class MessageType(StrEnum):
     IDENTITY = "cf_agent_identity"
     STATE = "cf_agent_state"
     MCP_SERVERS = "cf_agent_mcp_servers"
-    # A call of an agent method, and its answer (the base Agent's, spec §1.2).
+    # A call of an agent method, and its answer (the base Agent's, docs/protocol.md#rpc-frames).
     RPC = "rpc"
     # Our own: a frame the real client ignores (unknown types fall through to onMessage).
     ERROR = "cf_agent_error"
@@ -41,7 +41,7 @@ class StreamResumeNoneReason(StrEnum):
 
 
 class Outcome(StrEnum):
-    """``outcome`` of a terminal response frame (cf-golden-frames.md §7.1)."""
+    """``outcome`` of a terminal response frame (docs/protocol.md#response-frames)."""
 
     COMPLETED = "completed"
     ERROR = "error"

@@ -1,14 +1,12 @@
 """Durable chat recovery: the budget of an interrupted turn, and what its hooks are told.
 
-A turn cut by a crash (its process died) or by the stall watchdog opens a recovery *incident*:
-a recovery turn re-runs the unanswered request (*retry*) or goes on with the partial reply
-(*continue*), as often as the budget allows. This module is the pure part (no Django): the
-``ChatRecovery`` settings with the spec's defaults and normalisation (cloudflare-agents.md §4.5),
-the decision for each attempt, and the contexts handed to ``on_chat_recovery``,
-``should_keep_recovering`` and ``on_exhausted``. ``agents_app.recovery.service`` keeps the incidents
-in the database and runs the attempts.
-
-Durations are in seconds (the reference's ``*Ms`` fields divided by 1,000).
+A turn cut by a crash or by the stall watchdog opens a recovery *incident*: a recovery turn
+re-runs the unanswered request (*retry*) or goes on with the partial reply (*continue*), as often
+as the budget allows. This is the pure part (no Django): ``ChatRecovery`` with the reference's
+defaults and normalisation (docs/architecture.md#recovery-budget), the decision for each attempt,
+and the contexts handed to ``on_chat_recovery``, ``should_keep_recovering`` and ``on_exhausted``.
+``agents_app.recovery.service`` keeps the incidents and runs the attempts. Durations are in seconds
+(the reference's ``*Ms`` fields divided by 1,000).
 """
 
 import math
@@ -29,7 +27,7 @@ class Kind(StrEnum):
 
 
 class Reason(StrEnum):
-    """Why an incident was given up (``ChatRecoveryExhaustedContext.reason`` of the spec)."""
+    """Why an incident was given up (the reference's ``ChatRecoveryExhaustedContext.reason``)."""
 
     MAX_ATTEMPTS = "max_attempts_exceeded"
     NO_PROGRESS = "no_progress_timeout"
@@ -38,7 +36,7 @@ class Reason(StrEnum):
 
 
 class Status(StrEnum):
-    """Where an incident stands (the spec's incident status values)."""
+    """Where an incident stands (the reference's incident status values)."""
 
     DETECTED = "detected"
     SCHEDULED = "scheduled"
@@ -123,7 +121,7 @@ class ChatRecovery:
 
     @classmethod
     def resolve(cls, value: "ChatRecovery | dict[str, Any] | bool | None") -> "ChatRecovery":
-        """The settings an agent's ``chat_recovery`` stands for, normalised as the spec's table says.
+        """The settings an agent's ``chat_recovery`` stands for, normalised as the reference does.
 
         Recovery is always on: ``True``, ``False`` and ``None`` all mean the defaults (the
         reference ignores ``chatRecovery = false`` too). A dict gives some fields by name.
@@ -164,7 +162,7 @@ def charge(budget: Budget | None, produced: int, *, now: datetime, started_at: d
 
     A new incident starts at attempt 1. Content produced by the cut attempt is progress: the
     attempt count starts again at 1 and the no-progress clock is reset, but the work counter
-    keeps growing (spec §4.5 ``noProgressTimeoutMs``, ``maxRecoveryWork``).
+    keeps growing (the reference's ``noProgressTimeoutMs``, ``maxRecoveryWork``).
     """
     if budget is None:
         return Budget(attempt=1, work=produced, last_progress_at=now if produced else started_at)

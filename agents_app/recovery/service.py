@@ -1,25 +1,13 @@
 """Durable chat recovery: a turn cut by a crash or a stalled stream carries on by itself.
 
-Two steps, each safe to run on any process:
-
-1. **Cut** (``cut``): a running turn whose process is gone (``liveness``) is aborted by one
-   conditional UPDATE, so exactly one of the processes that notice it (the beat sweep, a worker
-   or Daphne starting, a reconnecting client, the queue claim, a staff decision) wins. In the same
-   transaction its stream is closed, its recovery incident opened (or, when the cut turn was
-   itself an attempt, continued) and a recovery *attempt* queued as a ``Turn`` of kind
-   ``recovery`` ahead of anything else queued on the instance. The cut is charged to the
-   incident's budget (``agents_app.recovery.policy``), so even attempts that die before they begin
-   run out. Every connection is told: the cut turn's terminal frame (``outcome: "recovering"``)
-   and ``cf_agent_chat_recovering``.
-2. **Attempt** (``begin_attempt``, run by the turn engine when it claims the attempt): the
-   partial reply is rebuilt from the cut turn's stored chunks, the budget checked,
-   ``on_chat_recovery`` asked, the partial persisted and its
-   interrupted tool calls repaired, and the attempt then streams as a *retry* (no partial: the
-   request runs again) or a *continuation* of the same assistant message. An attempt that dies
-   is cut in turn and the next one spends the same incident's budget.
-
-A turn waiting on the user (a client tool, an approval) is parked, not retried: its partial is
-stored so the user can answer, and its incident ends (a later cut starts a fresh budget).
+Two steps, each safe on any process (docs/architecture.md#crash-recovery). **Cut** (``cut``): a
+running turn whose process is gone (``liveness``) is aborted by one conditional UPDATE, so exactly
+one noticer wins; the same transaction closes its stream, opens (or continues) and charges its
+incident, and queues a recovery attempt ahead of everything. **Attempt** (``begin_attempt``, when
+the engine claims it): the partial is rebuilt from the stored chunks, the budget checked,
+``on_chat_recovery`` asked, the partial stored and its interrupted tool calls repaired; it then
+streams as a *retry* or a *continuation*. A turn waiting on the user is parked, not retried; a
+later cut of it starts a fresh budget.
 """
 
 import inspect
@@ -328,7 +316,7 @@ def _repair(message: UIMessage, scope: str, client_tools: set[str]) -> UIMessage
 
 
 def _settled_only(message: UIMessage) -> UIMessage:
-    """``persist: False``: only the tool results that settled are kept (spec §4.5)."""
+    """``persist: False``: only the tool results that settled are kept."""
     settled = [p for p in message.get("parts", []) if is_tool_part(p) and p.get("state") in (
         "output-available", "output-error", "output-denied")]
     return {**message, "parts": settled}
@@ -427,7 +415,7 @@ async def begin_attempt(attempt: Turn) -> Attempt:
 
 
 async def _keep_recovering(config: ChatRecovery, ctx: ChatRecoveryContext) -> bool:
-    """``should_keep_recovering``: False gives up; raising means keep going (spec §4.5)."""
+    """``should_keep_recovering``: False gives up; raising means keep going (docs/architecture.md#recovery-budget)."""
     assert config.should_keep_recovering is not None
     try:
         answer = config.should_keep_recovering(ctx)

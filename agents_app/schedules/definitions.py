@@ -34,7 +34,7 @@ def parse_for(slug: str, name: str, schedule: str, time_zone: str = "") -> dsl.S
     names a zone.
 
     Raises:
-        ScheduleError: with the spec's message (the admin form and the API show it as is).
+        ScheduleError: with the reference's message (the admin form and the API show it as is).
         UnknownAgent: no agent class has that slug.
     """
     agent = registry.get_agent_class(slug)(AgentInstance(slug=slug, name=name))

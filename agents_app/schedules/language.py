@@ -1,29 +1,18 @@
-"""The schedule language of scheduled prompts (spec cloudflare-agents.md §4.7), cron, and occurrences.
+"""The schedule language of scheduled prompts, cron, and occurrences (docs/architecture.md#schedule-language).
 
-Pure: no Django, so every grammar rule, error message and DST case is unit-tested without a
-database. ``parse()`` turns what an operator or ``get_scheduled_tasks()`` wrote into a
-``Schedule``; ``next_occurrence()`` says when it runs next; ``occurrence_key()`` names one run of it
-(the key claimed in the database so that an occurrence runs once).
-
-The grammar is the reference's ``parseDeclaredTaskScheduleUnchecked``: input trimmed, whitespace
-collapsed, lower-cased, then::
+Pure (unit-tested without a database). ``parse()`` makes a ``Schedule``, ``next_occurrence()`` says
+when it runs next, ``occurrence_key()`` names one run. The reference's grammar, after trimming,
+collapsing whitespace and lower-casing; its error messages are the reference's too (naming
+``get_default_timezone()`` for ``getDefaultTimezone()``)::
 
     interval  := "every " N (" minute" | " minutes" | " hour" | " hours")   N ≥ 1, singular iff N == 1
     wallclock := "every day at " HH:MM | "every weekday at " HH:MM
                | "every week on " DAY ("," DAY)* " at " HH:MM              DAY: sun|sunday|mon|monday|...
     schedule  := interval | wallclock [" in " IANA_TZ]
 
-Its error messages are the spec's, word for word, except that ``getDefaultTimezone()`` is spelt
-``get_default_timezone()`` (the Python name of the hook). Timezone precedence: the inline
-``in TZ`` > the task's timezone > the agent's ``get_default_timezone()``. Two extensions: a
-five-field cron expression (``0 9 * * 1-5``, optionally ``in TZ``; UTC when no zone is given),
-and ``IntervalSchedule.seconds`` below a minute for ``schedule_every()``.
-
-Wall-clock times are computed in their zone by ``cronsim`` (a wall-clock schedule *is* a cron
-expression: ``every weekday at 08:30`` runs as ``30 8 * * 1-5``), with Debian cron's DST rules,
-which are the reference's: a time the clock skips (02:30 on the spring-forward night) runs at the
-first minute after the jump (03:00); a time the clock passes twice (fall-back) runs once, at its
-first pass. Interval schedules run every N minutes from the previous occurrence, in UTC.
+Extensions: five-field cron (UTC without ``in TZ``), sub-minute intervals for ``schedule_every()``.
+Wall-clock times come from ``cronsim`` with Debian cron's DST rules (the reference's); intervals
+count from the previous occurrence, in UTC.
 """
 
 import re
@@ -75,7 +64,7 @@ CRON_FIELDS = 5
 
 
 class ScheduleError(ValueError):
-    """A schedule, time zone or task id that cannot be used; the message says why (spec §4.7)."""
+    """A schedule, time zone or task id that cannot be used; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +119,7 @@ def validate_task_id(task_id: str) -> str:
 
 
 def parse(raw: str, *, timezone: str | None = None, default_timezone: str | None = None) -> Schedule:
-    """The schedule ``raw`` names (module docstring), or ``ScheduleError`` with the spec's message.
+    """The schedule ``raw`` names (module docstring), or ``ScheduleError`` with the reference's message.
 
     ``timezone`` is the task's own (an operator's choice, ``get_scheduled_tasks()``'s
     ``timezone``); ``default_timezone`` the agent's ``get_default_timezone()``.
@@ -299,7 +288,7 @@ def scheduled_occurrence(messages: Any) -> dict[str, Any] | None:
 
 
 class ScheduledTask(TypedDict, total=False):
-    """One entry of ``get_scheduled_tasks()`` (spec §4.7 ``ThinkScheduledTask``): a prompt or a handler."""
+    """One entry of ``get_scheduled_tasks()`` (the reference's ``ThinkScheduledTask``): a prompt or a handler."""
 
     schedule: str
     prompt: str | Callable[[], Any]

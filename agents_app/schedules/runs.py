@@ -1,20 +1,13 @@
 """Scheduled runs: claiming each occurrence of a schedule once, and running it as a turn.
 
 Schedules come from operators (``definitions``), the agents' code and the agent scheduling API
-(``declared``). Running them takes two steps, each settled by one SQL statement:
-
-1. *Claim* (``tick``, every few seconds from Celery beat; any number of beat processes): the due
-   schedules are one range of the ``schedule_due`` index; one INSERT of their occurrences
-   (``<name>:<epoch ms>``) under a unique constraint decides which ticker owns each, and only
-   the owner advances the schedule and hands the run to a worker (``agents_app.run_schedule``).
-2. *Run* (``execute``, on a worker): a conditional UPDATE ``claimed → running`` lets one delivery
-   of the task start it; a prompt run is a programmatic turn (``turns.save_messages``) whose
-   user message is marked as the schedule's, streamed to everyone connected; the run records the
-   turn's outcome, and a failure emits ``schedule:error``.
-
-Missed occurrences: a schedule due while nothing ran (every process down) runs *once* when the
-ticker is back, stamped with the first missed time; its next run is then the first occurrence
-after now (``schedules.language.next_occurrence``), so missed slots are not replayed one by one.
+(``declared``). Two steps, each settled by one SQL statement (docs/architecture.md#claims-and-runs):
+*claim* (``tick``, from Celery beat, any number of beat processes: one INSERT of the due
+occurrences under a unique constraint decides which ticker owns each; only the owner advances the
+schedule and hands the run to ``agents_app.run_schedule``) and *run* (``execute``, on a worker: a
+conditional UPDATE ``claimed → running`` lets one delivery start it; a prompt run is a programmatic
+turn; a failure emits ``schedule:error``). Occurrences missed while every process was down run
+once, stamped with the first missed time; they are not replayed one by one.
 """
 
 import logging
@@ -236,7 +229,7 @@ async def execute(run_id: int) -> str | None:
 
 
 def context_of(run: ScheduleRun) -> dsl.ScheduledTaskContext:
-    """The handler context of a run (spec §4.7 ``ThinkScheduledTaskContext``)."""
+    """The handler context of a run (the reference's ``ThinkScheduledTaskContext``)."""
     schedule, instance = run.schedule, run.instance
     spec = schedule.spec
     return dsl.ScheduledTaskContext.of(

@@ -2,9 +2,9 @@
 
 Chunks are packed up to ``CHUNK_BUFFER_SIZE`` to a row, a row is written once its first chunk is
 ``ROW_MAX_AGE`` old or it reaches ``SEGMENT_MAX_BYTES``, and a single chunk above
-``CHUNK_MAX_BYTES`` is broadcast but not stored (spec cloudflare-agents.md §2.7). Rows by time
-keep a burst to a few INSERTs and a slow stream's crash window to a quarter of a second (README
-"Deployment", what a crash may lose). Unflushed chunks live in the writer's memory; a
+``CHUNK_MAX_BYTES`` is broadcast but not stored (docs/protocol.md#stream-storage). Rows by time
+keep a burst to a few INSERTs and a slow stream's crash window to a quarter of a second
+(docs/operations.md#what-a-crash-loses). Unflushed chunks live in the writer's memory; a
 reconnecting reader asks the writer to flush first (``turns.control``), so it never sees a gap.
 """
 

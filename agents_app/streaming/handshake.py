@@ -1,27 +1,13 @@
-"""The resume handshake's decisions (spec cloudflare-agents.md §2.7, js-client-protocol.md §6).
+"""The resume handshake's decisions (docs/protocol.md#resume-handshake).
 
 Pure: no Django, no database, no channel layer. The driver (``agents_app.streaming.resume``) reads a
 ``ResumeState`` of the instance, asks these functions and one ``ResumeSession`` per connection
-what to do, and does it. Frame shapes come from ``protocol.frames`` (frozen by golden tests).
-
-The exchange, in one place:
-
-* connect → ``on_connect``: ``resuming`` for an active stream, ``pending`` when a turn is
-  queued, else nothing; request → ``on_request`` (first match wins).
-* ACK → ``decide_ack``: a live stream is replayed after its writer stored every chunk sent so
-  far (the driver sends ``FLUSH_REQUEST`` to the turn's control channel, the writer answers
-  ``FLUSHED`` with the index of its last chunk, ``FLUSH_CHECK`` fires when the answer is late
-  and ``decide_overdue`` says what then); orphaned, failed and finished streams are replayed
-  from the buffer and closed.
-* live items → ``ResumeSession.route``: held while a replay is in flight, dropped while an ACK
-  is awaited or when already replayed, and a gap in a stream's chunk indexes (the channel
-  layer dropped a batch) starts a *resync*: the missing chunks are sent again from the buffer,
-  as live frames, before the items held meanwhile.
-* the end of the stream a connection was told about but has not ACKed (its final transcript or
-  terminal frame) releases the connection, as the reference clears its pending-resume set when
-  a stream finishes: it gets that end live, and a later ACK only the empty replayed terminal
-  frame (cf-golden-frames §7 item 3, R1). An ACK that overtakes the end gets the stored
-  transcript before that frame instead, and the end's late live frames are dropped.
+what to do, and does it. Connect → ``on_connect``; request → ``on_request`` (first match wins);
+ACK → ``decide_ack`` (a live stream is replayed after its writer answers ``FLUSH_REQUEST`` with
+``FLUSHED``; ``FLUSH_CHECK`` fires when that is late and ``decide_overdue`` says what then); live
+items → ``ResumeSession.route`` (held during a replay, dropped while an ACK is awaited or already
+replayed, a gap starts a resync). The end of a stream a connection has not ACKed releases it, as
+the reference does (docs/protocol.md#resume-on-connect, docs/protocol.md#late-ack).
 """
 
 import uuid
@@ -75,7 +61,7 @@ def on_connect(state: ResumeState) -> frames.Frame | None:
 
 
 def on_request(state: ResumeState, probe_id: str | None) -> frames.Frame:
-    """Answer to ``cf_agent_stream_resume_request``; first match wins (spec §2.7)."""
+    """Answer to ``cf_agent_stream_resume_request``; first match wins (docs/protocol.md#resume-request)."""
     if state.active_request_id:
         return frames.stream_resuming(request_id=state.active_request_id, probe_id=probe_id)
     if state.terminal_request_id:
@@ -86,7 +72,7 @@ def on_request(state: ResumeState, probe_id: str | None) -> frames.Frame:
 
 
 class AckAction(Enum):
-    """What an ACK for a request leads to (spec §2.7 ACK cases 1-5)."""
+    """What an ACK for a request leads to (docs/protocol.md#resume-ack)."""
 
     # A duplicate ACK (its replay is in flight), or an ACK for another request while a stream
     # runs (case 2): nothing.

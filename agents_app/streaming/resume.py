@@ -100,7 +100,7 @@ class ResumeDriver:
         self.session.note_sent(frame, state.pending_turn_pk)
 
     async def ack(self, request_id: str) -> None:
-        """ACK → replay (spec §2.7 ACK cases 1-5)."""
+        """ACK → replay (docs/protocol.md#resume-ack)."""
         # Still waiting for this ACK: the connection has seen nothing of the request's stream live.
         awaited = self.session.awaiting_ack == request_id
         if not self.session.acked(request_id):

@@ -45,9 +45,10 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     """Accept a ``cf_agent_use_chat_request``: store the user's messages and queue the turn, or drop it.
 
     The agent's ``message_concurrency`` decides (``turns.admission``). Order of frames as the
-    reference server (spec §2.4): the other connections see the incoming transcript and again
-    the stored one; the reply streams to everyone. A dropped submit is rolled back for the
-    sender alone: the transcript as it stands, then a ``skipped`` terminal frame (spec §2.6).
+    reference server (docs/protocol.md#normal-turn): the other connections see the incoming
+    transcript and again the stored one; the reply streams to everyone. A dropped submit is rolled
+    back for the sender alone: the transcript as it stands, then a ``skipped`` terminal frame
+    (docs/protocol.md#skip-frames).
 
     Raises:
         ProtocolError: the request id already names a turn of this conversation (nothing stored).
@@ -122,7 +123,7 @@ async def clear(instance: AgentInstance, origin_channel: str) -> None:
 
 
 async def reset_turn_state(instance: AgentInstance) -> None:
-    """Skip queued turns and abort the running one; the transcript stays (spec §4.4)."""
+    """Skip queued turns and abort the running one; the transcript stays."""
     await _reset(instance, delete_history=False)
 
 

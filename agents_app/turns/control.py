@@ -1,15 +1,12 @@
 """Reaching a turn from any process: cancel it, or have it flush its stream buffer.
 
-Each process (each event loop) has one control channel on the channel layer, read by one receive
-loop that lives as long as the loop: cancelling a channels_redis ``receive()`` can lose a message
-it has just popped for another channel of the process, so the loop is never cancelled while the
-process serves connections. A claimed turn records its process's channel (``liveness``), and
-requests name the turn they are for.
-
-Two requests exist: ``turn.cancel`` aborts the turn's signal, and ``stream.flush`` (a reader
-about to replay, ``streaming.handshake``) makes the turn's writer store every chunk sent so far
-and answers the reader with the index of the last one. ``cancel`` marks a queued or running turn
-cancelled in the database (a queued one ends before it starts) and sends ``turn.cancel``.
+Each process (each event loop) has one control channel, read by one receive loop that is never
+cancelled while the process serves connections: cancelling a channels_redis ``receive()`` can lose
+a message it had just popped for another channel (docs/architecture.md#turn-control). A claimed
+turn records its process's channel (``liveness``). ``turn.cancel`` aborts the turn's signal;
+``stream.flush`` (a reader about to replay) makes the turn's writer store every chunk sent so far
+and answer with the last one's index. ``cancel`` marks the turn cancelled in the database (a
+queued one ends before it starts), then sends ``turn.cancel``.
 """
 
 import asyncio

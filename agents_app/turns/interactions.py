@@ -1,9 +1,10 @@
-"""The user's answers to a reply: client tool results and approvals (spec §2.8), and what follows.
+"""The user's answers to a reply: client tool results and approvals, and what follows.
 
 An answer is matched against the stored reply, never against the client's copy: the tool call
 must exist in the transcript, be waiting for this kind of answer, and (for results) belong to a
 client tool. Applying it updates the part in one transaction, tells every connection
 (``cf_agent_message_updated``) and, with ``autoContinue``, queues one continuation turn.
+See docs/protocol.md#tool-results-and-approvals.
 """
 
 import asyncio

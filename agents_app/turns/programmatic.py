@@ -1,17 +1,13 @@
-"""Turns started from Python code: ``save_messages``, ``continue_last_turn``, ``persist_messages`` (spec §4.3).
+"""Turns started from Python code: ``save_messages``, ``continue_last_turn``, ``persist_messages``.
 
-A programmatic turn queues behind the instance's other turns like any turn, runs on whichever
-process claims it, and its caller waits for its durable status, so the result is the same
-wherever it ran. Two kinds of caller state stay in the caller's process:
+A programmatic turn queues behind the instance's other turns, runs on whichever process claims it,
+and its caller waits for its durable status (docs/architecture.md#programmatic-turns).
 
 * ``save_messages(messages)``: the messages wait in the turn's row and go into the transcript
-  when the turn starts, after the replies of the turns before it (spec §4.3).
-* ``save_messages(fn)``: the function computes the messages from the transcript *when the turn
-  starts* (so it sees what was queued before it). The turn has ``affinity`` to the caller's
-  process, which claims it itself (``turns.lock`` leaves it to that process while it lives) and
-  beats for it while it waits.
-* ``signal``: an ``AbortSignal`` that cancels the turn (``turns.cancel``, from any process). One
-  aborted before the call still stores the messages but runs no model (status ``aborted``).
+  when the turn starts, after the replies of the turns before it.
+* ``save_messages(fn)``: ``fn`` computes the messages when the turn starts; the turn has
+  ``affinity`` to the caller's process, which claims it and beats for it while it waits.
+* ``signal``: aborted before the call, the messages are still stored but no model runs.
 """
 
 import asyncio

@@ -1,5 +1,5 @@
 /*
- * Reply attachments: extras an action attached to the turn's reply (spec §5.12), carried in the
+ * Reply attachments: extras an action attached to the turn's reply, carried in the
  * assistant message's metadata.attachments and shown under its parts.
  */
 

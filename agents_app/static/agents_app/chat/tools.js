@@ -158,7 +158,7 @@ export class ToolCalls {
 
 /**
  * The approval descriptor of a tool part: `approval.descriptor` on an inline (approval-gated)
- * call, the sibling `approvalDescriptor` on a durable-pause one (spec §5.8, §5.10).
+ * call, the sibling `approvalDescriptor` on a durable-pause one.
  */
 function descriptorOf(part) {
   const descriptor = part.approval?.descriptor || part.approvalDescriptor;
@@ -166,7 +166,7 @@ function descriptorOf(part) {
 }
 
 /**
- * Where a durable pause stands (spec §5.10): null for any other tool part. The part keeps state
+ * Where a durable pause stands (docs/architecture.md#durable-pause): null for any other tool part. The part keeps state
  * output-available throughout; only its output changes, from the paused envelope to the
  * decision's outcome (the action's output, a rejection or an error object), sent as
  * cf_agent_message_updated. A paused envelope without a descriptor (e.g. from another producer)
