@@ -8,23 +8,9 @@ import functools
 from typing import Any
 
 from django.db import models
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from . import statements
-
-
-@functools.cache
-def _queue_state_select(model: type[models.Model]) -> statements.Select:
-    """Every turn reads it, twice: written out (``agents_app.statements``)."""
-
-    def build(connection: BaseDatabaseWrapper) -> str:
-        instance = statements.Columns(model, "i").bound(connection)
-        # Identifiers from the model's metadata, quoted; the value is a parameter.
-        return (f"SELECT {instance('generation')}, {instance('overlap_sequence')} "  # noqa: S608
-                f"FROM {instance.table} WHERE {instance('pk')} = %s")
-
-    return statements.Select(model, build)
 
 
 @functools.cache
@@ -39,7 +25,7 @@ class AgentInstanceQuerySet(models.QuerySet[Any]):
 
     def queue_state(self, instance_pk: int) -> tuple[int, int]:
         """(generation, overlap sequence) now: what ``Turn.is_stale`` compares a queued turn with."""
-        row = _queue_state_select(self.model).row(instance_pk)
+        row = statements.instance_queue_state(self.model).row(instance_pk)
         if row is None:
             raise self.model.DoesNotExist(f"No agent instance {instance_pk}")
         return int(row[0]), int(row[1])

@@ -1,28 +1,13 @@
-"""The turn engine's per-turn statements, written as SQL once instead of built by a queryset each time.
+"""Every hand-written SQL statement of the agents app: the SQL layer under the models.
 
-Every turn makes the same few dozen statements on whichever process runs it. Django builds and
-compiles a queryset for each call: measured on this project's models, 0.13 ms of CPU for an
-``UPDATE`` of one row by its key and 0.7 ms for reading the next queued ``Turn`` (30 columns) with
-its user, against 0.02 to 0.03 ms for the same statements written out (SQLite runs each in a few
-microseconds). Per turn that was a third of its CPU (``bench/turn_cost.py``, bench/README.md
-"Third round").
-
-So the hottest ones are written here, from the models' own metadata (table and column names,
-each field's conversions to and from the database), their text made once per database:
-
-* ``update``: ``UPDATE … SET … WHERE column = %s AND …``, values prepared as ``QuerySet.update``
-  prepares them (``Field.get_db_prep_save``), returning the row count; ``update_returning``, the
-  row read back in the same statement (``RETURNING``: SQLite 3.35+, check E007); ``lock_row``.
-* ``insert`` and ``insert_many``: a new row (its key read back) or many, as ``save()`` and
-  ``bulk_create`` write them (each field's ``pre_save`` then ``get_db_prep_save``); ``upsert``,
-  as ``bulk_create(update_conflicts=True)`` writes one row.
-* ``Select`` and ``Write``: a statement of another shape, its text written out once per database.
-* ``Columns``: a model's columns in a hand-written ``SELECT``, and the values or the model
-  instance made from them as the ORM's iterator makes them (each field's database converters,
-  then ``Model.from_db``), so the code that receives them cannot tell the difference.
-
-Anything else stays a queryset: these are for statements measured to matter, each one a plain
-read or write of known rows. Both databases (SQLite and PostgreSQL) run the same text.
+The engine's per-turn reads and writes are written out here, their text made once per database,
+because building and compiling a queryset per call cost more CPU than running the statement
+(docs/decisions.md). The text comes from the models' metadata (tables, columns, each field's
+conversions), so what is read converts as the ORM's iterator converts it, and both databases
+(SQLite and PostgreSQL) run the same text. No model is imported: callers pass model classes or
+``Columns`` in. ``update``, ``insert``, ``insert_many``, ``upsert`` and ``lock_row`` write known
+rows; the named statements at the end (one function each) are the other shapes. Anything else
+stays a queryset. Identifiers are quoted names from the metadata; every value is a parameter.
 """
 
 import functools
@@ -369,3 +354,118 @@ def _converters(columns: Columns, alias: str) -> list[tuple[int, list[Converter]
         if converters:
             found.append((index, converters, expression))
     return found
+
+
+# Named statements: each a function of the model classes (or ``Columns``) it reads or writes,
+# returning the statement; callers keep it (``functools.cache``: one per set of arguments).
+
+
+@functools.cache
+def instance_queue_state(instance: type[Model]) -> Select:
+    """An agent instance's (generation, overlap sequence); parameter: its pk."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        i = Columns(instance, "i").bound(connection)
+        return f"SELECT {i('generation')}, {i('overlap_sequence')} FROM {i.table} WHERE {i('pk')} = %s"  # noqa: S608
+
+    return Select(instance, build)
+
+
+@functools.cache
+def queued_head(turn: Columns, user: Columns, instance: type[Model]) -> Select:
+    """An instance's next turn of a status (by priority, then oldest): ``turn``'s columns, its
+    ``user``'s (NULLs: none), the instance's generation and overlap sequence; parameters: the
+    instance pk, the status."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        t, u, i = turn.bound(connection), user.bound(connection), Columns(instance, "i").bound(connection)
+        return (
+            f"SELECT {t.select}, {u.select}, {i('generation')}, {i('overlap_sequence')} "  # noqa: S608
+            f"FROM {t.table} JOIN {i.table} ON {i('id')} = {t('instance')} "
+            f"LEFT JOIN {u.table} ON {u('pk')} = {t('user')} "
+            f"WHERE {t('instance')} = %s AND {t('status')} = %s "
+            f"ORDER BY {t('priority')} DESC, {t('id')} ASC LIMIT 1"
+        )
+
+    return Select(turn.model, build)
+
+
+@functools.cache
+def active_generation_and_user_count(turn: type[Model]) -> Select:
+    """The newest generation among an instance's turns of two statuses (NULL: none), and how many
+    turns of those statuses a user has; parameters: instance pk, two statuses, user pk, two statuses."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        of_instance, of_user = Columns(turn, "t").bound(connection), Columns(turn, "u").bound(connection)
+        return (f"SELECT (SELECT MAX({of_instance('generation')}) FROM {of_instance.table} "  # noqa: S608
+                f"WHERE {of_instance('instance')} = %s AND {of_instance('status')} IN (%s, %s)), "
+                f"(SELECT COUNT(*) FROM {of_user.table} WHERE {of_user('user')} = %s "
+                f"AND {of_user('status')} IN (%s, %s))")
+
+    return Select(turn, build)
+
+
+@functools.cache
+def latest_turn(turn: type[Model]) -> Select:
+    """An instance's newest turn (pk, status), and the pk of any one of its turns of a status
+    (NULL: none); parameters: instance pk, status, instance pk."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        t, other = Columns(turn, "t").bound(connection), Columns(turn, "q").bound(connection)
+        return (f"SELECT {t('id')}, {t('status')}, (SELECT {other('id')} FROM {other.table} "  # noqa: S608
+                f"WHERE {other('instance')} = %s AND {other('status')} = %s LIMIT 1) FROM {t.table} "
+                f"WHERE {t('instance')} = %s ORDER BY {t('id')} DESC LIMIT 1")
+
+    return Select(turn, build)
+
+
+@functools.cache
+def turn_instance_and_cancel_flag(turn: type[Model], instance: Columns) -> Select:
+    """A turn's instance (``instance``'s columns) and its ``cancel_requested``; parameter: the turn pk."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        i, t = instance.bound(connection), Columns(turn, "t").bound(connection)
+        return (f"SELECT {i.select}, {t('cancel_requested')} "  # noqa: S608
+                f"FROM {t.table} JOIN {i.table} ON {i('id')} = {t('instance')} WHERE {t('id')} = %s")
+
+    return Select(turn, build)
+
+
+@functools.cache
+def transcript_rows(message: Columns) -> Select:
+    """An instance's stored messages (``message``'s columns) by position; parameter: the instance pk."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        m = message.bound(connection)
+        return f"SELECT {m.select} FROM {m.table} WHERE {m('instance')} = %s ORDER BY {m('position')}"  # noqa: S608
+
+    return Select(message.model, build)
+
+
+@functools.cache
+def last_position(message: type[Model]) -> Select:
+    """The highest position of an instance's stored messages (NULL: none); parameter: the instance pk."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        m = Columns(message, "m").bound(connection)
+        return f"SELECT MAX({m('position')}) FROM {m.table} WHERE {m('instance')} = %s"  # noqa: S608
+
+    return Select(message, build)
+
+
+@functools.cache
+def save_message(message: type[Model]) -> Write:
+    """A message replaced in place (same instance and message id), or else inserted after the last
+    (one statement where an UPDATE, a read of the last position and an INSERT took three)."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        name = table(message, connection)
+        column = {field: connection.ops.quote_name(message._meta.get_field(field).column)
+                  for field in ("instance", "message_id", "role", "position", "data", "created_at", "updated_at")}
+        replaced = ", ".join(f"{column[field]} = EXCLUDED.{column[field]}" for field in ("role", "data", "updated_at"))
+        return (f"INSERT INTO {name} ({', '.join(column.values())}) "  # noqa: S608
+                f"VALUES (%s, %s, %s, (SELECT COALESCE(MAX({column['position']}), -1) + 1 FROM {name} "
+                f"WHERE {column['instance']} = %s), %s, %s, %s) "
+                f"ON CONFLICT ({column['instance']}, {column['message_id']}) DO UPDATE SET {replaced}")
+
+    return Write(message, build, ("instance", "message_id", "role", "instance", "data", "created_at", "updated_at"))

@@ -5,7 +5,7 @@ in one transaction so a reader never sees half a transcript, and marks the insta
 (``updated_at``, the order of the instance list) first: the instance row, then its messages, the
 lock order of every writer. Every message is stored as ``sanitize.prepare_for_storage`` makes it
 (provider leftovers removed, the agent's hook, the row-size guard), only when its JSON changed,
-and a ``Policy`` with ``max_messages`` then deletes the oldest rows beyond it (spec §4.2).
+and a ``Policy`` with ``max_messages`` then deletes the oldest rows beyond it.
 """
 
 from collections.abc import Callable, Iterable
@@ -14,7 +14,6 @@ from itertools import takewhile
 from typing import Any, Final
 
 from django.db import transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F
 from django.utils import timezone
 
@@ -57,20 +56,8 @@ DEFAULT_POLICY = Policy()
 _ROW = statements.Columns(ChatMessage, "m", ("id", "message_id", "position", "data"))
 
 
-def _rows_sql(connection: BaseDatabaseWrapper) -> str:
-    row = _ROW.bound(connection)
-    # Identifiers from the model's metadata, quoted; the value is a parameter.
-    return f"SELECT {row.select} FROM {row.table} WHERE {row('instance')} = %s ORDER BY {row('position')}"  # noqa: S608
-
-
-def _next_position_sql(connection: BaseDatabaseWrapper) -> str:
-    row = _ROW.bound(connection)
-    # Identifiers from the model's metadata, quoted; the value is a parameter.
-    return f"SELECT MAX({row('position')}) FROM {row.table} WHERE {row('instance')} = %s"  # noqa: S608
-
-
-_ROWS = statements.Select(ChatMessage, _rows_sql)
-_NEXT_POSITION = statements.Select(ChatMessage, _next_position_sql)
+_ROWS = statements.transcript_rows(_ROW)
+_NEXT_POSITION = statements.last_position(ChatMessage)
 
 
 def _stored(instance: AgentInstance | int) -> list[list[Any]]:
@@ -109,7 +96,7 @@ def persist(
     """Merge a client's copy of the transcript into the stored one and return the result.
 
     * A message with a known id replaces the stored one in place, unless the server already has
-      tool outputs the client's copy lacks (server-known results win, spec §4.2 step 1).
+      tool outputs the client's copy lacks (the server's results win).
     * An assistant message sharing a tool call id with a stored one takes the stored id.
     * New messages are appended in the order given.
     * ``delete_stale`` (a chat request): when every incoming id is already stored, the client sent
@@ -253,22 +240,8 @@ def _save_after(instance: AgentInstance, stored: UIMessage, after: str) -> None:
     ))
 
 
-def _save_sql(connection: BaseDatabaseWrapper) -> str:
-    table = statements.table(ChatMessage, connection)
-    column = {name: connection.ops.quote_name(ChatMessage._meta.get_field(name).column)
-              for name in ("instance", "message_id", "role", "position", "data", "created_at", "updated_at")}
-    replaced = ", ".join(f"{column[name]} = EXCLUDED.{column[name]}" for name in ("role", "data", "updated_at"))
-    # Identifiers from the model's metadata, quoted; every value is a parameter.
-    return (f"INSERT INTO {table} ({', '.join(column.values())}) "  # noqa: S608
-            f"VALUES (%s, %s, %s, (SELECT COALESCE(MAX({column['position']}), -1) + 1 FROM {table} "
-            f"WHERE {column['instance']} = %s), %s, %s, %s) "
-            f"ON CONFLICT ({column['instance']}, {column['message_id']}) DO UPDATE SET {replaced}")
-
-
-# A message replaced in place, or appended after the last: one statement where an UPDATE, a read
-# of the last position and an INSERT took three (the end of every turn stores its reply with it).
-_SAVE = statements.Write(ChatMessage, _save_sql,
-                         ("instance", "message_id", "role", "instance", "data", "created_at", "updated_at"))
+# A message replaced in place, or appended after the last: the end of every turn stores its reply with it.
+_SAVE = statements.save_message(ChatMessage)
 
 
 def merge_user_run(instance: AgentInstance, from_position: int, policy: Policy = DEFAULT_POLICY) -> bool:

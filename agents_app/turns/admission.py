@@ -1,15 +1,12 @@
-"""Admitting chat requests into the turn queue, under ``message_concurrency`` (spec §4.1, §2.6).
+"""Admitting chat requests into the turn queue, under the agent's ``message_concurrency``.
 
 ``accept_chat`` decides (``agents_app.concurrency``) and stores in one transaction that first
-writes the instance's row: concurrent submits for one instance, on any process, are serialised
-by that write (PostgreSQL's row lock; SQLite's single writer), so each one sees the turns the
-others queued, exactly as one process would. A dropped submit stores nothing; the others store
-their user messages and a ``Turn`` that remembers how it was admitted.
-
-When an admitted turn's time comes (it has been claimed, so it holds the instance's lock),
-``when_due`` waits for a debounce's trailing edge, joins the user messages of a ``merge`` again
-(more may have come while it was queued), and says whether it must still run: a newer
-overlapping submit or a clear since then makes it end ``skipped``.
+writes the instance's row: concurrent submits for one instance, on any process, are serialised by
+that write (PostgreSQL's row lock; SQLite's single writer), so each sees the turns the others
+queued. A dropped submit stores nothing; the others store their user messages and a ``Turn`` that
+remembers how it was admitted. When a claimed turn's time comes, ``when_due`` waits out a
+debounce, joins a ``merge``'s user messages again, and says whether it still runs (a newer
+overlapping submit or a clear since makes it end ``skipped``). The rules: docs/architecture.md.
 """
 
 import asyncio
@@ -20,7 +17,6 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import IntegrityError, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from .. import concurrency, conf, registry, statements, transcript
@@ -121,18 +117,10 @@ def _check_user_turns(active: int, request_id: str) -> None:
                             code="too_many_turns", request_id=request_id)
 
 
-def _queue_and_user_sql(connection: BaseDatabaseWrapper) -> str:
-    instance, user = statements.Columns(Turn, "t").bound(connection), statements.Columns(Turn, "u").bound(connection)
-    # Identifiers from the model's metadata, quoted; every value is a parameter.
-    return (f"SELECT (SELECT MAX({instance('generation')}) FROM {instance.table} "  # noqa: S608
-            f"WHERE {instance('instance')} = %s AND {instance('status')} IN (%s, %s)), "
-            f"(SELECT COUNT(*) FROM {user.table} WHERE {user('user')} = %s AND {user('status')} IN (%s, %s))")
-
-
 # The admission's one read of the turns: the newest generation of the instance's queued or running
 # turns (None: there is none; the current one: the request overlaps a turn), and how many turns
-# the user has queued or running. Written out (``agents_app.statements``).
-_QUEUE_AND_USER = statements.Select(Turn, _queue_and_user_sql)
+# the user has queued or running.
+_QUEUE_AND_USER = statements.active_generation_and_user_count(Turn)
 
 
 def _merge_start(instance: AgentInstance, generation: int) -> int:

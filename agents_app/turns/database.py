@@ -1,29 +1,12 @@
 """Where a turn's database work runs: on Channels' database thread, or on the event loop's own.
 
-Django keeps the ORM off an event loop's thread, for two reasons: a query there blocks every
-connection the loop serves, and coroutines sharing the thread's connection would interleave their
-transactions. So the engine sends its database work to Channels' database thread
-(``database_sync_to_async``). That costs more than the work for a short turn: a thread hop takes
-about 80 µs, and while the unit runs, the two threads hand Python's GIL to each other around
-every SQLite call (76 futex calls per one-chunk turn; ``bench/README.md``, "Seventh round").
-
-``run(unit, ...)`` runs a unit of the engine's database work on the loop's thread instead when
-all of this holds, which answers both reasons:
-
-* **The loop serves the process.** It runs on the main thread, as Daphne's and uvicorn's do, for
-  the life of the process. A loop that ``async_to_sync`` starts on a thread of its own for one
-  call (a Celery task, a sync view) would leave that thread's connection behind with each call.
-* **Nothing waits on the loop.** No other turn runs on it (``control.turns_here``); and the database
-  is an SQLite file, whose statements are function calls of microseconds (not round trips to a
-  server), whose write lock (``thinkproject.sqlite``'s ``write_lock_if_free``) no other writer
-  holds, of this process or another: the unit takes it without waiting and holds it to its end.
-* **Nothing shares the connection mid-transaction.** A unit is a synchronous function: it runs
-  from its first statement to its commit with no ``await`` in between, so no other coroutine
-  can use the loop thread's connection while a transaction of it is open.
-
-Otherwise it hops, as before. The unit is the same function either way; Django's guard against
-the ORM on a loop's thread (``SynchronousOnlyOperation``) is told that the loop is not running
-for the unit's duration, which is what the conditions above make true of it.
+Django keeps the ORM off an event loop's thread: a query there blocks every connection the loop
+serves, and coroutines sharing the thread's connection would interleave their transactions. So
+``run`` sends a unit of work to the database thread (``database_sync_to_async``), except on the
+SQLite fast path (``_on_loop_thread``), where neither can happen and the hop would cost more
+than the work (docs/decisions.md): the loop is the process's own (the main thread's), no other
+turn runs on it, the SQLite write lock is free (the unit takes it without waiting, to its end),
+and the unit is synchronous (nothing else uses the connection while its transaction is open).
 """
 
 import asyncio
@@ -40,22 +23,26 @@ T = TypeVar("T")
 
 
 async def run(unit: Callable[..., T], *args: Any, own_turns: int = 0) -> T:
-    """``unit(*args)``: on this loop's thread when that waits for nothing (module docstring), else
-    on the database thread. ``own_turns``: how many of the loop's running turns are the caller's
-    (the end of a turn counts itself)."""
-    loop = asyncio.get_running_loop()
-    if control.turns_here() <= own_turns and threading.current_thread() is threading.main_thread():
-        ran, result = _run_here(loop, unit, args)
-        if ran:
-            return result
+    """``unit(*args)``: on the SQLite fast path when it applies (module docstring), else on the
+    database thread. ``own_turns``: how many of the loop's running turns are the caller's (the end
+    of a turn counts itself)."""
+    ran, result = _on_loop_thread(unit, args, own_turns)
+    if ran:
+        return result
     return await database_sync_to_async(unit)(*args)
 
 
-def _run_here(loop: asyncio.AbstractEventLoop, unit: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
-    """(True, ``unit(*args)``) if the write lock was free; (False, None) without running it otherwise."""
-    # Django's guard asks asyncio whether a loop runs on this thread; for the unit, none does.
-    # The connection is looked up the same way: with a loop running, asgiref hands each task a
-    # connection of its own; the unit's code, which sees none, gets the thread's.
+def _on_loop_thread(unit: Callable[..., Any], args: tuple[Any, ...], own_turns: int) -> tuple[bool, Any]:
+    """The SQLite fast path: (True, ``unit(*args)``) run on this thread, the loop's, when nothing
+    waits on the loop; (False, None), without running it, otherwise."""
+    loop = asyncio.get_running_loop()
+    # The main thread's loop serves the process: one that ``async_to_sync`` starts on a thread for
+    # one call (a Celery task, a sync view) would leave that thread's connection behind each time.
+    if control.turns_here() > own_turns or threading.current_thread() is not threading.main_thread():
+        return False, None
+    # Django's guard (``SynchronousOnlyOperation``) asks asyncio whether a loop runs on this
+    # thread; for the unit, none does. The connection is looked up the same way: with a loop
+    # running, asgiref hands each task a connection of its own; the unit's code gets the thread's.
     asyncio._set_running_loop(None)
     try:
         take = getattr(connections[DEFAULT_DB_ALIAS], "write_lock_if_free", None)

@@ -16,7 +16,6 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import conf, events, registry, statements, transcript
 from ..abort import AbortSignal
@@ -172,15 +171,7 @@ def _has_preamble(turn: Turn) -> bool:
             or turn.kind == Turn.Kind.RECOVERY)
 
 
-def _latest_turn_sql(connection: BaseDatabaseWrapper) -> str:
-    turn, queued = statements.Columns(Turn, "t").bound(connection), statements.Columns(Turn, "q").bound(connection)
-    # Identifiers from the model's metadata, quoted; every value is a parameter.
-    return (f"SELECT {turn('id')}, {turn('status')}, (SELECT {queued('id')} FROM {queued.table} "  # noqa: S608
-            f"WHERE {queued('instance')} = %s AND {queued('status')} = %s LIMIT 1) FROM {turn.table} "
-            f"WHERE {turn('instance')} = %s ORDER BY {turn('id')} DESC LIMIT 1")
-
-
-_LATEST_TURN = statements.Select(Turn, _latest_turn_sql)
+_LATEST_TURN = statements.latest_turn(Turn)
 
 
 def _latest_turn(instance_pk: int) -> dict[str, Any] | None:
@@ -680,14 +671,7 @@ def _start(turn: Turn, attempt: recovery.Attempt | None,
 _INSTANCE = statements.Columns(AgentInstance, "i")
 
 
-def _instance_and_cancel_flag_sql(connection: BaseDatabaseWrapper) -> str:
-    instance, turn = _INSTANCE.bound(connection), statements.Columns(Turn, "t").bound(connection)
-    # Identifiers from the models' metadata, quoted; the value is a parameter.
-    return (f"SELECT {instance.select}, {turn('cancel_requested')} "  # noqa: S608
-            f"FROM {turn.table} JOIN {instance.table} ON {instance('id')} = {turn('instance')} WHERE {turn('id')} = %s")
-
-
-_INSTANCE_AND_CANCEL_FLAG = statements.Select(Turn, _instance_and_cancel_flag_sql)
+_INSTANCE_AND_CANCEL_FLAG = statements.turn_instance_and_cancel_flag(Turn, _INSTANCE)
 
 
 def _instance_and_cancel_flag(turn_pk: int) -> tuple[AgentInstance, bool]:

@@ -1,15 +1,12 @@
 """One running turn per agent instance, across every process.
 
 The partial unique constraint ``one_running_turn_per_instance`` makes "claim the oldest queued
-turn" a single conditional UPDATE: it either wins, or raises ``IntegrityError`` because another
-process already runs a turn of that instance (that process drains the queue when it finishes).
-
-Every turn is inserted under the instance row's lock (``for_new_turn``, or the admission's first
-write), except a recovery attempt, which is inserted in the transaction that ends the running
-turn it recovers (``recovery.schedule``: a turn of the instance is active throughout). So a
-transaction that holds the lock and finds no turn of the instance queued or running knows that
-none can appear before it commits: an admission then inserts its turn claimed
-(``admission.accept_chat``), which is what ``claim_next`` would do next.
+turn" one conditional UPDATE: it wins, or raises ``IntegrityError`` because another process runs a
+turn of that instance (and drains the queue when it finishes). Every turn is inserted under the
+instance row's lock (``for_new_turn``, or the admission's first write), except a recovery attempt,
+inserted in the transaction that ends the running turn it recovers (``recovery.schedule``). So a
+transaction holding the lock that finds no turn of the instance queued or running knows none can
+appear before it commits: an admission then inserts its turn claimed (``admission.accept_chat``).
 """
 
 import functools
@@ -18,7 +15,6 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from .. import statements
@@ -115,7 +111,12 @@ def finish(turn: Turn, status: str, error: str = "", **also: Any) -> None:
 
 
 _TURN = statements.Columns(Turn, "t")
-_INSTANCE = statements.Columns(AgentInstance, "i")
+
+
+@functools.cache
+def _head() -> statements.Select:
+    """The hottest read of the engine (twice per turn): the user model is known once apps are loaded."""
+    return statements.queued_head(_TURN, _user(), AgentInstance)
 
 
 @functools.cache
@@ -123,31 +124,15 @@ def _user() -> statements.Columns:
     return statements.Columns(get_user_model(), "u")
 
 
-def _head_sql(connection: BaseDatabaseWrapper) -> str:
-    turn, instance, user = _TURN.bound(connection), _INSTANCE.bound(connection), _user().bound(connection)
-    # Identifiers from the models' metadata, quoted; every value is a parameter.
-    return (
-        f"SELECT {turn.select}, {user.select}, {instance('generation')}, {instance('overlap_sequence')} "  # noqa: S608
-        f"FROM {turn.table} JOIN {instance.table} ON {instance('id')} = {turn('instance')} "
-        f"LEFT JOIN {user.table} ON {user('pk')} = {turn('user')} "
-        f"WHERE {turn('instance')} = %s AND {turn('status')} = %s "
-        f"ORDER BY {turn('priority')} DESC, {turn('id')} ASC LIMIT 1"
-    )
-
-
-_HEAD = statements.Select(Turn, _head_sql)
-
-
 def _queued_head(instance_id: int) -> tuple[Turn, int, int] | None:
     """The instance's next queued turn (by priority, then oldest) with its user, and the
     instance's (generation, overlap sequence) that ``Turn.is_stale`` compares it with.
-
-    The hottest read of the engine (twice per turn), written out (``agents_app.statements``).
     """
-    row = _HEAD.row(instance_id, Turn.Status.QUEUED)
+    head = _head()
+    row = head.row(instance_id, Turn.Status.QUEUED)
     if row is None:
         return None
-    connection = _HEAD.connection
+    connection = head.connection
     turn = _TURN.instance(row, 0, connection)
     assert isinstance(turn, Turn)
     # The user comes along, as select_related leaves it: authorize_turn gets it without a query.

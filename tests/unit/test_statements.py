@@ -1,0 +1,67 @@
+"""Every hand-written SQL statement is in ``agents_app.statements``, each a named function.
+
+The texts of the named statements are pinned here on SQLite (PostgreSQL runs the same text:
+``tests/crossprocess/test_statements_databases.py`` runs them on both).
+"""
+
+import re
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from agents_app import statements
+from agents_app.models import AgentInstance, ChatMessage, Turn
+
+PACKAGE = Path(statements.__file__).parent
+SQL = re.compile(r"""f["'](SELECT|INSERT|UPDATE|DELETE)\b|noqa: S608""")
+
+
+def test_no_sql_is_written_outside_statements() -> None:
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}"
+        for path in sorted(PACKAGE.rglob("*.py")) if path.name != "statements.py" and "migrations" not in path.parts
+        for number, line in enumerate(path.read_text().splitlines(), 1) if SQL.search(line)
+    ]
+    assert found == []
+
+
+def test_named_statements_read_what_they_say() -> None:
+    assert statements.instance_queue_state(AgentInstance).build(connection) == (
+        'SELECT i."generation", i."overlap_sequence" FROM "agents_app_agentinstance" i WHERE i."id" = %s')
+    assert statements.active_generation_and_user_count(Turn).build(connection) == (
+        'SELECT (SELECT MAX(t."generation") FROM "agents_app_turn" t WHERE t."instance_id" = %s '
+        'AND t."status" IN (%s, %s)), (SELECT COUNT(*) FROM "agents_app_turn" u WHERE u."user_id" = %s '
+        'AND u."status" IN (%s, %s))')
+    assert statements.latest_turn(Turn).build(connection) == (
+        'SELECT t."id", t."status", (SELECT q."id" FROM "agents_app_turn" q WHERE q."instance_id" = %s '
+        'AND q."status" = %s LIMIT 1) FROM "agents_app_turn" t WHERE t."instance_id" = %s '
+        'ORDER BY t."id" DESC LIMIT 1')
+    message = statements.Columns(ChatMessage, "m", ("id", "message_id", "position", "data"))
+    assert statements.transcript_rows(message).build(connection) == (
+        'SELECT m."id", m."message_id", m."position", m."data" FROM "agents_app_chatmessage" m '
+        'WHERE m."instance_id" = %s ORDER BY m."position"')
+    assert statements.last_position(ChatMessage).build(connection) == (
+        'SELECT MAX(m."position") FROM "agents_app_chatmessage" m WHERE m."instance_id" = %s')
+    save = statements.save_message(ChatMessage)
+    assert save.build(connection) == (
+        'INSERT INTO "agents_app_chatmessage" ("instance_id", "message_id", "role", "position", "data", '
+        '"created_at", "updated_at") VALUES (%s, %s, %s, (SELECT COALESCE(MAX("position"), -1) + 1 '
+        'FROM "agents_app_chatmessage" WHERE "instance_id" = %s), %s, %s, %s) ON CONFLICT ("instance_id", '
+        '"message_id") DO UPDATE SET "role" = EXCLUDED."role", "data" = EXCLUDED."data", '
+        '"updated_at" = EXCLUDED."updated_at"')
+    assert save.params == ("instance", "message_id", "role", "instance", "data", "created_at", "updated_at")
+
+
+def test_joined_statements_read_every_column_in_order() -> None:
+    instance = statements.Columns(AgentInstance, "i")
+    flag = statements.turn_instance_and_cancel_flag(Turn, instance).build(connection)
+    assert flag == (f'SELECT {instance.bound(connection).select}, t."cancel_requested" FROM "agents_app_turn" t '
+                    'JOIN "agents_app_agentinstance" i ON i."id" = t."instance_id" WHERE t."id" = %s')
+    turn, user = statements.Columns(Turn, "t"), statements.Columns(get_user_model(), "u")
+    head = statements.queued_head(turn, user, AgentInstance).build(connection)
+    assert head == (
+        f'SELECT {turn.bound(connection).select}, {user.bound(connection).select}, i."generation", '
+        'i."overlap_sequence" FROM "agents_app_turn" t JOIN "agents_app_agentinstance" i ON i."id" = t."instance_id" '
+        'LEFT JOIN "auth_user" u ON u."id" = t."user_id" WHERE t."instance_id" = %s '
+        'AND t."status" = %s ORDER BY t."priority" DESC, t."id" ASC LIMIT 1')
