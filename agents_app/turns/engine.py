@@ -102,12 +102,13 @@ async def drain(instance_pk: int, first: "QueueLook | None" = None, lead: "Lead 
         if claim.skipped:
             await _report_skipped(claim.turn)
             continue
-        run, lead = TurnRun(claim.turn, started, lead), None
-        await run.run()
+        run = TurnRun(claim.turn)
+        await run.run(started, lead)
+        lead = None
         await _respond(instance_pk)
         if run.drained:  # the end of the turn found the queue empty, and said so
             return
-    # Connections parked on "a turn is coming" learn that none is (spec §2.7, pre-stream window),
+    # Connections parked on "a turn is coming" learn that none is (before any stream started),
     # unless the queue stopped here only because another process runs the instance's next turn.
     # The event names the newest turn it has seen, so a connection parked on a later one (whose
     # answer overtook this event) keeps waiting.
@@ -184,7 +185,7 @@ def _latest_turn(instance_pk: int) -> dict[str, Any] | None:
 # ``on_chat_response`` calls waiting to run, per event loop and instance. A turn's hook runs once
 # the turn has ended (the instance's lock is free), hooks run in the order their turns ended, and a
 # turn started from inside a hook (``save_messages`` in ``on_chat_response``) has its own hook run
-# after that one returns, never inside it (spec §4.3).
+# after that one returns, never inside it.
 _responses: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, deque[Response]]]" = (
     weakref.WeakKeyDictionary())
 _responding: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[int]]" = weakref.WeakKeyDictionary()
@@ -239,49 +240,72 @@ async def _report_skipped(turn: Turn) -> None:
     )
 
 
-class TurnRun:
-    """One claimed turn, from its first chunk to its persisted reply (``started``: its start, when
-    the claim's hop made it already)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class TurnSetup:
+    """What a turn's run knows from its start (after the preamble) to its end; fixed once the agent is made."""
 
-    def __init__(self, turn: Turn, started: "_Started | None" = None, lead: Lead | None = None) -> None:
-        assert started is None or not _has_preamble(turn), "a turn with a preamble starts after it"
-        self.turn = turn
-        self.started = started
-        self.lead = lead
+    instance: AgentInstance
+    agent: ChatAgent
+    # How the agent's messages are stored (``transcript.Policy.of(agent)``).
+    policy: transcript.Policy
+    stream_pk: int
+    # A recovery attempt's plan (``recovery.service``); None for any other turn.
+    attempt: recovery.Attempt | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Ending:
+    """What the transaction that ends a turn found (``TurnRun._persist_and_finish``), for its last frames."""
+
+    # The transcript with the reply, when the reply was saved: sent to every connection.
+    final_transcript: list[dict[str, Any]] | None = None
+    # The recovery a stalled stream was cut into.
+    recovering: recovery.Cut | None = None
+    # The queue was empty, and the event that says so, unless a newer turn is active already (``_turns_idle``).
+    drained: bool = False
+    idle: Item | None = None
+
+
+class TurnRun:
+    """One claimed turn, from its preamble to its persisted reply.
+
+    The attributes are what the run accumulates (the reply, its chunks, its outcome); what it
+    knows from its start on is ``setup``, set once when the agent is made.
+    """
+
+    __slots__ = ("attachments", "builder", "drained", "error", "last_chunk_at", "merge_text", "publisher", "seq",
+                 "setup", "signal", "stalled", "status", "text_id", "turn", "writer")
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn  # the claimed row; the start fills in its ``message_ids`` if the admission did not
         self.signal = AbortSignal()
         self.publisher = Publisher(turn.instance_id)
-        self.writer: buffer.StreamWriter | None = None
-        self.seq = 0
-        self.status = Turn.Status.COMPLETED
-        self.error: str | None = None
-        self.builder: MessageBuilder | None = None
-        self.text_id: str | None = None
-        # Set at the start (``_start``) / by _persist_and_finish.
-        self.instance: AgentInstance | None = None
-        self.stream_pk = 0
-        self.final_transcript: list[dict[str, Any]] | None = None
-        # The end of the turn found the queue empty (set by _persist_and_finish), and the event
-        # that says so, unless a newer turn is active already (``_turns_idle``).
-        self.drained = False
-        self.idle: Item | None = None
-        # The recovery a stalled stream was cut into (set by _persist_and_finish).
-        self.recovering: recovery.Cut | None = None
         # What the turn's actions attach to the reply (``ctx.attach_reply``).
         self.attachments = ReplyAttachments()
-        self.agent: ChatAgent | None = None
-        # How the agent's messages are stored (set with the agent).
-        self.policy = transcript.DEFAULT_POLICY
-        # A recovery attempt's plan (``recovery.service``); set when the turn is one.
-        self.attempt: recovery.Attempt | None = None
+        self.setup: TurnSetup | None = None  # None during the preamble
+        # From the start: the reply, chunk by chunk, and its chunks on their way to the stream buffer.
+        self.builder: MessageBuilder | None = None
+        self.writer: buffer.StreamWriter | None = None
+        self.seq = 0  # the next chunk's index in the stream
+        self.text_id: str | None = None  # the open text part of a plain-text reply
+        self.status: str = Turn.Status.COMPLETED
+        self.error: str | None = None
         # The model went silent for longer than the agent's ``chat_stream_stall_timeout``.
         self.stalled = False
-        self._last_chunk_at = 0.0
+        self.last_chunk_at = 0.0
+        # A recovery continuation's first ``text-start`` is still to be dropped (``recovery.Attempt.merge_text``).
+        self.merge_text = False
+        # The end of the turn found the queue empty, and said so: ``drain`` stops.
+        self.drained = False
 
-    async def run(self) -> ChatResponseResult:
+    async def run(self, started: "_Started | None" = None, lead: Lead | None = None) -> ChatResponseResult:
+        """Run the turn (``started``: its start, when the claim's hop made it already; ``lead``:
+        frames to send ahead of anything of the turn's)."""
+        assert started is None or not _has_preamble(self.turn), "a turn with a preamble starts after it"
         async with control.listening(self.turn.pk, self.signal) as registration:
             heartbeat = asyncio.ensure_future(self._heartbeat())
             try:
-                return await self._run(registration)
+                return await self._run(registration, started, lead)
             finally:
                 heartbeat.cancel()
 
@@ -290,43 +314,65 @@ class TurnRun:
             await asyncio.sleep(liveness.HEARTBEAT_SECONDS)
             await database_sync_to_async(liveness.heartbeat)(self.turn.pk)
 
-    async def _run(self, registration: control.Registration) -> ChatResponseResult:
+    def _result(self, status: str, error: str | None = None, *, replied: bool = False) -> ChatResponseResult:
+        """What ``on_chat_response`` gets; ``replied``: the turn streamed to its end, and its reply (if
+        it has content) and attachments go with it."""
+        message, attachments = None, []
+        if replied:
+            assert self.builder is not None
+            message = self.builder.message if self.builder.has_content() else None
+            attachments = self.attachments.items()
+        return ChatResponseResult(message=message, request_id=self.turn.request_id,
+                                  continuation=self.turn.continuation, status=status, error=error,
+                                  attachments=attachments)
+
+    async def _run(self, registration: control.Registration, started: "_Started | None",
+                   lead: Lead | None) -> ChatResponseResult:
         turn = self.turn
-        if self.lead is not None:  # first, ahead of anything of this turn's (queued, not yet sent)
-            for frame in self.lead.frames:
-                await self.publisher.send(frame, exclude=self.lead.exclude)
+        if lead is not None:  # first, ahead of anything of this turn's (queued, not yet sent)
+            for frame in lead.frames:
+                await self.publisher.send(frame, exclude=lead.exclude)
         # The preamble (``_has_preamble`` names its steps); a turn without one may have started already.
         if turn.strategy in admission.DEFERRED_STRATEGIES and not await self._still_due():
-            return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
-                                      status=Turn.Status.SKIPPED)
+            return self._result(Turn.Status.SKIPPED)
         if turn.pending_messages and not await self._materialize():
-            return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
-                                      status=Turn.Status.ERROR, error=turn.error)
+            return self._result(Turn.Status.ERROR, turn.error)
+        attempt = None
         if turn.kind == Turn.Kind.RECOVERY:
-            self.attempt = await recovery.begin_attempt(turn)
-            if not self.attempt.run:
-                await database_sync_to_async(lock.finish)(turn, self.attempt.status, self.attempt.error)
-                return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
-                                          status=self.attempt.status, error=self.attempt.error or None)
-        opened = self.started or await database_sync_to_async(_start)(turn, self.attempt)
-        if opened is None:
-            return ChatResponseResult(message=None, request_id=turn.request_id, continuation=True,
-                                      status=Turn.Status.SKIPPED)
-        instance, messages, user = opened.instance, opened.messages, turn.user
-        self.instance, self.builder, self.stream_pk = instance, opened.builder, opened.stream_pk
-        self.writer = buffer.StreamWriter(opened.stream_pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
-        registration.serve_flushes(self.writer)
-        agent = self.agent = registry.get_agent_class(instance.slug).for_turn(
-            instance, request_id=turn.request_id, messages=messages, body=turn.body, client_tools=turn.client_tools,
-            continuation=turn.continuation, user=user, abort_signal=self.signal,
-            attachments=self.attachments, emit=self._write, keep=self._stash,
-        )
-        self.policy = transcript.Policy.of(agent)
-        if not turn.message_ids:
-            turn.message_ids = request_message_ids(messages)
+            attempt = await recovery.begin_attempt(turn)
+            if not attempt.run:
+                await database_sync_to_async(lock.finish)(turn, attempt.status, attempt.error)
+                return self._result(attempt.status, attempt.error or None)
+        opened = started or await database_sync_to_async(_start)(turn, attempt)
+        if opened is None:  # a continuation with nothing to continue yet
+            return self._result(Turn.Status.SKIPPED)
+        setup = self._set_up(opened, attempt, registration)
         await self.publisher.send_item(Item(event=Event.STREAM_START, request_id=turn.request_id))
         if opened.cancel_requested:
             self.signal.abort("Cancelled before it started")
+        return await self._reply(setup)
+
+    def _set_up(self, opened: "_Started", attempt: recovery.Attempt | None,
+                registration: control.Registration) -> TurnSetup:
+        """The turn's reply builder, stream writer and agent, once its start has read what they need."""
+        turn, instance = self.turn, opened.instance
+        self.builder = opened.builder
+        self.writer = buffer.StreamWriter(opened.stream_pk, enabled=conf.get("AGENT_STREAM_BUFFER"))
+        registration.serve_flushes(self.writer)
+        agent = registry.get_agent_class(instance.slug).for_turn(
+            instance, request_id=turn.request_id, messages=opened.messages, body=turn.body,
+            client_tools=turn.client_tools, continuation=turn.continuation, user=turn.user,
+            abort_signal=self.signal, attachments=self.attachments, emit=self._write, keep=self._stash,
+        )
+        self.setup = TurnSetup(instance, agent, transcript.Policy.of(agent), opened.stream_pk, attempt)
+        self.merge_text = attempt is not None and attempt.merge_text
+        if not turn.message_ids:
+            turn.message_ids = request_message_ids(opened.messages)
+        return self.setup
+
+    async def _reply(self, setup: TurnSetup) -> ChatResponseResult:
+        """Stream the agent's reply, persist it and send the terminal frame."""
+        turn, instance, agent = self.turn, setup.instance, setup.agent
         started = time.monotonic()
         self._emit_event(events.TURN_START, trigger=turn.kind, continuation=turn.continuation,
                          generation=turn.generation)
@@ -345,20 +391,15 @@ class TurnRun:
             await self._finish(instance, thrown=False)
         if self.stalled:
             # Cut into bounded recovery: the attempt, queued first, owns the result (no response hook).
-            return ChatResponseResult(message=None, request_id=turn.request_id, continuation=turn.continuation,
-                                      status=Turn.Status.ABORTED, error=recovery.STALLED)
-        if self.attempt is not None:
+            return self._result(Turn.Status.ABORTED, recovery.STALLED)
+        if setup.attempt is not None:
             await recovery.end_attempt(turn, self.status, self.error or "")
         if self.status == Turn.Status.COMPLETED:
             self._emit_event(events.MESSAGE_RESPONSE)
         self._emit_event(events.TURN_FINISH, trigger=turn.kind, continuation=turn.continuation,
                          generation=turn.generation, status=str(self.status),
                          durationMs=round((time.monotonic() - started) * 1000))
-        result = ChatResponseResult(
-            message=self.builder.message if self.builder.has_content() else None,
-            request_id=turn.request_id, continuation=turn.continuation,
-            status=self.status, error=self.error, attachments=self.attachments.items(),
-        )
+        result = self._result(self.status, self.error, replied=True)
         _response_queue(instance.pk).append((agent, result))
         return result
 
@@ -397,7 +438,8 @@ class TurnRun:
         return True
 
     def _emit_event(self, name: str, **data: Any) -> None:
-        events.emit_chat(self.instance, name, requestId=self.turn.request_id, **data)
+        assert self.setup is not None
+        events.emit_chat(self.setup.instance, name, requestId=self.turn.request_id, **data)
 
     def _emit_failure(self, stage: str) -> None:
         self._emit_event(events.MESSAGE_ERROR, error=self.error)
@@ -407,7 +449,7 @@ class TurnRun:
         response = await agent.on_chat_message()
         if response is None:
             return
-        self._last_chunk_at = time.monotonic()
+        self.last_chunk_at = time.monotonic()
         task = asyncio.ensure_future(self._consume(response))
         self.signal.add_callback(task.cancel)
         watchdog = asyncio.ensure_future(self._watch_stall(task, stall_timeout)) if stall_timeout > 0 else None
@@ -421,12 +463,12 @@ class TurnRun:
                 watchdog.cancel()
 
     async def _watch_stall(self, task: "asyncio.Task[None]", limit: float) -> None:
-        """Cut a stream silent for ``limit`` s into bounded recovery (spec §4.5 stall watchdog).
+        """Cut a stream silent for ``limit`` s into bounded recovery (the stall watchdog).
 
         The consuming task is cancelled, so the model's stream is closed in the task that opened it.
         """
         while not task.done():
-            idle = time.monotonic() - self._last_chunk_at
+            idle = time.monotonic() - self.last_chunk_at
             if idle >= limit:
                 logger.warning("Turn %s stalled for %.1f s; recovering it", self.turn.request_id, idle)
                 self.stalled = True
@@ -442,7 +484,7 @@ class TurnRun:
         iterator = _aiter(response)
         try:
             async for item in iterator:
-                self._last_chunk_at = time.monotonic()
+                self.last_chunk_at = time.monotonic()
                 if isinstance(item, str):
                     await self._plain_text(item)
                 elif await self._chunk(item):
@@ -454,7 +496,7 @@ class TurnRun:
                 await aclose()
 
     async def _plain_text(self, text: str) -> None:
-        """Plain-text replies become text-start/delta/end with the request id (spec §3.2)."""
+        """Plain-text replies become text-start/delta/end with the request id as the part id."""
         if self.text_id is None:
             self.text_id = self.turn.request_id
             await self._emit({"type": "text-start", "id": self.text_id})
@@ -489,9 +531,9 @@ class TurnRun:
             return True
         if kind == "abort":
             return True
-        if kind == "text-start" and self.attempt is not None and self.attempt.merge_text:
+        if kind == "text-start" and self.merge_text:
             # A recovery continuation goes on in the cut reply's still-streaming text part.
-            self.attempt = dataclasses.replace(self.attempt, merge_text=False)
+            self.merge_text = False
             return False
         if kind == "start":
             chunk = dict(chunk)
@@ -524,8 +566,9 @@ class TurnRun:
         if kind == "tool-approval-request" or (kind == "tool-output-available" and "approvalDescriptor" in chunk):
             # Stored at once, so a page reloaded before the turn ends shows Approve / Reject, and
             # a parked call decided in the admin at once finds its part.
-            await database_sync_to_async(transcript.save_message)(self.instance, self.builder.message,
-                                                                  policy=self.policy)
+            assert self.setup is not None
+            await database_sync_to_async(transcript.save_message)(self.setup.instance, self.builder.message,
+                                                                  policy=self.setup.policy)
         return False
 
     async def _emit_attachments(self) -> None:
@@ -534,9 +577,10 @@ class TurnRun:
         A continuation adds to what the reply already shows.
         """
         assert self.builder is not None
-        if not len(self.attachments) or self.agent is None:
+        if not len(self.attachments) or self.setup is None:
             return
-        shown = [to_json_safe(a) for a in map(self.agent.render_attachment, self.attachments.items()) if a is not None]
+        render = self.setup.agent.render_attachment
+        shown = [to_json_safe(a) for a in map(render, self.attachments.items()) if a is not None]
         earlier = (self.builder.message.get("metadata") or {}).get("attachments") or []
         if shown:
             await self._emit({"type": "message-metadata", "messageMetadata": {"attachments": [*earlier, *shown]}})
@@ -563,13 +607,14 @@ class TurnRun:
         # The last chunks are stored with the reply, in its transaction.
         rows = await self.writer.take()
         try:
-            await database.run(self._persist_and_finish, instance, rows, own_turns=1)
+            ending = await database.run(self._persist_and_finish, instance, rows, own_turns=1)
         finally:
             self.writer.stored()
+        self.drained = ending.drained
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]
-        if self.final_transcript is not None:
+        if ending.final_transcript is not None:
             # Marked as the stream's: it releases a connection still waiting for its resume ACK.
-            await self.publisher.send(frames.chat_messages(self.final_transcript), exclude=exclude,
+            await self.publisher.send(frames.chat_messages(ending.final_transcript), exclude=exclude,
                                       request_id=turn.request_id)
         if thrown:
             terminal = frames.thrown_error(request_id=turn.request_id, error_text=self.error or "Error",
@@ -585,23 +630,25 @@ class TurnRun:
             terminal = frames.done(request_id=turn.request_id, outcome=outcome,
                                    message_ids=turn.message_ids, continuation=turn.continuation)
         await self.publisher.send(terminal, request_id=turn.request_id, last_seq=self.seq - 1)
-        if self.recovering is not None and self.recovering.attempt is not None:
+        if ending.recovering is not None and ending.recovering.attempt is not None:
             await self.publisher.send(frames.chat_recovering(recovering=True,
-                                                             request_id=self.recovering.root_request_id))
-        if self.idle is not None:
+                                                             request_id=ending.recovering.root_request_id))
+        if ending.idle is not None:
             # The drain's word that the queue ran dry (``drain``), in the reply's last group event.
-            await self.publisher.send_item(self.idle)
+            await self.publisher.send_item(ending.idle)
         await self.publisher.close()
 
-    def _persist_and_finish(self, instance: AgentInstance, rows: list[tuple[int, list[str]]]) -> None:
+    def _persist_and_finish(self, instance: AgentInstance, rows: list[tuple[int, list[str]]]) -> _Ending:
+        setup = self.setup
         assert self.builder is not None
+        assert setup is not None
         if self.stalled:
             # The partial reply stays in the stream buffer: the recovery attempt stores it.
             with transaction.atomic():
-                buffer.write_rows(self.stream_pk, rows)
+                buffer.write_rows(setup.stream_pk, rows)
                 lock.finish(self.turn, Turn.Status.ABORTED, recovery.STALLED)
-                self.recovering = recovery.schedule(self.turn)
-            return
+                recovering = recovery.schedule(self.turn)
+            return _Ending(recovering=recovering)
         # One transaction for the turn's end: on SQLite each write transaction waits for the
         # database's one write lock, which other processes' turns hold in turn.
         with transaction.atomic():
@@ -613,16 +660,16 @@ class TurnRun:
                 instance.pk, terminal_request_id=self.turn.request_id if failed else "",
                 terminal_error=(self.error or "Error") if failed else "",
             )
-            buffer.write_rows(self.stream_pk, rows)
+            buffer.write_rows(setup.stream_pk, rows)
             # A clear during the turn wins: its partial reply is not written back.
             saved = self.builder.has_content() and current.generation <= self.turn.generation
             if saved:
                 # A recovery retry's reply goes right after the request it answers.
-                after = self.attempt.history_end if self.attempt is not None and not self.turn.continuation else None
-                transcript.save_message(instance, self.builder.message, after=after, policy=self.policy, touched=True)
-            buffer.finish(self.stream_pk, error=failed)
-            if saved:
-                self.final_transcript = transcript.load(instance)
+                attempt = setup.attempt
+                after = attempt.history_end if attempt is not None and not self.turn.continuation else None
+                transcript.save_message(instance, self.builder.message, after=after, policy=setup.policy, touched=True)
+            buffer.finish(setup.stream_pk, error=failed)
+            final_transcript = transcript.load(instance) if saved else None
             # The request's message ids as the live terminal frame gave them: a replayed one reads them here.
             also = {"attachments": self.attachments.items()} if len(self.attachments) else {}
             lock.finish(self.turn, self.status, self.error or "", message_ids=self.turn.message_ids, **also)
@@ -632,7 +679,8 @@ class TurnRun:
         # round"). A turn queued from now on finds the instance free and is claimed by its own drain.
         latest = _latest_turn(instance.pk)
         if latest is None or not latest["queued"]:
-            self.drained, self.idle = True, _turns_idle(latest)
+            return _Ending(final_transcript, drained=True, idle=_turns_idle(latest))
+        return _Ending(final_transcript)
 
 
 @dataclasses.dataclass(frozen=True)
