@@ -241,7 +241,7 @@ class Attempt:
     continuation: bool = False
     history_end: str | None = None
     # The partial's last text part is still streaming: the continuation's first ``text-start``
-    # is dropped so its text goes on in that part (cf-golden-frames R3).
+    # is dropped so its text goes on in that part (docs/protocol.md#recovering-frames).
     merge_text: bool = False
 
 

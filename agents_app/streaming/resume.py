@@ -219,7 +219,7 @@ class ResumeDriver:
         """Replay ``chunks`` and end the request with ``terminal``; its late live frames are stale.
 
         ``with_transcript``: the stored transcript goes out before ``terminal``, as it does live
-        (cf-golden-frames G1), for a connection whose ACK overtook the live end of the stream
+        (docs/protocol.md#normal-turn), for a connection whose ACK overtook the live end of the stream
         (whose copy of the transcript would come after ``terminal``, and is dropped as stale).
         """
         replay = Replay(request_id)
@@ -248,7 +248,7 @@ class ResumeDriver:
     async def _replay_finished(self, request_id: str, *, awaited: bool) -> None:
         """Cases 4-5, a request that is no longer streaming: the empty replayed terminal frame.
 
-        As recorded (cf-golden-frames §7 item 3, R1): a reply that ended normally is not replayed,
+        As the reference does (docs/protocol.md#late-ack): a reply that ended normally is not replayed,
         the connection saw its end live. A stream recovery closed (its writer died) has its
         stored chunks replayed first (R2, R5): nobody saw its end.
         """

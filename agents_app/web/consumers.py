@@ -61,7 +61,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.rate = limits.TokenBucket(**conf.get("AGENT_FRAME_RATE"))
         await self.channel_layer.group_add(fanout.group_name(self.instance.pk), self.channel_name)
         self.resume = ResumeDriver(self.instance, self.channel_name, self.send_frame, self.send_text)
-        # An active or coming stream is announced first, before identity (cf-golden-frames R1).
+        # An active or coming stream is announced first, before identity (docs/protocol.md#connect-sequence).
         await self.resume.connect()
         await self.send_frame(frames.identity(name=self.instance.name, agent=self.instance.slug))
         await self.send_frame(frames.mcp_servers())
