@@ -45,7 +45,8 @@ from agents_app.streaming import buffer
 from tests.action_agents import PROBES, SETUP, ActionTestAgent, Setup, probe
 from tests.support.frames import RESP, chat_request, chunks, is_done, receive_until, text_of, user_message
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The action events only (chat events are tested elsewhere).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.emitted(prefixes=("action:",))]
 
 PAUSED_MESSAGE = "This action is awaiting human approval. Stop and wait for the approval result before proceeding."
 DESCRIPTOR = {"action": "pauseAction", "summary": "Approve pause action", "kind": "durable-pause", "risk": "high",
@@ -64,15 +65,6 @@ def fresh_probes() -> Iterator[None]:
     yield
     SETUP.clear()
     PROBES.clear()
-
-
-@pytest.fixture
-def emitted() -> Iterator[Events]:
-    """Every action event emitted during the test, as (name, data) (chat events are tested elsewhere)."""
-    seen: Events = []
-    unsubscribe = events.subscribe(lambda name, data: name.startswith("action:") and seen.append((name, data)))
-    yield seen
-    unsubscribe()
 
 
 @pytest.fixture

@@ -30,14 +30,6 @@ DAILY_REPORT = {"schedule": "every day at 09:00", "timezone": "UTC", "prompt": "
 Events = list[tuple[str, dict[str, Any]]]
 
 
-@pytest.fixture
-def emitted() -> Iterator[Events]:
-    seen: Events = []
-    unsubscribe = events.subscribe(lambda name, data: seen.append((name, data)))
-    yield seen
-    unsubscribe()
-
-
 @pytest.fixture(autouse=True)
 def fresh_agent() -> Iterator[None]:
     SCHEDULE_CALLS.clear()
