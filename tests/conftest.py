@@ -10,15 +10,13 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from pydantic_ai import models
 
+from tests.support.events import Events
 from thinkproject.asgi import application
 
 # No test may reach a real model provider.
 models.ALLOW_MODEL_REQUESTS = False
 
 ORIGIN = (b"origin", b"http://localhost")
-
-Events = list[tuple[str, dict[str, Any]]]
-
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(

@@ -43,6 +43,7 @@ from agents_app.models import (
 )
 from agents_app.streaming import buffer
 from tests.action_agents import PROBES, SETUP, ActionTestAgent, Setup, probe
+from tests.support.events import names
 from tests.support.frames import RESP, chat_request, chunks, is_done, receive_until, text_of, user_message
 
 # The action events only (chat events are tested elsewhere).
@@ -53,7 +54,6 @@ DESCRIPTOR = {"action": "pauseAction", "summary": "Approve pause action", "kind"
               "permissions": ["pause:run"]}
 REMOVED = 'Action "pauseAction" is no longer registered, so the approved call cannot run. The approval was consumed.'
 
-Events = list[tuple[str, dict[str, Any]]]
 Messages = list[dict[str, Any]]
 
 
@@ -138,10 +138,6 @@ async def pending_ids() -> list[str]:
 
 async def decision_of(execution_id: str) -> ApprovalDecision:
     return await ApprovalDecision.objects.select_related("decided_by").aget(execution_id=execution_id)
-
-
-def names(emitted: Events) -> list[str]:
-    return [name for name, _ in emitted]
 
 
 def interrupted_turn(instance: AgentInstance, partial: str) -> int:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from agents_app import events, tasks
 from agents_app.actions import ledger
 from agents_app.models import LedgerEntry
+from tests.support.events import names
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,10 +35,6 @@ PENDING_MESSAGE = (
 
 
 # --------------------------------------------------------------------------------------- helpers
-def names(emitted: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    return [name for name, _ in emitted]
-
-
 class Echo:
     """The catalogue's echo action: counts executions; ``fail``/``gate``/``output`` shape a run."""
 
