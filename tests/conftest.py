@@ -1,7 +1,7 @@
-"""Shared fixtures: users, a logged-in WebSocket communicator, frame helpers."""
+"""Shared fixtures: users, a logged-in WebSocket communicator, the events a test emits, frame helpers."""
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -10,12 +10,17 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from pydantic_ai import models
 
+from tests.support.events import Events
 from thinkproject.asgi import application
 
 # No test may reach a real model provider.
 models.ALLOW_MODEL_REQUESTS = False
 
 ORIGIN = (b"origin", b"http://localhost")
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "emitted(prefixes=(...)): the emitted fixture keeps only events whose names start with one of these")
 
 
 @pytest.fixture
@@ -29,6 +34,19 @@ def make_user(db: None) -> Callable[..., Any]:
 @pytest.fixture
 def user(make_user: Callable[..., Any]) -> Any:
     return make_user("alice")
+
+
+@pytest.fixture
+def emitted(request: pytest.FixtureRequest) -> Iterator[Events]:
+    """The events emitted during the test, as (name, data): all, or those ``mark.emitted(prefixes=...)`` names."""
+    from agents_app import events
+
+    marker = request.node.get_closest_marker("emitted")
+    prefixes = tuple(marker.kwargs["prefixes"]) if marker else ("",)
+    seen: Events = []
+    unsubscribe = events.subscribe(lambda name, data: name.startswith(prefixes) and seen.append((name, data)))
+    yield seen
+    unsubscribe()
 
 
 async def connect(

@@ -47,6 +47,12 @@ class Publisher:
         self._in_window = False
         self._sent_any = False
 
+    @property
+    def flushing(self) -> bool:
+        """Whether a flush task is scheduled (waiting out the batch window or sending a batch).
+        For observation in tests."""
+        return self._flush_task is not None
+
     async def send(self, frame: Frame, **options: Any) -> None:
         """Queue a frame (``Item.frame`` options); it leaves with the next batch."""
         await self._queue(Item.frame_entry(frame, **options))

@@ -108,6 +108,14 @@ async def channel_name() -> str:
     return (await _control()).channel
 
 
+def early_cancels() -> "collections.OrderedDict[int, str]":
+    """The cancels this event loop keeps for turns not listening here, oldest first (the live
+    mapping; empty before the loop's control channel exists). For observation in tests: do not
+    change it."""
+    control = _controls.get(asyncio.get_running_loop())
+    return collections.OrderedDict() if control is None else control.early_cancels
+
+
 def turns_here() -> int:
     """How many turns run on this event loop now (each is registered while it runs: ``listening``)."""
     control = _controls.get(asyncio.get_running_loop())

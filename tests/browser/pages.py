@@ -7,13 +7,13 @@ features (resume, approvals, client tools, continuations) frame by frame.
 
 import json
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
 from playwright.sync_api import Page, WebSocketRoute
 
 from tests.support.live import LiveStack, Server
+from tests.support.waiting import wait_until
 
 USERNAME = "alice"
 PASSWORD = "pw"
@@ -83,15 +83,6 @@ def assistant_texts(page: Page) -> list[str]:
 
 def user_texts(page: Page) -> list[str]:
     return page.eval_on_selector_all(".msg.user .part.text", "els => els.map(e => e.textContent)")
-
-
-def wait_until(page: Page, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll a Python-side predicate while letting Playwright deliver events."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        page.wait_for_timeout(20)
 
 
 def chunk(request_id: str, body: Frame, seq: int, **flags: Any) -> Frame:
@@ -188,9 +179,10 @@ class FakeAgentServer:
         return [f for i, f in self.received if f.get("type") == frame_type and (socket is None or i == socket)]
 
     def wait_for(self, frame_type: str, count: int = 1, socket: int | None = None, timeout: float = 10.0) -> Frame:
-        wait_until(self.page, lambda: len(self.frames(frame_type, socket)) >= count, timeout,
-                   f"{count} x {frame_type} from the page")
+        wait_until(lambda: len(self.frames(frame_type, socket)) >= count, f"{count} x {frame_type} from the page",
+                   timeout=timeout, interval=0.02, page=self.page)
         return self.frames(frame_type, socket)[count - 1]
 
     def wait_for_sockets(self, count: int, timeout: float = 10.0) -> None:
-        wait_until(self.page, lambda: len(self.sockets) >= count, timeout, f"{count} sockets")
+        wait_until(lambda: len(self.sockets) >= count, f"{count} sockets", timeout=timeout, interval=0.02,
+                   page=self.page)

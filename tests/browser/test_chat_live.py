@@ -15,8 +15,8 @@ from tests.browser.pages import (
     open_chat,
     send_message,
     user_texts,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -133,7 +133,7 @@ def test_clear_asks_first_then_empties_the_page_and_stays_empty(page: Page, live
 
     page.once("dialog", lambda dialog: answer(dialog, accept=False))
     page.click("#clear")
-    wait_until(page, lambda: len(questions) == 1, what="the confirmation")
+    wait_until(lambda: len(questions) == 1, "the confirmation", timeout=10.0, interval=0.02, page=page)
     assert questions == ["Clear this conversation? Its messages are deleted for good, in every open tab."]
     expect(page.locator(".msg")).to_have_count(2)
     assert tap.sent("cf_agent_chat_clear") == []

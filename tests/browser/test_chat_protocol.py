@@ -23,8 +23,8 @@ from tests.browser.pages import (
     open_chat,
     send_message,
     user_texts,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -179,7 +179,8 @@ def test_reload_mid_stream_rebuilds_from_replay(page: Page, live: Live, room: st
     # A replay of a finished stream after reload ends with done+replay and still builds once.
     page.reload()
     page.wait_for_selector("#chat[data-ready=true]")
-    wait_until(page, lambda: len(fake.frames("cf_agent_stream_resume_ack")) >= 2, what="second ACK")
+    wait_until(lambda: len(fake.frames("cf_agent_stream_resume_ack")) >= 2, "second ACK", timeout=10.0, interval=0.02,
+               page=page)
     for frame in frames:
         fake.send({**frame, "replay": True}, -1)
     fake.send({**done("r-live"), "replay": True})
@@ -312,7 +313,8 @@ def test_client_tool_runs_in_the_page(page: Page, live: Live, room: str) -> None
     assert result["toolName"] == "getBrowserInfo"
     assert result["autoContinue"] is True
     # It then asks to be attached to the continuation.
-    wait_until(page, lambda: len(fake.frames("cf_agent_stream_resume_request")) >= 2, what="continuation probe")
+    wait_until(lambda: len(fake.frames("cf_agent_stream_resume_request")) >= 2, "continuation probe", timeout=10.0,
+               interval=0.02, page=page)
     card = page.locator(".part.tool[data-tool=getBrowserInfo]")
     expect(card).to_have_attribute("data-state", "output-available")
     expect(card.locator(".tool-io.output pre")).to_contain_text("userAgent")
@@ -459,8 +461,8 @@ def test_cut_off_stream_superseded_by_another(page: Page, live: Live, room: str)
     expect(page.locator("#send")).to_be_enabled()
     expect(page.locator(".msg.assistant").last).to_have_text(re.compile("other reply"))
     # The resumed reply shows before the transcript fetched again replaces r1's partial one.
-    wait_until(page, lambda: assistant_texts(page) == ["part of the final reply", "other reply"],
-               what="r1's final reply from the transcript fetched again")
+    wait_until(lambda: assistant_texts(page) == ["part of the final reply", "other reply"],
+               "r1's final reply from the transcript fetched again", timeout=10.0, interval=0.02, page=page)
     assert user_texts(page) == ["first", "other"]
 
 

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.pages import PASSWORD, USERNAME, Live, assistant_texts, send_message, wait_until
+from tests.browser.pages import PASSWORD, USERNAME, Live, assistant_texts, send_message
 from tests.support.live import LiveStack, RedisServer
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -43,7 +44,8 @@ def test_a_stalled_reply_shows_recovering_then_the_continued_reply(page: Page, l
     expect(page.locator("#status")).to_have_text("connected")
     page.evaluate(WATCH_STATUS)
     send_message(page, "go")
-    wait_until(page, lambda: assistant_texts(page) == ["one two three four."], what="the continued reply")
+    wait_until(lambda: assistant_texts(page) == ["one two three four."], "the continued reply", timeout=10.0,
+               interval=0.02, page=page)
     expect(page.locator("#status")).to_have_text("connected")
     statuses = page.evaluate("window.statuses")
     assert "recovering…" in statuses, statuses

@@ -28,6 +28,7 @@ import pytest
 
 from tests.support.frames import chat_request, is_done, user_message
 from tests.support.live import LiveStack, ScriptProcess, Server, database_url
+from tests.support.waiting import wait_until
 from tests.support.wsclient import open_socket, recv_json, recv_until
 
 pytestmark = pytest.mark.crossprocess
@@ -159,16 +160,6 @@ def last_text(messages: list[dict[str, Any]]) -> str:
     return [p["text"] for p in messages[-1]["parts"] if p["type"] == "text"][-1]
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = CONTINUATION_DEADLINE) -> Any:
-    """Poll ``check`` until it returns something truthy; that value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout}s")
-
-
 # ------------------------------------------------------------------------------------- the race
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
 def race_stack(request: pytest.FixtureRequest, tmp_path: Path) -> LiveStack:
@@ -234,7 +225,7 @@ def test_an_approval_from_another_process_continues_in_a_celery_worker(stack, de
         state = parker.ask(**room)
         return state if last_text(state["messages"]) == CONTINUED else None
 
-    state = wait_for(continued, "the continuation turn")
+    state = wait_until(continued, "the continuation turn", timeout=CONTINUATION_DEADLINE, interval=0.1)
     part = next(p for p in state["messages"][-1]["parts"] if p.get("toolCallId") == entry["descriptor"]["toolCallId"])
     assert part["output"] == DEPLOYED
     assert state["pending"] == []
@@ -290,6 +281,6 @@ def test_a_parked_call_survives_a_kill_of_its_server_and_is_approved_after_the_r
         messages = restarted.get_json("/api/agents/demo-agent/deploys/messages/", cookie)
         return messages if last_text(messages) == CONTINUED else None
 
-    messages = wait_for(transcript, "the continuation after the restart")
+    messages = wait_until(transcript, "the continuation after the restart", timeout=CONTINUATION_DEADLINE, interval=0.1)
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert restarted.get_json("/api/approvals/", cookie)["results"] == []

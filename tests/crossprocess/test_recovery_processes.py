@@ -22,6 +22,7 @@ import pytest
 
 from tests.support.frames import chat_request, user_message
 from tests.support.live import LiveStack, RedisServer, ScriptProcess, database_url
+from tests.support.waiting import wait_until
 from tests.support.wsclient import open_socket, recv_json
 
 pytestmark = pytest.mark.crossprocess
@@ -47,14 +48,6 @@ def settled(url: str) -> bool:
     open_incidents = query(url, "SELECT count(*) FROM agents_app_recoveryincident "
                                 "WHERE status IN ('detected', 'scheduled', 'attempting')")[0][0]
     return busy == 0 and open_incidents == 0
-
-
-def wait_until(check: Any, what: str, timeout: float = PATIENCE) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
 
 
 class Conversation:
@@ -177,7 +170,7 @@ def test_kill_minus_nine_of_the_daphne_running_twenty_turns(crash_stack: Any) ->
     conversations = plan()
     started = time.monotonic()
     seen = asyncio.run(drive(doomed, survivor, cookie, conversations, effects))
-    wait_until(lambda: settled(url), "every recovery to end")
+    wait_until(lambda: settled(url), "every recovery to end", timeout=PATIENCE)
     print(f"20 turns cut and recovered in {time.monotonic() - started:.1f} s")
     # Every observer, on the other process, saw the recovery start and end.
     for index, frames in seen.items():
@@ -240,7 +233,7 @@ def test_kill_minus_nine_of_the_worker_running_twenty_continuations(crash_stack:
 
     asyncio.run(scenario())
     stack.start_celery_worker("b")  # its start-up sweep finds worker A's attempts cut
-    wait_until(lambda: settled(url), "every recovery to end on worker B")
+    wait_until(lambda: settled(url), "every recovery to end on worker B", timeout=PATIENCE)
     assert_recovered(survivor, cookie, conversations, effects)
     incidents = query(url, "SELECT status, attempts_total FROM agents_app_recoveryincident")
     assert [status for status, _ in incidents] == ["completed"] * 20

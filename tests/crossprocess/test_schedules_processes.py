@@ -20,6 +20,7 @@ import pytest
 from celery import Celery
 
 from tests.support.live import LiveStack, RedisServer
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.crossprocess
 
@@ -80,15 +81,6 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServer, da
         live.print_logs()
 
 
-def wait_for(what: str, predicate: Callable[[], bool], stack: LiveStack) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not predicate():
-        if time.monotonic() > deadline:
-            stack.print_logs()
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def log_lines(stack: LiveStack, pattern: str, containing: str) -> list[str]:
     return [line for log in stack.workdir.glob(pattern) for line in log.read_text(errors="replace").splitlines()
             if containing in line]
@@ -101,13 +93,15 @@ def test_two_beats_and_two_workers_run_each_occurrence_once(stack: LiveStack, da
     stack.start_celery_worker("w2")
     stack.start_celery_beat("beat1")
     stack.start_celery_beat("beat2")
-    wait_for("both beats to send a claim", lambda: all(
+    wait_until(lambda: all(
         log_lines(stack, f"celery-{beat}.log", "Sending due task agents-run-due-schedules")
-        for beat in ("beat1", "beat2")), stack)
+        for beat in ("beat1", "beat2")), "both beats to send a claim", timeout=PATIENCE,
+        on_timeout=stack.print_logs)
     stack.manage("shell", "-c", RELEASE)
 
     finished = "SELECT count(*) FROM agents_app_schedulerun WHERE status = 'completed'"
-    wait_for("every run to complete", lambda: query(finished)[0][0] >= 2 * SCHEDULES, stack)
+    wait_until(lambda: query(finished)[0][0] >= 2 * SCHEDULES, "every run to complete", timeout=PATIENCE,
+               on_timeout=stack.print_logs)
     time.sleep(2)  # a few more ticks of both beats: nothing more may be claimed
     runs = query("SELECT s.name, r.status, r.trigger, count(*) FROM agents_app_schedulerun r JOIN "
                  "agents_app_schedule s ON s.id = r.schedule_id GROUP BY r.schedule_id, s.name, r.status, r.trigger")
@@ -126,8 +120,9 @@ def test_two_beats_and_two_workers_run_each_occurrence_once(stack: LiveStack, da
     client = Celery(broker=redis.url)
     for run_id in run_ids:
         client.send_task("agents_app.run_schedule", args=(run_id,))
-    wait_for("the repeated deliveries", lambda: len(
-        log_lines(stack, "celery-w*.log", "'status': None}")) >= len(run_ids), stack)
+    wait_until(lambda: len(
+        log_lines(stack, "celery-w*.log", "'status': None}")) >= len(run_ids), "the repeated deliveries",
+        timeout=PATIENCE, on_timeout=stack.print_logs)
     assert query(finished)[0][0] == 2 * SCHEDULES
     assert_one_turn_and_one_scheduled_prompt_per_instance(query)
 

@@ -17,7 +17,7 @@ from django.test import override_settings
 from django.utils import timezone
 from pydantic import BaseModel
 
-from agents_app import events, transcript
+from agents_app import transcript
 from agents_app.actions.pipeline import execute_action
 from agents_app.hooks import ToolCallDecision
 from agents_app.models import AgentInstance, LedgerEntry
@@ -94,15 +94,6 @@ async def seed(key: str, *, name: str = "", status: str = "pending", age: timede
         created_at=stamp, updated_at=stamp,
         result_json=json.dumps({"valuePresent": True, "value": "old"}) if status == "settled" else "",
     )
-
-
-@pytest.fixture
-def seen_events() -> Any:
-    """Every action event emitted during the test (chat events are tested elsewhere)."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-    unsubscribe = events.subscribe(lambda name, data: name.startswith("action:") and seen.append((name, data)))
-    yield seen
-    unsubscribe()
 
 
 # ------------------------------------------------------------------------------------ §6.1 1-19
@@ -255,7 +246,7 @@ class Unprintable:
         raise RuntimeError("cannot print me")
 
 
-async def test_18_releases_ledger_rows_when_result_serialization_fails(seen_events):
+async def test_18_releases_ledger_rows_when_result_serialization_fails(emitted):
     configure("t18", key="symbol-key")
     agent = ActionTestAgent.for_turn((await ActionTestAgent.aget("t18")).instance, request_id="")
     action = agent.compiled_actions()["echo"]
@@ -265,7 +256,7 @@ async def test_18_releases_ledger_rows_when_result_serialization_fails(seen_even
                                   tool_call_id="tc-direct", messages=[])
     assert output == {"serialized": False, "error": "cannot print me"}
     assert await ledger_rows() == []
-    assert ("action:ledger:serialize_failed", {"action": "echo", "key": "action:echo:symbol-key"}) in seen_events
+    assert ("action:ledger:serialize_failed", {"action": "echo", "key": "action:echo:symbol-key"}) in emitted
 
 
 async def test_19_sweeps_expired_ledger_rows_without_deleting_fresh_rows():

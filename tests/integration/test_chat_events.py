@@ -1,6 +1,5 @@
 """Chat observability events (spec §4.8): names and payloads, as a dashboard subscribes to them."""
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -9,19 +8,11 @@ from agents_app import events
 from tests.conftest import engine_settled
 from tests.support.frames import chat_request, follow_continuation, is_done, open_agent, receive_until, user_message
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
 Seen = list[tuple[str, dict[str, Any]]]
 CHAT_EVENTS = ("message:", "tool:", "chat:")
 
-
-@pytest.fixture
-def seen() -> Iterator[Seen]:
-    """The chat events emitted during the test, as (name, data)."""
-    collected: Seen = []
-    unsubscribe = events.subscribe(lambda name, data: name.startswith(CHAT_EVENTS) and collected.append((name, data)))
-    yield collected
-    unsubscribe()
+# The chat events only.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.emitted(prefixes=CHAT_EVENTS)]
 
 
 def without_duration(seen: Seen) -> Seen:
@@ -37,42 +28,42 @@ async def turn(ws: Any, path: str, text: str, request_id: str = "r1") -> Any:
     return a
 
 
-async def test_a_turn_that_completes(ws, seen):
+async def test_a_turn_that_completes(ws, emitted):
     await turn(ws, "/agents/demo-agent/events", "hello")
     who = {"agent": "demo-agent", "name": "events", "requestId": "r1"}
     turn_of = {**who, "trigger": "chat", "continuation": False, "generation": 0}
-    assert without_duration(seen) == [
+    assert without_duration(emitted) == [
         (events.TURN_START, turn_of), (events.MESSAGE_REQUEST, who), (events.MESSAGE_RESPONSE, who),
         (events.TURN_FINISH, {**turn_of, "status": "completed"}),
     ]
-    assert isinstance(seen[-1][1]["durationMs"], int)
+    assert isinstance(emitted[-1][1]["durationMs"], int)
 
 
-async def test_an_in_band_error_is_a_failed_request_at_the_stream_stage(ws, seen):
+async def test_an_in_band_error_is_a_failed_request_at_the_stream_stage(ws, emitted):
     await turn(ws, "/agents/demo-agent/events-fail", "/fail")
-    names = [name for name, _ in seen]
+    names = [name for name, _ in emitted]
     assert events.MESSAGE_RESPONSE not in names
-    failed = dict(seen)[events.REQUEST_FAILED]
+    failed = dict(emitted)[events.REQUEST_FAILED]
     assert (failed["stage"], failed["messagesPersisted"], failed["requestId"]) == ("stream", True, "r1")
-    assert dict(seen)[events.MESSAGE_ERROR]["error"] == failed["error"]
-    assert dict(seen)[events.TURN_FINISH]["status"] == "error"
+    assert dict(emitted)[events.MESSAGE_ERROR]["error"] == failed["error"]
+    assert dict(emitted)[events.TURN_FINISH]["status"] == "error"
 
 
-async def test_an_agent_that_raises_is_a_failed_request_at_the_turn_stage(ws, seen):
+async def test_an_agent_that_raises_is_a_failed_request_at_the_turn_stage(ws, emitted):
     await turn(ws, "/agents/broken-agent/events", "hi")
-    failed = dict(seen)[events.REQUEST_FAILED]
+    failed = dict(emitted)[events.REQUEST_FAILED]
     assert (failed["stage"], failed["error"]) == ("turn", "agent exploded")
 
 
-async def test_a_refused_request_is_a_failed_request_at_the_persist_stage(ws, seen):
+async def test_a_refused_request_is_a_failed_request_at_the_persist_stage(ws, emitted):
     a = await turn(ws, "/agents/demo-agent/events-dup", "hello")
     await a.send_json_to(chat_request("r1", [user_message("u1", "hello"), user_message("u2", "again")]))
     assert (await a.receive_json_from())["code"] == "duplicate_request_id"
-    failed = dict(seen)[events.REQUEST_FAILED]
+    failed = dict(emitted)[events.REQUEST_FAILED]
     assert (failed["stage"], failed["messagesPersisted"], failed["requestId"]) == ("persist", False, "r1")
 
 
-async def test_clear_and_cancel(ws, seen):
+async def test_clear_and_cancel(ws, emitted):
     a = await open_agent(ws, "/agents/demo-agent/events-clear")
     await a.send_json_to(chat_request("r1", [user_message("u1", "/slow 50 20")]))
     await receive_until(a, lambda f: '"w1 "' in f.get("body", ""))
@@ -83,12 +74,12 @@ async def test_clear_and_cancel(ws, seen):
     await receive_until(a, lambda f: f.get("probeId") == "p")
     await engine_settled()
     who = {"agent": "demo-agent", "name": "events-clear"}
-    assert (events.MESSAGE_CANCEL, {**who, "requestId": "r1"}) in seen
-    assert (events.MESSAGE_CLEAR, who) in seen
-    assert dict(seen)[events.TURN_FINISH]["status"] == "aborted"
+    assert (events.MESSAGE_CANCEL, {**who, "requestId": "r1"}) in emitted
+    assert (events.MESSAGE_CLEAR, who) in emitted
+    assert dict(emitted)[events.TURN_FINISH]["status"] == "aborted"
 
 
-async def test_tool_results_and_approvals(ws, seen):
+async def test_tool_results_and_approvals(ws, emitted):
     a = await turn(ws, "/agents/demo-agent/events-tools", "/tool getBrowserInfo")
     await a.send_json_to({"type": "cf_agent_tool_result", "toolCallId": "demo_0_0", "toolName": "getBrowserInfo",
                           "output": {"language": "fr"}, "autoContinue": True})
@@ -99,8 +90,8 @@ async def test_tool_results_and_approvals(ws, seen):
     await follow_continuation(b)
     await engine_settled()
     assert (events.TOOL_RESULT, {"agent": "demo-agent", "name": "events-tools", "toolCallId": "demo_0_0",
-                                 "toolName": "getBrowserInfo"}) in seen
+                                 "toolName": "getBrowserInfo"}) in emitted
     assert (events.TOOL_APPROVAL, {"agent": "demo-agent", "name": "events-approval", "toolCallId": "demo_0_0",
-                                   "approved": False}) in seen
-    continuation = [data for name, data in seen if name == events.TURN_START and data["name"] == "events-tools"][-1]
+                                   "approved": False}) in emitted
+    continuation = [data for name, data in emitted if name == events.TURN_START and data["name"] == "events-tools"][-1]
     assert (continuation["trigger"], continuation["continuation"]) == ("continuation", True)

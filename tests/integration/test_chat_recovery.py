@@ -17,7 +17,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from agents_app import ChatRecovery, events, transcript, turns
+from agents_app import ChatRecovery, transcript, turns
 from agents_app.actions import ledger
 from agents_app.handles import AgentHandle
 from agents_app.models import AgentInstance, RecoveryIncident, StreamSegment, Turn
@@ -41,14 +41,6 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     STALL_RUNS.clear()
     monkeypatch.setattr(RecoveryAgent, "recovery_options", {})
     monkeypatch.setattr(RecoveryAgent, "chat_recovery", True)
-
-
-@pytest.fixture
-def emitted() -> Any:
-    seen: list[tuple[str, dict[str, Any]]] = []
-    unsubscribe = events.subscribe(lambda name, data: seen.append((name, data)))
-    yield seen
-    unsubscribe()
 
 
 def text_chunks(*words: str, message_id: str = "m-cut") -> list[dict[str, Any]]:

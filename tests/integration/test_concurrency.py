@@ -19,6 +19,7 @@ from agents_app import transcript
 from agents_app.models import AgentInstance, Turn
 from tests.agents import GATE, RESPONSES, STARTED, DropAgent
 from tests.support.frames import RESP, chat_request, is_done, open_agent, receive_until, user_message
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,26 +30,18 @@ THIRD = user_message("u3", "Third")
 PATIENCE = 15
 
 
-async def eventually(predicate: Callable[[], Any], what: str) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def turns_accepted(*request_ids: str) -> None:
     async def accepted() -> bool:
         return await Turn.objects.filter(request_id__in=request_ids).acount() == len(request_ids)
 
-    await eventually(accepted, f"turns {request_ids} to be accepted")
+    await eventually(accepted, f"turns {request_ids} to be accepted", timeout=PATIENCE)
 
 
 async def turn_started(name: str, request_id: str) -> None:
     async def started() -> bool:
         return request_id in started_ids(name)
 
-    await eventually(started, f"{request_id} to start")
+    await eventually(started, f"{request_id} to start", timeout=PATIENCE)
 
 
 def started_ids(name: str) -> list[str]:
@@ -240,7 +233,8 @@ async def test_on_chat_response_fires_only_for_the_turns_that_ran(room, slug, ex
     name = f"resp-{slug}"
     r = await room(slug, name)
     await run_three(r, "req-resp")
-    await eventually(lambda: _responses_settled(name, len(expected)), "on_chat_response of every turn that ran")
+    await eventually(lambda: _responses_settled(name, len(expected)), "on_chat_response of every turn that ran",
+                     timeout=PATIENCE)
     assert response_ids(name) == [(f"req-resp-{n}", "completed") for n in expected]
 
 
@@ -255,5 +249,5 @@ async def test_drop_on_chat_response_fires_only_for_the_accepted_turn(room):
     await receive_until(r.socket, is_done("req-resp-drop-2"), timeout=PATIENCE)
     r.release()
     await r.until_done("req-resp-drop-1")
-    await eventually(lambda: _responses_settled("resp-drop", 1), "on_chat_response")
+    await eventually(lambda: _responses_settled("resp-drop", 1), "on_chat_response", timeout=PATIENCE)
     assert response_ids("resp-drop") == [("req-resp-drop-1", "completed")]

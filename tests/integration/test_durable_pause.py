@@ -43,16 +43,17 @@ from agents_app.models import (
 )
 from agents_app.streaming import buffer
 from tests.action_agents import PROBES, SETUP, ActionTestAgent, Setup, probe
+from tests.support.events import names
 from tests.support.frames import RESP, chat_request, chunks, is_done, receive_until, text_of, user_message
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The action events only (chat events are tested elsewhere).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.emitted(prefixes=("action:",))]
 
 PAUSED_MESSAGE = "This action is awaiting human approval. Stop and wait for the approval result before proceeding."
 DESCRIPTOR = {"action": "pauseAction", "summary": "Approve pause action", "kind": "durable-pause", "risk": "high",
               "permissions": ["pause:run"]}
 REMOVED = 'Action "pauseAction" is no longer registered, so the approved call cannot run. The approval was consumed.'
 
-Events = list[tuple[str, dict[str, Any]]]
 Messages = list[dict[str, Any]]
 
 
@@ -64,15 +65,6 @@ def fresh_probes() -> Iterator[None]:
     yield
     SETUP.clear()
     PROBES.clear()
-
-
-@pytest.fixture
-def emitted() -> Iterator[Events]:
-    """Every action event emitted during the test, as (name, data) (chat events are tested elsewhere)."""
-    seen: Events = []
-    unsubscribe = events.subscribe(lambda name, data: name.startswith("action:") and seen.append((name, data)))
-    yield seen
-    unsubscribe()
 
 
 @pytest.fixture
@@ -146,10 +138,6 @@ async def pending_ids() -> list[str]:
 
 async def decision_of(execution_id: str) -> ApprovalDecision:
     return await ApprovalDecision.objects.select_related("decided_by").aget(execution_id=execution_id)
-
-
-def names(emitted: Events) -> list[str]:
-    return [name for name, _ in emitted]
 
 
 def interrupted_turn(instance: AgentInstance, partial: str) -> int:

@@ -20,12 +20,12 @@ async def test_close_sends_what_waits_for_the_window_without_waiting_it_out(monk
     publisher = fanout.Publisher(4242)
     await publisher.send_item(Item(event=Event.STREAM_START, request_id="r1"))  # the first batch leaves at once
     first = await layer.receive(channel)
-    while publisher._flush_task is not None:  # that batch's task has ended
+    while publisher.flushing:  # that batch's task has ended
         await asyncio.sleep(0)
     await publisher.send(frames.done(request_id="r1"), request_id="r1")  # waits for the window
-    assert publisher._flush_task is not None
+    assert publisher.flushing
     await asyncio.wait_for(publisher.close(), timeout=60)
     second = await layer.receive(channel)
     assert [item["event"] for item in first["items"]] == [str(Event.STREAM_START)]
     assert len(second["items"]) == 1 and '"done":true' in second["items"][0]["text"]
-    assert publisher._flush_task is None
+    assert not publisher.flushing

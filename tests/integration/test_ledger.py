@@ -10,7 +10,6 @@ import enum
 import logging
 import math
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +22,7 @@ from django.utils import timezone
 from agents_app import events, tasks
 from agents_app.actions import ledger
 from agents_app.models import LedgerEntry
+from tests.support.events import names
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,19 +35,6 @@ PENDING_MESSAGE = (
 
 
 # --------------------------------------------------------------------------------------- helpers
-@pytest.fixture
-def emitted() -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    """Every event emitted during the test, as (name, data)."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-    unsubscribe = events.subscribe(lambda name, data: seen.append((name, data)))
-    yield seen
-    unsubscribe()
-
-
-def names(emitted: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    return [name for name, _ in emitted]
-
-
 class Echo:
     """The catalogue's echo action: counts executions; ``fail``/``gate``/``output`` shape a run."""
 

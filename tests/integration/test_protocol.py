@@ -18,6 +18,7 @@ from tests.support.frames import (
     text_of,
     user_message,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,13 +37,12 @@ async def get_messages(user, path):
 
 
 async def wait_turn(request_id, *statuses, timeout=5.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+    """The turn of ``request_id`` once it is in one of ``statuses``."""
+    async def reached():
         turn = await Turn.objects.filter(request_id=request_id).afirst()
-        if turn is not None and turn.status in statuses:
-            return turn
-        assert asyncio.get_running_loop().time() < deadline, f"turn {request_id} not in {statuses}"
-        await asyncio.sleep(0.02)
+        return turn if turn is not None and turn.status in statuses else None
+
+    return await eventually(reached, f"turn {request_id} in {statuses}", timeout=timeout)
 
 
 async def test_connect_sends_identity_then_mcp(ws):

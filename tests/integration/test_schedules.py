@@ -22,21 +22,11 @@ from agents_app.models import AgentInstance, Schedule, ScheduleRun, Turn
 from agents_app.schedules import declared, definitions, runs
 from agents_app.schedules import language as dsl
 from tests.agents import CHARGES, SCHEDULE_CALLS, ScheduledAgent
+from tests.support.events import names
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DAILY_REPORT = {"schedule": "every day at 09:00", "timezone": "UTC", "prompt": "Generate the daily report."}
-
-Events = list[tuple[str, dict[str, Any]]]
-
-
-@pytest.fixture
-def emitted() -> Iterator[Events]:
-    seen: Events = []
-    unsubscribe = events.subscribe(lambda name, data: seen.append((name, data)))
-    yield seen
-    unsubscribe()
-
 
 @pytest.fixture(autouse=True)
 def fresh_agent() -> Iterator[None]:
@@ -83,10 +73,6 @@ def messages_of(instance: AgentInstance) -> list[dict[str, Any]]:
 
 def text(message: dict[str, Any]) -> str:
     return "".join(p.get("text", "") for p in message["parts"] if p.get("type") == "text")
-
-
-def names(seen: Events) -> list[str]:
-    return [name for name, _ in seen]
 
 
 # --------------------------------------------------------------------------------- prompt runs

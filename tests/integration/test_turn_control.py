@@ -30,7 +30,7 @@ async def test_a_cancel_from_another_process_before_the_turn_listens_aborts_it_w
     try:
         channel = await control.channel_name()
         await get_channel_layer().send(channel, {"type": control.CANCEL_EVENT, "turn": 9_000_003, "reason": "Remote"})
-        kept = control._controls[asyncio.get_running_loop()].early_cancels
+        kept = control.early_cancels()
         while 9_000_003 not in kept:  # the receive loop takes it off the layer
             await asyncio.sleep(0.001)
         signal = AbortSignal()
@@ -46,7 +46,7 @@ async def test_kept_cancels_are_bounded() -> None:
         channel = await control.channel_name()
         for turn_pk in range(control.EARLY_CANCELS_KEPT + 10):
             await control.cancel_running(channel, turn_pk)
-        kept = control._controls[asyncio.get_running_loop()].early_cancels
+        kept = control.early_cancels()
         assert len(kept) == control.EARLY_CANCELS_KEPT
         assert next(iter(kept)) == 10  # the oldest went first
     finally:

@@ -13,11 +13,21 @@ def user_message(message_id: str, text: str) -> dict[str, Any]:
     return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}
 
 
-def chat_request(request_id: str, messages: list[dict[str, Any]], trigger: str = "submit-message",
-                 **custom: Any) -> dict[str, Any]:
-    body = {"messages": messages, "trigger": trigger, **custom}
-    return {"type": "cf_agent_use_chat_request", "id": request_id,
-            "init": {"method": "POST", "body": json.dumps(body)}}
+def chat_request(request_id: Any, messages: list[dict[str, Any]] | None = None, trigger: str = "submit-message", *,
+                 body: Any = None, raw_body: Any = None, init: Any = None, **custom: Any) -> dict[str, Any]:
+    """A ``cf_agent_use_chat_request`` frame as useAgentChat sends it (``custom``: more body fields).
+
+    For malformed frames: ``body`` replaces the whole body, ``raw_body`` its JSON text, ``init`` the
+    whole request init; a ``request_id`` of None leaves the id out.
+    """
+    if init is None:
+        if raw_body is None:
+            raw_body = json.dumps({"messages": messages or [], "trigger": trigger, **custom} if body is None else body)
+        init = {"method": "POST", "body": raw_body}
+    frame = {"type": "cf_agent_use_chat_request", "id": request_id, "init": init}
+    if request_id is None:
+        del frame["id"]
+    return frame
 
 
 async def receive_until(communicator: WebsocketCommunicator, predicate: Any,

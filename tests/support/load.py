@@ -14,6 +14,7 @@ from typing import Any
 
 from websockets.asyncio.client import connect
 
+from tests.support.frames import chat_request, user_message
 from tests.support.live import LiveStack
 
 RESP = "cf_agent_use_chat_response"
@@ -57,13 +58,6 @@ class Outcome:
     error: str = ""
 
 
-def chat_request(request_id: str, text: str) -> str:
-    body = {"messages": [{"id": f"u-{request_id}", "role": "user", "parts": [{"type": "text", "text": text}]}],
-            "trigger": "submit-message"}
-    return json.dumps({"type": "cf_agent_use_chat_request", "id": request_id,
-                       "init": {"method": "POST", "body": json.dumps(body)}})
-
-
 async def one_turn(ws_base: str, path: str, cookie: str, request_id: str, text: str, *,
                    timeout: float = 120) -> Outcome:
     """Open ``path``, do one turn of ``text``; never raises (see the module docstring)."""
@@ -90,7 +84,7 @@ async def _turn(sock: Any, request_id: str, text: str, started: float, deadline:
         pass
     connected = time.monotonic() - started
     sent = time.monotonic()
-    await sock.send(chat_request(request_id, text))
+    await sock.send(json.dumps(chat_request(request_id, [user_message(f"u-{request_id}", text)])))
     first = None
     while True:
         data = await frame()

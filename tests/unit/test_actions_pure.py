@@ -14,13 +14,11 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from agents_app import events
 from agents_app.actions import (
     ACTION_OUTPUT_MAX_CHARS,
     DEFAULT_ACTION_TIMEOUT_MS,
@@ -76,14 +74,6 @@ def make(**config: Any) -> Action[Any]:
 
 def allow_when_hello(input: EchoInput, ctx: Any) -> bool:
     return input.message == "hello"
-
-
-@pytest.fixture
-def emitted() -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    seen: list[tuple[str, dict[str, Any]]] = []
-    unsubscribe = events.subscribe(lambda name, data: seen.append((name, data)))
-    yield seen
-    unsubscribe()
 
 
 # --------------------------------------------------------------------------------------- declaration

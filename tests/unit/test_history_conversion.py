@@ -1,5 +1,5 @@
 """The transcript's conversion to pydantic-ai messages reuses earlier exchanges' conversions
-(``agents_app.llm.ui_messages._converted``) and must give what converting the whole transcript
+(a cache in ``agents_app.llm.ui_messages``) and must give what converting the whole transcript
 at once gives, turn after turn, whatever a run does to the messages it was handed."""
 
 from typing import Any
@@ -81,7 +81,7 @@ CONVERSATIONS = {
 
 
 @pytest.mark.parametrize("name", CONVERSATIONS)
-def test_each_turn_converts_as_the_whole_transcript_does(name: str) -> None:
+async def test_each_turn_converts_as_the_whole_transcript_does(name: str) -> None:
     transcript = CONVERSATIONS[name]
     # Turn by turn, as useAgentChat re-sends it: every prefix that ends with a user message.
     for end in range(1, len(transcript) + 1):
@@ -89,22 +89,22 @@ def test_each_turn_converts_as_the_whole_transcript_does(name: str) -> None:
             continue
         prefix = transcript[:end]
         for _ in range(2):  # the second time from the cache
-            got = ui_messages._history(prefix, repair_last_response=True)
+            got = await ui_messages.model_history(prefix, repair_last_response=True)
             assert _plain(got) == _whole(prefix), (name, end)
 
 
-def test_what_a_run_sets_on_its_history_does_not_reach_the_next_turn() -> None:
+async def test_what_a_run_sets_on_its_history_does_not_reach_the_next_turn() -> None:
     transcript = CONVERSATIONS["tools"]
-    first = ui_messages._history(transcript, repair_last_response=True)
+    first = await ui_messages.model_history(transcript, repair_last_response=True)
     for message in first:
         message.parts = []
         message.run_id = "changed by a run"
-    again = ui_messages._history(transcript, repair_last_response=True)
+    again = await ui_messages.model_history(transcript, repair_last_response=True)
     assert _plain(again) == _whole(transcript)
 
 
-def test_an_edited_message_is_converted_again() -> None:
+async def test_an_edited_message_is_converted_again() -> None:
     transcript = CONVERSATIONS["text"]
-    ui_messages._history(transcript, repair_last_response=True)
+    await ui_messages.model_history(transcript, repair_last_response=True)
     edited = [transcript[0], reply("a1", "an edited reply"), *transcript[2:]]
-    assert _plain(ui_messages._history(edited, repair_last_response=True)) == _whole(edited)
+    assert _plain(await ui_messages.model_history(edited, repair_last_response=True)) == _whole(edited)

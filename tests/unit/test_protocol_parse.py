@@ -28,6 +28,7 @@ from agents_app.protocol.parse import (
     parse,
 )
 from agents_app.protocol.types import REGENERATE_TRIGGER, SUBMIT_TRIGGER, MessageType
+from tests.support.frames import chat_request
 
 MAX = 64 * 1024
 
@@ -41,25 +42,15 @@ CLIENT_TOOLS: list[dict[str, Any]] = [
 ]
 
 
+RID = "zf1bAFY-"  # the request id of the frames below that name none
+
+
 def encode(frame: dict[str, Any]) -> str:
     return json.dumps(frame, separators=(",", ":"))
 
 
-def chat_request(body: Any = None, *, request_id: Any = "zf1bAFY-", init: Any = None, raw_body: Any = None,
-                 **extra: Any) -> str:
-    """A ``cf_agent_use_chat_request`` as the client's ``WebSocketChatTransport`` frames it."""
-    if init is None:
-        if raw_body is None:
-            raw_body = encode({"messages": [USER_MESSAGE], "trigger": SUBMIT_TRIGGER} if body is None else body)
-        init = {"method": "POST", "body": raw_body}
-    frame: dict[str, Any] = {"id": request_id, "init": init, "type": MessageType.USE_CHAT_REQUEST, **extra}
-    if request_id is None:
-        del frame["id"]
-    return encode(frame)
-
-
 def chat(body: dict[str, Any]) -> ChatRequest:
-    event = parse(chat_request(body), max_bytes=MAX)
+    event = parse(encode(chat_request(RID, body=body)), max_bytes=MAX)
     assert isinstance(event, ChatRequest)
     return event
 
@@ -125,7 +116,7 @@ def test_unknown_extra_keys_are_ignored(frame: dict[str, Any], expected: Inbound
 def test_extra_init_keys_of_request_init_are_tolerated() -> None:
     init = {"method": "POST", "body": encode({"messages": [USER_MESSAGE]}), "headers": {"x-a": "1"},
             "credentials": "include"}
-    event = parse(chat_request(init=init), max_bytes=MAX)
+    event = parse(encode(chat_request(RID, init=init)), max_bytes=MAX)
     assert isinstance(event, ChatRequest)
     assert event.messages == [USER_MESSAGE]
 
@@ -133,7 +124,7 @@ def test_extra_init_keys_of_request_init_are_tolerated() -> None:
 @pytest.mark.parametrize("method", ["POST", "post", "Post"])
 def test_the_init_method_is_post_in_any_case(method: str) -> None:
     init = {"method": method, "body": encode({"messages": []})}
-    assert isinstance(parse(chat_request(init=init), max_bytes=MAX), ChatRequest)
+    assert isinstance(parse(encode(chat_request(RID, init=init)), max_bytes=MAX), ChatRequest)
 
 
 # ------------------------------------------------------------------------------------ chat request body
@@ -335,9 +326,9 @@ DEEP = "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)
 
 @pytest.mark.parametrize("raw", [
     "[" * 50_000,
-    chat_request(request_id="r1", raw_body="[" * 50_000),
+    encode(chat_request("r1", raw_body="[" * 50_000)),
     encode({"type": "cf_agent_state", "state": json.loads(DEEP)}),
-    chat_request(raw_body=encode({"messages": [USER_MESSAGE], "extra": json.loads(DEEP)})),
+    encode(chat_request(RID, raw_body=encode({"messages": [USER_MESSAGE], "extra": json.loads(DEEP)}))),
 ], ids=["frame-recursion", "init-body-recursion", "frame-valid", "init-body-valid"])
 def test_json_nested_too_deep_is_refused_not_a_crash(raw: str) -> None:
     error = refusal(raw, max_bytes=MAX)
@@ -364,14 +355,14 @@ def test_lone_surrogates_and_nul_become_the_replacement_character(escaped: str, 
     assert probe == ResumeRequest(probe_id=clean)
     message = {**USER_MESSAGE, "parts": [{"type": "text", "text": "@@", "k@@": 1}]}
     raw_body = encode({"messages": [message]}).replace("@@", escaped.replace("\\\\", "\\"))
-    event = parse(chat_request(raw_body=raw_body), max_bytes=MAX)
+    event = parse(encode(chat_request(RID, raw_body=raw_body)), max_bytes=MAX)
     assert isinstance(event, ChatRequest)
     assert event.messages[0]["parts"][0] == {"type": "text", "text": clean, f"k{clean}": 1}
     json.dumps(event.messages).encode()  # sendable as UTF-8
 
 
 def test_a_request_may_carry_at_most_max_messages() -> None:
-    raw = chat_request({"messages": [USER_MESSAGE] * 3})
+    raw = encode(chat_request(RID, body={"messages": [USER_MESSAGE] * 3}))
     assert isinstance(parse(raw, max_bytes=MAX, max_messages=3), ChatRequest)
     error = refusal_with(raw, max_messages=2)
     assert (error.code, error.request_id, str(error)) == (
@@ -407,48 +398,51 @@ REFUSALS: list[tuple[str, str | bytes, str, str | None]] = [
     ("server-only-type", encode({"type": "cf_agent_use_chat_response", "id": "r"}), "unknown_type", None),
     ("type-case", encode({"type": "CF_AGENT_CHAT_CLEAR"}), "unknown_type", None),
     # cf_agent_use_chat_request: before the id is known, no request_id.
-    ("chat-no-id", chat_request(request_id=None), "missing_field", None),
-    ("chat-empty-id", chat_request(request_id=""), "missing_field", None),
-    ("chat-numeric-id", chat_request(request_id=7), "missing_field", None),
+    ("chat-no-id", encode(chat_request(None, [USER_MESSAGE], SUBMIT_TRIGGER)), "missing_field", None),
+    ("chat-empty-id", encode(chat_request("", [USER_MESSAGE], SUBMIT_TRIGGER)), "missing_field", None),
+    ("chat-numeric-id", encode(chat_request(7, [USER_MESSAGE], SUBMIT_TRIGGER)), "missing_field", None),
     # ...after it, every refusal names the request.
     ("chat-no-init", encode({"id": "r1", "type": "cf_agent_use_chat_request"}), "missing_field", "r1"),
-    ("chat-init-string", chat_request(request_id="r1", init="POST"), "missing_field", "r1"),
-    ("chat-get", chat_request(request_id="r1", init={"method": "GET", "body": "{}"}), "invalid_method", "r1"),
-    ("chat-no-method", chat_request(request_id="r1", init={"body": encode({"messages": []})}), "invalid_method",
+    ("chat-init-string", encode(chat_request("r1", init="POST")), "missing_field", "r1"),
+    ("chat-get", encode(chat_request("r1", init={"method": "GET", "body": "{}"})), "invalid_method", "r1"),
+    ("chat-no-method", encode(chat_request("r1", init={"body": encode({"messages": []})})), "invalid_method",
      "r1"),
-    ("chat-null-method", chat_request(request_id="r1", init={"method": None, "body": "{}"}), "invalid_method", "r1"),
-    ("chat-no-body", chat_request(request_id="r1", init={"method": "POST"}), "missing_field", "r1"),
-    ("chat-empty-body", chat_request(request_id="r1", raw_body=""), "missing_field", "r1"),
-    ("chat-object-body", chat_request(request_id="r1", init={"method": "POST", "body": {"messages": []}}),
+    ("chat-null-method", encode(chat_request("r1", init={"method": None, "body": "{}"})), "invalid_method", "r1"),
+    ("chat-no-body", encode(chat_request("r1", init={"method": "POST"})), "missing_field", "r1"),
+    ("chat-empty-body", encode(chat_request("r1", raw_body="")), "missing_field", "r1"),
+    ("chat-object-body", encode(chat_request("r1", init={"method": "POST", "body": {"messages": []}})),
      "missing_field", "r1"),
-    ("chat-body-not-json", chat_request(request_id="r1", raw_body="{messages"), "invalid_json", "r1"),
-    ("chat-body-array", chat_request(request_id="r1", raw_body="[]"), "invalid_frame", "r1"),
-    ("chat-body-null", chat_request(request_id="r1", raw_body="null"), "invalid_frame", "r1"),
-    ("chat-no-messages", chat_request({"trigger": SUBMIT_TRIGGER}, request_id="r1"), "missing_field", "r1"),
-    ("chat-messages-object", chat_request({"messages": USER_MESSAGE}, request_id="r1"), "missing_field", "r1"),
-    ("chat-message-not-object", chat_request({"messages": ["hi"]}, request_id="r1"), "invalid_message", "r1"),
-    ("chat-message-no-id", chat_request({"messages": [{"role": "user", "parts": []}]}, request_id="r1"),
+    ("chat-body-not-json", encode(chat_request("r1", raw_body="{messages")), "invalid_json", "r1"),
+    ("chat-body-array", encode(chat_request("r1", raw_body="[]")), "invalid_frame", "r1"),
+    ("chat-body-null", encode(chat_request("r1", raw_body="null")), "invalid_frame", "r1"),
+    ("chat-no-messages", encode(chat_request("r1", body={"trigger": SUBMIT_TRIGGER})), "missing_field", "r1"),
+    ("chat-messages-object", encode(chat_request("r1", body={"messages": USER_MESSAGE})), "missing_field", "r1"),
+    ("chat-message-not-object", encode(chat_request("r1", body={"messages": ["hi"]})), "invalid_message", "r1"),
+    ("chat-message-no-id", encode(chat_request("r1", body={"messages": [{"role": "user", "parts": []}]})),
      "invalid_message", "r1"),
-    ("chat-message-empty-id", chat_request({"messages": [{"id": "", "role": "user", "parts": []}]}, request_id="r1"),
+    ("chat-message-empty-id", encode(chat_request("r1", body={"messages": [{"id": "", "role": "user", "parts": []}]})),
      "invalid_message", "r1"),
-    ("chat-message-bad-role", chat_request({"messages": [{"id": "m", "role": "tool", "parts": []}]},
-                                           request_id="r1"), "invalid_message", "r1"),
-    ("chat-message-no-parts", chat_request({"messages": [{"id": "m", "role": "user", "content": "hi"}]},
-                                           request_id="r1"), "invalid_message", "r1"),
-    ("chat-message-parts-object", chat_request({"messages": [{"id": "m", "role": "user", "parts": {}}]},
-                                               request_id="r1"), "invalid_message", "r1"),
-    ("chat-second-message-bad", chat_request({"messages": [USER_MESSAGE, {"id": "m"}]}, request_id="r1"),
+    ("chat-message-bad-role", encode(chat_request("r1", body={"messages": [{"id": "m", "role": "tool", "parts": []}]})),
      "invalid_message", "r1"),
-    ("chat-tools-object", chat_request({"messages": [], "clientTools": {"name": "a"}}, request_id="r1"),
+    ("chat-message-no-parts", encode(chat_request(
+        "r1", body={"messages": [{"id": "m", "role": "user", "content": "hi"}]})),
+     "invalid_message", "r1"),
+    ("chat-message-parts-object", encode(chat_request(
+        "r1", body={"messages": [{"id": "m", "role": "user", "parts": {}}]})),
+     "invalid_message", "r1"),
+    ("chat-second-message-bad", encode(chat_request("r1", body={"messages": [USER_MESSAGE, {"id": "m"}]})),
+     "invalid_message", "r1"),
+    ("chat-tools-object", encode(chat_request("r1", body={"messages": [], "clientTools": {"name": "a"}})),
      "invalid_client_tools", "r1"),
-    ("chat-tools-string", chat_request({"messages": [], "clientTools": ["a"]}, request_id="r1"),
+    ("chat-tools-string", encode(chat_request("r1", body={"messages": [], "clientTools": ["a"]})),
      "invalid_client_tools", "r1"),
-    ("chat-tool-no-name", chat_request({"messages": [], "clientTools": [{"description": "x"}]}, request_id="r1"),
+    ("chat-tool-no-name", encode(chat_request("r1", body={"messages": [], "clientTools": [{"description": "x"}]})),
      "invalid_client_tools", "r1"),
-    ("chat-tool-empty-name", chat_request({"messages": [], "clientTools": [{"name": ""}]}, request_id="r1"),
+    ("chat-tool-empty-name", encode(chat_request("r1", body={"messages": [], "clientTools": [{"name": ""}]})),
      "invalid_client_tools", "r1"),
-    ("chat-tool-numeric-name", chat_request({"messages": [], "clientTools": [{"name": "a"}, {"name": 1}]},
-                                            request_id="r1"), "invalid_client_tools", "r1"),
+    ("chat-tool-numeric-name", encode(chat_request(
+        "r1", body={"messages": [], "clientTools": [{"name": "a"}, {"name": 1}]})),
+     "invalid_client_tools", "r1"),
     # The other frames that need an id or a field.
     ("cancel-no-id", encode({"type": "cf_agent_chat_request_cancel"}), "missing_field", None),
     ("cancel-empty-id", encode({"type": "cf_agent_chat_request_cancel", "id": ""}), "missing_field", None),
@@ -486,7 +480,7 @@ def test_a_bad_frame_is_refused_with_its_code(raw: str | bytes, code: str, reque
 
 @pytest.mark.parametrize("as_bytes", [False, True], ids=["text", "bytes"])
 def test_a_refusal_is_the_same_for_text_and_bytes(as_bytes: bool) -> None:
-    raw = chat_request({"messages": [{"id": "m"}]}, request_id="r9")
+    raw = encode(chat_request("r9", body={"messages": [{"id": "m"}]}))
     error = refusal(raw.encode() if as_bytes else raw)
     assert (error.code, error.request_id) == ("invalid_message", "r9")
 
