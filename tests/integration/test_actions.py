@@ -262,11 +262,13 @@ async def test_18_releases_ledger_rows_when_result_serialization_fails(emitted):
 async def test_19_sweeps_expired_ledger_rows_without_deleting_fresh_rows():
     from agents_app.actions import ledger
 
-    await seed("old-settled", status="settled", age=timedelta(seconds=1))
-    await seed("old-pending", age=timedelta(seconds=1))
+    # Ages far from the TTLs on both sides: a busy machine's delay between seed and sweep cannot
+    # make the fresh row look expired.
+    await seed("old-settled", status="settled", age=timedelta(hours=2))
+    await seed("old-pending", age=timedelta(hours=2))
     await seed("fresh-settled", status="settled")
     swept = await database_sync_to_async(ledger.sweep_expired)(
-        settled_ttl=timedelta(milliseconds=10), pending_ttl=timedelta(milliseconds=10), batch_size=10)
+        settled_ttl=timedelta(hours=1), pending_ttl=timedelta(hours=1), batch_size=10)
     assert swept == {"settled": 1, "pending": 1}
     assert [r["key"] for r in await ledger_rows()] == ["fresh-settled"]
 
