@@ -98,7 +98,8 @@ class PendingApprovalAdmin(ReadOnlyAdmin):
 
     Only approvers (``approvals.can_approve``) see it at all. A decision goes through the service,
     which claims the row by deleting it, so two approvers racing on one call get one success and
-    one "no longer pending" error, shown as an error message.
+    one "no longer pending" error, shown as an error message. Approving runs the action, so bulk
+    approval and a high-risk call's Approve first show each call with its input and risk.
     """
 
     # The action's summary is the same for every call of it, so it sits under the action's name; the
@@ -234,7 +235,7 @@ class PendingApprovalAdmin(ReadOnlyAdmin):
     def _selection(self, request: HttpRequest,
                    queryset: QuerySet[PendingApproval]) -> tuple[list[PendingApproval], list[str]]:
         """The selected calls still pending, and the ticked ids decided elsewhere since the list was drawn."""
-        rows = list(queryset.select_related("instance__owner"))
+        rows = list(queryset.select_related("instance__owner", "requested_by"))
         present = {row.pk for row in rows}
         gone = [pk for pk in request.POST.getlist(ACTION_CHECKBOX_NAME) if pk not in present]
         return rows, gone
