@@ -1,4 +1,5 @@
-"""Accounts pages: log in (with links to the others), self sign-up, invitations and their links.
+"""Accounts pages: log in (with links to the others), self sign-up, invitations and their links, and
+the notice that logging out leaves.
 
 Password reset and change are Django's own views (``django.contrib.auth.urls``) with this site's
 templates.
@@ -68,6 +69,17 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         return _logged_in(request, form)
     return render(request, "accounts/signup.html", {"form": form, "title": "Accept your invitation"})
+
+
+def say_logged_out(sender: type, request: HttpRequest | None, **kwargs: Any) -> None:
+    """Leave "You have been logged out." for the page logging out lands on (the login page).
+
+    A ``user_logged_out`` receiver, so every logout says it, ours and the admin's. Messages live
+    in a cookie first, so the notice outlives the session that logging out flushes; a request
+    without the messages middleware (``Client.logout()`` in tests) just has no notice.
+    """
+    if request is not None:
+        messages.info(request, "You have been logged out.", fail_silently=True)
 
 
 def _logged_in(request: HttpRequest, form: SignupForm) -> HttpResponse:

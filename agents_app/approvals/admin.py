@@ -22,7 +22,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from ..admin_base import AgentFilter, ReadOnlyAdmin, RegistryFilter, badge, conversation, pretty_json
+from ..admin_base import AgentFilter, ReadOnlyAdmin, RegistryFilter, badge, conversation, indented, pretty_json
 from ..errors import AgentConfigurationError
 from ..models import ApprovalDecision, PendingApproval
 from ..registry import agent_classes
@@ -31,6 +31,11 @@ from . import service as approvals
 # Characters of an action's output quoted in the "Approved …" message (the rest is in the
 # decision's audit row).
 OUTCOME_PREVIEW_CHARS = 200
+# Characters of an action's input in the queue's "input" column: enough to tell two deploys apart.
+INPUT_SUMMARY_CHARS = 80
+# Characters of an action's input (indented JSON) on a confirmation page; the call's page has all.
+CONFIRM_INPUT_CHARS = 2000
+CONFIRMATION_TEMPLATE = "admin/agents_app/pendingapproval/approve_selected.html"
 
 RISK_COLOURS = {
     PendingApproval.Risk.LOW: "#2e7d32",
@@ -42,6 +47,27 @@ DECISION_COLOURS = {
     ApprovalDecision.Decision.REJECTED: "#c62828",
     ApprovalDecision.Decision.EXPIRED: "#616161",
 }
+
+
+def input_summary(value: Any) -> str:
+    """An input on one short line, ``version=1.0.0, environment=production``, for the queue.
+
+    Plain text (the admin escapes it): the input is the model's, so it may hold anything.
+    """
+    if isinstance(value, dict):
+        text = ", ".join(f"{key}={_plain(item)}" for key, item in value.items())
+    else:
+        text = _plain(value)
+    return Truncator(" ".join(text.split())).chars(INPUT_SUMMARY_CHARS)
+
+
+def _plain(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def needs_confirmation(pending: PendingApproval) -> bool:
+    """Whether approving this call, even alone, goes through the confirmation page: high risk does."""
+    return pending.risk == PendingApproval.Risk.HIGH
 
 
 class RejectForm(forms.Form):
@@ -72,11 +98,14 @@ class PendingApprovalAdmin(ReadOnlyAdmin):
 
     Only approvers (``approvals.can_approve``) see it at all. A decision goes through the service,
     which claims the row by deleting it, so two approvers racing on one call get one success and
-    one "no longer pending" error, shown as an error message.
+    one "no longer pending" error, shown as an error message. Approving runs the action, so bulk
+    approval and a high-risk call's Approve first show each call with its input and risk.
     """
 
-    list_display = ["conversation", "owner", "action_name", "summary", "risk_badge", "requester", "age"]
-    list_display_links = ["action_name", "summary"]
+    # The action's summary is the same for every call of it, so it sits under the action's name; the
+    # input is what tells two calls apart, so it has the column (and the list still fits 1280 px).
+    list_display = ["conversation", "owner", "action", "input_summary", "risk_badge", "requester", "age"]
+    list_display_links = ["action"]
     list_filter = ["risk", ActionFilter, AgentFilter]
     search_fields = ["action_name", "summary", "instance__name", "execution_id", "instance__owner__username"]
     list_select_related = ["instance__owner", "requested_by"]
@@ -88,6 +117,9 @@ class PendingApprovalAdmin(ReadOnlyAdmin):
                            "requester", "created_at", "input_pretty"]}),
     ]
     readonly_fields = ["agent_link", "risk_badge", "permissions", "requester", "input_pretty"]
+
+    class Media:
+        css = {"all": ["agents_app/approvals-admin.css"]}
 
     # --- who may see and decide ---------------------------------------------------------------
     def has_module_permission(self, request: HttpRequest) -> bool:
@@ -107,6 +139,16 @@ class PendingApprovalAdmin(ReadOnlyAdmin):
     @admin.display(description="owner", ordering="instance__owner__username")
     def owner(self, obj: PendingApproval) -> Any:
         return obj.instance.owner
+
+    @admin.display(description="action", ordering="action_name")
+    def action(self, obj: PendingApproval) -> str:
+        if not obj.summary:
+            return obj.action_name
+        return format_html("{}<br><span class='action-summary'>{}</span>", obj.action_name, obj.summary)
+
+    @admin.display(description="input")
+    def input_summary(self, obj: PendingApproval) -> str:
+        return input_summary(obj.input)
 
     @admin.display(description="risk", ordering="risk")
     def risk_badge(self, obj: PendingApproval) -> str:
@@ -140,6 +182,7 @@ class PendingApprovalAdmin(ReadOnlyAdmin):
             context["conversation"] = conversation(obj.instance_id, obj.tool_call_id)
             context["reject_form"] = RejectForm()
             context["can_decide"] = self.has_approve_permission(request)
+            context["confirm_approval"] = needs_confirmation(obj)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     # --- deciding -----------------------------------------------------------------------------
@@ -151,33 +194,75 @@ class PendingApprovalAdmin(ReadOnlyAdmin):
         return [view(self.approve_view, "approve"), view(self.reject_view, "reject"), *super().get_urls()]
 
     def approve_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """The detail page's Approve button."""
-        return self._decide_one(request, unquote(object_id), None)
+        """The detail page's Approve button: at once, unless the call is high risk (then it confirms first)."""
+        if not self.has_approve_permission(request):
+            raise PermissionDenied
+        execution_id = unquote(object_id)
+        pending = self.get_object(request, execution_id)
+        if pending is not None and needs_confirmation(pending) and "post" not in request.POST:
+            return self._confirmation(request, [pending], [], single=True, title="Approve this action?",
+                                      template=CONFIRMATION_TEMPLATE)
+        return self._decide_one(request, execution_id, None)
 
     def reject_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The detail page's Reject form (with its optional reason)."""
         return self._decide_one(request, unquote(object_id), RejectForm(request.POST).cleaned_reason(), reject=True)
 
     @admin.action(permissions=["approve"], description="Approve selected")
-    def approve_selected(self, request: HttpRequest, queryset: QuerySet[PendingApproval]) -> None:
+    def approve_selected(self, request: HttpRequest, queryset: QuerySet[PendingApproval]) -> HttpResponse | None:
+        """Show what would run (each call with its input and risk) on an intermediate page, then approve.
+
+        As ``delete_selected`` does, only the page's own POST (``post=yes``) decides.
+        """
+        if "post" not in request.POST:
+            rows, gone = self._selection(request, queryset)
+            return self._confirmation(request, rows, gone, title="Approve the selected actions?",
+                                      template=CONFIRMATION_TEMPLATE)
         self._decide_each(request, queryset, None)
+        return None
 
     @admin.action(permissions=["approve"], description="Reject selected")
     def reject_selected(self, request: HttpRequest, queryset: QuerySet[PendingApproval]) -> HttpResponse | None:
         """Ask for a reason on an intermediate page (as ``delete_selected`` asks to confirm), then reject."""
         if "post" not in request.POST:
-            context = {
-                **self.admin_site.each_context(request),
-                "title": "Reject the selected actions?",
-                "opts": self.opts,
-                "queryset": queryset.select_related("instance"),
-                "form": RejectForm(),
-                "action_checkbox_name": ACTION_CHECKBOX_NAME,
-            }
-            request.current_app = self.admin_site.name
-            return TemplateResponse(request, "admin/agents_app/pendingapproval/reject_selected.html", context)
+            rows, gone = self._selection(request, queryset)
+            return self._confirmation(request, rows, gone, title="Reject the selected actions?",
+                                      template="admin/agents_app/pendingapproval/reject_selected.html",
+                                      form=RejectForm())
         self._decide_each(request, queryset, RejectForm(request.POST).cleaned_reason(), reject=True)
         return None
+
+    def _selection(self, request: HttpRequest,
+                   queryset: QuerySet[PendingApproval]) -> tuple[list[PendingApproval], list[str]]:
+        """The selected calls still pending, and the ticked ids decided elsewhere since the list was drawn."""
+        rows = list(queryset.select_related("instance__owner", "requested_by"))
+        present = {row.pk for row in rows}
+        gone = [pk for pk in request.POST.getlist(ACTION_CHECKBOX_NAME) if pk not in present]
+        return rows, gone
+
+    def _confirmation(self, request: HttpRequest, pendings: list[PendingApproval], gone: list[str], *, title: str,
+                      template: str, single: bool = False, **extra: Any) -> TemplateResponse:
+        """The page that lists each call about to be decided (input, risk, conversation) and asks to confirm."""
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "opts": self.opts,
+            "media": self.media,
+            "single": single,
+            "original": pendings[0] if single else None,
+            "rows": [{
+                "obj": pending,
+                "input": format_html("<pre style='white-space:pre-wrap;margin:0'>{}</pre>",
+                                     Truncator(indented(pending.input)).chars(CONFIRM_INPUT_CHARS)),
+                "risk": self.risk_badge(pending) or "-",
+            } for pending in pendings],
+            "no_longer_pending": gone,
+            "high_risk": sum(needs_confirmation(pending) for pending in pendings),
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            **extra,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, template, context)
 
     def _decide_one(self, request: HttpRequest, execution_id: str, reason: str | None, *,
                     reject: bool = False) -> HttpResponse:

@@ -6,6 +6,7 @@ decisions (buttons and bulk actions) run the real thing end to end: the demo age
 ``approvals``, and the transcript, the audit log and the continuation show the result.
 """
 
+import html
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -20,6 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents_app.approvals import service as approvals
+from agents_app.approvals.admin import INPUT_SUMMARY_CHARS
 from agents_app.demo.agents import DemoAgent
 from agents_app.models import AgentInstance, ApprovalDecision, ChatMessage, LedgerEntry, PendingApproval, Turn
 
@@ -122,6 +124,22 @@ def test_list_shows_each_call_oldest_first_with_its_risk_badge(approver_client, 
     assert 'value="approve_selected"' in html and 'value="reject_selected"' in html
     assert "delete_selected" not in html
     assert reverse("admin:agents_app_pendingapproval_add") not in html
+
+
+@pytest.mark.django_db
+def test_list_shows_a_short_escaped_summary_of_each_input(approver_client, instance):
+    plain = park(instance, version="1.0.0", environment="production")
+    other = park(instance, version="1.0.1", environment="staging")
+    hostile = park(instance, note="<script>alert(1)</script>" + " and more" * 40, tags=["a", "b"])
+    listed = {pk: row for row in rows(approver_client.get(LIST).content.decode())
+              for pk in (plain.pk, other.pk, hostile.pk) if pk in row}
+    cell = 'class="field-input_summary">'
+    assert f"{cell}version=1.0.0, environment=production</td>" in listed[plain.pk]
+    assert f"{cell}version=1.0.1, environment=staging</td>" in listed[other.pk]
+    shown = listed[hostile.pk].split(cell, 1)[1].split("</td>", 1)[0]
+    assert shown.startswith("note=&lt;script&gt;alert(1)&lt;/script&gt; and more")
+    assert "<script>" not in listed[hostile.pk]
+    assert shown.endswith("…") and len(html.unescape(shown)) <= INPUT_SUMMARY_CHARS
 
 
 @pytest.mark.django_db
@@ -234,6 +252,24 @@ def test_staff_without_the_permission_gets_403_everywhere(staff, instance):
 
 
 @pytest.mark.django_db
+def test_staff_without_the_permission_never_reach_a_confirmation(staff, instance):
+    """Approving asks to confirm first; that page, like the decision it leads to, is the approvers' own."""
+    pending = park(instance, risk="high", version="9.9.9")
+    grant(staff, "view_pendingapproval")
+    client = Client()
+    client.force_login(staff)
+    for post in ({}, {"post": "yes"}):
+        bulk = client.post(LIST, {"action": "approve_selected", ACTION_CHECKBOX_NAME: [pending.pk], **post})
+        single = client.post(decide_url(pending.pk, "approve"), post)
+        rejecting = client.post(LIST, {"action": "reject_selected", ACTION_CHECKBOX_NAME: [pending.pk], **post})
+        for response in (bulk, single, rejecting):
+            assert response.status_code == 403
+            assert "9.9.9" not in response.content.decode()
+    assert PendingApproval.objects.filter(pk=pending.pk).exists()
+    assert not ApprovalDecision.objects.exists()
+
+
+@pytest.mark.django_db
 def test_the_queue_is_on_the_approver_admin_index(approver_client):
     assert LIST in approver_client.get(reverse("admin:index")).content.decode()
 
@@ -307,10 +343,10 @@ def test_instance_page_links_to_its_approvals_and_ledger(make_user, instance):
 # These run the demo agent's turn (which parks the call) and the service for real; the service
 # uses database_sync_to_async, hence transactional tests. Continuations run inline (test settings).
 
-def parked_deploy(user: Any, name: str = "deploy-room") -> PendingApproval:
+def parked_deploy(user: Any, name: str = "deploy-room", command: str = DEPLOY) -> PendingApproval:
     """Let the demo agent call ``deploy_release`` in a turn of its own: the call parks."""
     agent = async_to_sync(DemoAgent.aget)(name, owner=user)
-    assert async_to_sync(agent.save_messages)([DEPLOY]).status == "completed"
+    assert async_to_sync(agent.save_messages)([command]).status == "completed"
     return PendingApproval.objects.select_related("instance").get(instance=agent.instance)
 
 
@@ -337,7 +373,18 @@ def test_approve_button_runs_the_action_once_and_the_conversation_goes_on(approv
     page = approver_client.get(detail_url(pending.pk)).content.decode()
     assert "(this call)" in page and "/tool deploy_release" in page
 
-    response = approver_client.post(decide_url(pending.pk, "approve"), follow=True)
+    # A high-risk call: the button leads to a confirmation, which decides nothing yet.
+    asking = approver_client.post(decide_url(pending.pk, "approve"))
+    assert asking.status_code == 200
+    assert asking.templates[0].name == "admin/agents_app/pendingapproval/approve_selected.html"
+    html = asking.content.decode()
+    assert pending.pk in html and "&quot;version&quot;: &quot;1.4.2&quot;" in html and ">high</span>" in html
+    assert f'action="{decide_url(pending.pk, "approve")}"' in html and 'name="post" value="yes"' in html
+    assert PendingApproval.objects.filter(pk=pending.pk).exists()
+    assert not ApprovalDecision.objects.exists()
+    assert deploy_part(pending)["output"]["status"] == "paused"
+
+    response = approver_client.post(decide_url(pending.pk, "approve"), {"post": "yes"}, follow=True)
     assert response.redirect_chain == [(LIST, 302)]
     assert messages_of(response) == [("success", f"Approved deploy_release ({pending.pk}): {DEPLOYED}")]
     assert not PendingApproval.objects.exists()
@@ -346,9 +393,22 @@ def test_approve_button_runs_the_action_once_and_the_conversation_goes_on(approv
     assert deploy_part(pending)["output"] == DEPLOYED
     assert last_text(pending).startswith(CONTINUED)
 
-    again = approver_client.post(decide_url(pending.pk, "approve"), follow=True)
+    again = approver_client.post(decide_url(pending.pk, "approve"), {"post": "yes"}, follow=True)
     assert messages_of(again) == [("error", not_pending(pending.pk))]
     assert ApprovalDecision.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_approve_button_of_a_medium_risk_call_decides_at_once(approver, approver_client, user):
+    pending = parked_deploy(user)
+    PendingApproval.objects.filter(pk=pending.pk).update(risk="medium")  # as a medium-risk action parks it
+    page = approver_client.get(detail_url(pending.pk)).content.decode()
+    assert f'action="{decide_url(pending.pk, "approve")}"' in page
+
+    response = approver_client.post(decide_url(pending.pk, "approve"), follow=True)
+    assert response.redirect_chain == [(LIST, 302)]
+    assert messages_of(response) == [("success", f"Approved deploy_release ({pending.pk}): {DEPLOYED}")]
+    assert ApprovalDecision.objects.get(execution_id=pending.pk).decision == "approved"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -368,18 +428,56 @@ def test_reject_button_tells_the_model_the_reason(approver, approver_client, use
 
 
 @pytest.mark.django_db(transaction=True)
+def test_approve_selected_lists_each_call_with_its_input_and_risk_before_deciding(approver, approver_client, user):
+    first = parked_deploy(user, "bulk-a", '/tool deploy_release {"version": "1.0.0"}')
+    second = parked_deploy(user, "bulk-b", '/tool deploy_release {"version": "2.0.0", "environment": "staging"}')
+    selection = {"action": "approve_selected", ACTION_CHECKBOX_NAME: [first.pk, second.pk]}
+
+    asking = approver_client.post(LIST, selection)
+    assert asking.status_code == 200
+    assert asking.templates[0].name == "admin/agents_app/pendingapproval/approve_selected.html"
+    html = asking.content.decode()
+    listed = html.split('<table id="selected-executions"', 1)[1].split("</table>", 1)[0]
+    assert first.pk in listed and second.pk in listed
+    # Each input in full, as indented JSON (escaped).
+    assert "&quot;version&quot;: &quot;1.0.0&quot;,\n  &quot;environment&quot;: &quot;production&quot;" in listed
+    assert "&quot;version&quot;: &quot;2.0.0&quot;,\n  &quot;environment&quot;: &quot;staging&quot;" in listed
+    assert listed.count(">high</span>") == 2
+    assert "bulk-a" in listed and "bulk-b" in listed
+    assert 'name="post" value="yes"' in html and 'value="approve_selected"' in html
+    # Nothing ran: both calls are still parked and nobody decided.
+    assert set(PendingApproval.objects.values_list("pk", flat=True)) == {first.pk, second.pk}
+    assert not ApprovalDecision.objects.exists()
+    assert deploy_part(first)["output"]["status"] == deploy_part(second)["output"]["status"] == "paused"
+
+    response = approver_client.post(LIST, {**selection, "post": "yes"}, follow=True)
+    assert messages_of(response) == [("success", "Approved 2 actions.")]
+    assert set(ApprovalDecision.objects.values_list("execution_id", "decision", "decided_by")) == \
+        {(first.pk, "approved", approver.pk), (second.pk, "approved", approver.pk)}
+    assert deploy_part(first)["output"] == "Deployed 1.0.0 to production."
+    assert deploy_part(second)["output"] == "Deployed 2.0.0 to staging."
+    assert not PendingApproval.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_approve_selected_reports_each_lost_race(approver, approver_client, user):
     first, second, third = (parked_deploy(user, f"bulk-{i}") for i in range(3))
-    # Another approver decides the second one after this list was drawn.
+    selection = {"action": "approve_selected", ACTION_CHECKBOX_NAME: [first.pk, second.pk, third.pk]}
+    # Another approver decides the second one after this list was drawn: the confirmation says so.
     async_to_sync(approvals.reject_execution)(second.pk, "elsewhere")
+    asking = approver_client.post(LIST, selection).content.decode()
+    listed = asking.split('<table id="selected-executions"', 1)[1].split("</table>", 1)[0]
+    assert first.pk in listed and third.pk in listed and second.pk not in listed
+    assert f"{second.pk}" in asking.split('id="no-longer-pending"', 1)[1]
 
-    response = approver_client.post(
-        LIST, {"action": "approve_selected", ACTION_CHECKBOX_NAME: [first.pk, second.pk, third.pk]}, follow=True
-    )
-    assert messages_of(response) == [("error", not_pending(second.pk)), ("success", "Approved 2 actions.")]
+    # And the third one while the confirmation was open.
+    async_to_sync(approvals.reject_execution)(third.pk, "elsewhere")
+    response = approver_client.post(LIST, {"action": "approve_selected", "post": "yes",
+                                           ACTION_CHECKBOX_NAME: [first.pk, third.pk]}, follow=True)
+    assert messages_of(response) == [("error", not_pending(third.pk)), ("success", "Approved 1 action.")]
     decided = dict(ApprovalDecision.objects.values_list("execution_id", "decision"))
-    assert decided == {first.pk: "approved", second.pk: "rejected", third.pk: "approved"}
-    assert deploy_part(first)["output"] == deploy_part(third)["output"] == DEPLOYED
+    assert decided == {first.pk: "approved", second.pk: "rejected", third.pk: "rejected"}
+    assert deploy_part(first)["output"] == DEPLOYED
     assert not PendingApproval.objects.exists()
 
 
@@ -392,7 +490,9 @@ def test_reject_selected_asks_for_a_reason_first(approver, approver_client, user
     assert asking.status_code == 200
     html = asking.content.decode()
     assert 'name="reason"' in html and 'name="post" value="yes"' in html
-    assert first.pk in html and second.pk in html and "bulk-a" in html
+    listed = html.split('<table id="selected-executions"', 1)[1].split("</table>", 1)[0]
+    assert first.pk in listed and second.pk in listed and "bulk-a" in listed
+    assert listed.count("&quot;version&quot;: &quot;1.4.2&quot;") == 2 and listed.count(">high</span>") == 2
     assert PendingApproval.objects.count() == 2
 
     response = approver_client.post(LIST, {**selection, "post": "yes", "reason": "Release freeze"}, follow=True)
