@@ -217,7 +217,7 @@ class PendingApprovalAdmin(ReadOnlyAdmin):
         if "post" not in request.POST:
             rows, gone = self._selection(request, queryset)
             return self._confirmation(request, rows, gone, title="Approve the selected actions?",
-                                      template=CONFIRMATION_TEMPLATE)
+                                      template=CONFIRMATION_TEMPLATE, action_name="approve_selected")
         self._decide_each(request, queryset, None)
         return None
 
@@ -228,7 +228,7 @@ class PendingApprovalAdmin(ReadOnlyAdmin):
             rows, gone = self._selection(request, queryset)
             return self._confirmation(request, rows, gone, title="Reject the selected actions?",
                                       template="admin/agents_app/pendingapproval/reject_selected.html",
-                                      form=RejectForm())
+                                      form=RejectForm(), action_name="reject_selected")
         self._decide_each(request, queryset, RejectForm(request.POST).cleaned_reason(), reject=True)
         return None
 
