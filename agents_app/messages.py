@@ -1,20 +1,24 @@
-"""UIMessage helpers: build an assistant message from UIMessageChunks, and transcript rules.
+"""UIMessages: build an assistant reply from stream chunks, and the rules of the transcript.
 
-``MessageBuilder.apply`` is the Python counterpart of ``applyChunkToParts`` in
-``agents/src/chat/message-builder.ts`` (spec cloudflare-agents.md §3.1): the same function
-rebuilds a live reply, a cancelled partial and (later) an orphaned stream from stored chunks, so
-all three persist identical parts.
+One builder (``MessageBuilder``) makes every reply we store: the live one, a cancelled partial and
+one rebuilt from the stored chunks of a cut stream, so all three hold the same parts. It builds
+parts as Cloudflare's ``AIChatAgent`` does, because clients build the same message from the same
+stream and must agree with what we store; the chat page's ``message-builder.js`` is its twin, kept
+equal by ``tests/unit/test_chat_js.py``. The chunks and frames are described in ``docs/protocol.md``.
 """
 
 import copy
 import secrets
 import string
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 UIMessage = dict[str, Any]
 Chunk = dict[str, Any]
 
 TERMINAL_TOOL_STATES = frozenset({"output-available", "output-error", "output-denied"})
+# Tool states a repeated approval request or denial leaves alone.
+SETTLED_TOOL_STATES = TERMINAL_TOOL_STATES | {"approval-responded"}
 _ID_ALPHABET = string.ascii_letters + string.digits
 
 
@@ -75,109 +79,131 @@ class MessageBuilder:
         return None
 
     def apply(self, chunk: Chunk) -> None:
-        """Apply one chunk; unknown types leave the parts unchanged (they are still streamed)."""
+        """Apply one chunk with the handler ``_CHUNK_HANDLERS`` names for its type.
+
+        A ``data-<name>`` type adds or updates a data part. Any other type (``finish``, ``finish-step``,
+        ``abort``, ``error``, a provider's own, or a type that is not a string) leaves the parts
+        unchanged: such chunks are still streamed, they just add nothing to the message.
+        """
         kind = chunk.get("type")
-        if kind == "start":
-            if chunk.get("messageMetadata") is not None:
-                self._merge_metadata(chunk["messageMetadata"])
-        elif kind in ("start-step", "step-start"):
-            self.parts.append({"type": "step-start"})
-        elif kind in ("text-start", "reasoning-start"):
-            part_type = kind.split("-")[0]
-            part: dict[str, Any] = {"type": part_type, "text": "", "state": "streaming"}
-            if chunk.get("providerMetadata") is not None:
-                part["providerMetadata"] = chunk["providerMetadata"]
-            self.parts.append(part)
-        elif kind in ("text-delta", "reasoning-delta"):
-            part_type = kind.split("-")[0]
-            target = self._last(part_type)
-            if target is None or target.get("state") == "done":
-                target = {"type": part_type, "text": "", "state": "streaming"}
-                self.parts.append(target)
-            target["text"] += str(chunk.get("delta", ""))
-        elif kind in ("text-end", "reasoning-end"):
-            target = self._last(kind.split("-")[0])
-            if target is not None:
-                target["state"] = "done"
-        elif kind == "file":
-            self.parts.append({"type": "file", "mediaType": chunk.get("mediaType"),
-                               "url": chunk.get("url")})
-        elif kind in ("source-url", "source-document"):
-            self.parts.append(dict(chunk.items()))
-        elif kind == "tool-input-start":
-            if self.tool_part(chunk.get("toolCallId")) is None:
-                part = {
-                    "type": "dynamic-tool" if chunk.get("dynamic") else f"tool-{chunk.get('toolName')}",
-                    "toolCallId": chunk.get("toolCallId"),
-                    "toolName": chunk.get("toolName"),
-                    "state": "input-streaming",
-                }
-                for key in ("providerExecuted", "title"):
-                    if key in chunk:
-                        part[key] = chunk[key]
-                self.parts.append(part)
-        elif kind == "tool-input-delta":
-            pass  # the input is only final at tool-input-available
-        elif kind == "tool-input-available":
-            part = self.tool_part(chunk.get("toolCallId"))
-            raw_input = chunk.get("input")
-            tool_input = raw_input if isinstance(raw_input, dict) else {}
-            if part is None:
-                part = {
+        if not isinstance(kind, str):
+            return
+        handler = self._CHUNK_HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, chunk)
+        elif kind.startswith("data-"):
+            self._apply_data(chunk)
+
+    def _message_metadata(self, chunk: Chunk) -> None:
+        self._merge_metadata(chunk.get("messageMetadata"))
+
+    def _step_start(self, chunk: Chunk) -> None:
+        self.parts.append({"type": "step-start"})
+
+    def _text_start(self, chunk: Chunk) -> None:
+        """``text-start`` and ``reasoning-start``: the part's type is the chunk type's first word."""
+        part: dict[str, Any] = {"type": chunk["type"].split("-")[0], "text": "", "state": "streaming"}
+        if chunk.get("providerMetadata") is not None:
+            part["providerMetadata"] = chunk["providerMetadata"]
+        self.parts.append(part)
+
+    def _text_delta(self, chunk: Chunk) -> None:
+        """Extends the last part of its type; a delta with no open part (never started, or ended) starts one."""
+        part_type = chunk["type"].split("-")[0]
+        target = self._last(part_type)
+        if target is None or target.get("state") == "done":
+            target = {"type": part_type, "text": "", "state": "streaming"}
+            self.parts.append(target)
+        target["text"] += str(chunk.get("delta", ""))
+
+    def _text_end(self, chunk: Chunk) -> None:
+        target = self._last(chunk["type"].split("-")[0])
+        if target is not None:
+            target["state"] = "done"
+
+    def _file(self, chunk: Chunk) -> None:
+        self.parts.append({"type": "file", "mediaType": chunk.get("mediaType"), "url": chunk.get("url")})
+
+    def _source(self, chunk: Chunk) -> None:
+        self.parts.append(dict(chunk.items()))
+
+    def _tool_input_start(self, chunk: Chunk) -> None:
+        if self.tool_part(chunk.get("toolCallId")) is not None:
+            return
+        part = {
+            "type": "dynamic-tool" if chunk.get("dynamic") else f"tool-{chunk.get('toolName')}",
+            "toolCallId": chunk.get("toolCallId"),
+            "toolName": chunk.get("toolName"),
+            "state": "input-streaming",
+        }
+        for key in ("providerExecuted", "title"):
+            if key in chunk:
+                part[key] = chunk[key]
+        self.parts.append(part)
+
+    def _tool_input_delta(self, chunk: Chunk) -> None:
+        """Nothing: the input is only final at ``tool-input-available``."""
+
+    def _tool_input_available(self, chunk: Chunk) -> None:
+        part = self.tool_part(chunk.get("toolCallId"))
+        raw_input = chunk.get("input")
+        tool_input = raw_input if isinstance(raw_input, dict) else {}
+        if part is None:
+            self.parts.append(
+                {
                     "type": f"tool-{chunk.get('toolName')}",
                     "toolCallId": chunk.get("toolCallId"),
                     "toolName": chunk.get("toolName"),
                     "state": "input-available",
                     "input": tool_input,
                 }
-                self.parts.append(part)
-            elif part.get("state") == "input-streaming":
-                part["state"] = "input-available"
-                part["input"] = tool_input
-        elif kind == "tool-input-error":
-            part = self.tool_part(chunk.get("toolCallId"))
-            if part is None:
-                part = {"type": f"tool-{chunk.get('toolName')}", "toolCallId": chunk.get("toolCallId"),
-                        "toolName": chunk.get("toolName")}
-                self.parts.append(part)
-            if part.get("state") not in TERMINAL_TOOL_STATES:
-                part.update(state="output-error", input=chunk.get("input"),
-                            errorText=chunk.get("errorText", ""))
-        elif kind == "tool-approval-request":
-            part = self.tool_part(chunk.get("toolCallId"))
-            if part is not None and part.get("state") not in TERMINAL_TOOL_STATES | {
-                "approval-responded"
-            }:
-                approval: dict[str, Any] = {"id": chunk.get("approvalId")}
-                if chunk.get("approvalDescriptor") is not None:
-                    approval["descriptor"] = chunk["approvalDescriptor"]
-                part.update(state="approval-requested", approval=approval)
-        elif kind == "tool-output-available":
-            part = self.tool_part(chunk.get("toolCallId"))
-            if part is not None:
-                part.update(state="output-available", output=chunk.get("output"))
-                if chunk.get("preliminary"):
-                    part["preliminary"] = True
-                else:
-                    part.pop("preliminary", None)
-                if chunk.get("approvalDescriptor") is not None:
-                    part["approvalDescriptor"] = chunk["approvalDescriptor"]
-        elif kind == "tool-output-error":
-            part = self.tool_part(chunk.get("toolCallId"))
-            if part is not None:
-                part.update(state="output-error", errorText=chunk.get("errorText", ""))
-        elif kind == "tool-output-denied":
-            part = self.tool_part(chunk.get("toolCallId"))
-            if part is not None and part.get("state") not in TERMINAL_TOOL_STATES | {
-                "approval-responded"
-            }:
-                part["state"] = "output-denied"
-        elif isinstance(kind, str) and kind.startswith("data-"):
-            self._apply_data(chunk)
-        elif kind == "message-metadata" and chunk.get("messageMetadata") is not None:
-            self._merge_metadata(chunk["messageMetadata"])
+            )
+        elif part.get("state") == "input-streaming":
+            part.update(state="input-available", input=tool_input)
+
+    def _tool_input_error(self, chunk: Chunk) -> None:
+        part = self.tool_part(chunk.get("toolCallId"))
+        if part is None:
+            tool = chunk.get("toolName")
+            part = {"type": f"tool-{tool}", "toolCallId": chunk.get("toolCallId"), "toolName": tool}
+            self.parts.append(part)
+        if part.get("state") not in TERMINAL_TOOL_STATES:
+            part.update(state="output-error", input=chunk.get("input"), errorText=chunk.get("errorText", ""))
+
+    def _tool_approval_request(self, chunk: Chunk) -> None:
+        part = self.tool_part(chunk.get("toolCallId"))
+        if part is None or part.get("state") in SETTLED_TOOL_STATES:
+            return
+        approval: dict[str, Any] = {"id": chunk.get("approvalId")}
+        if chunk.get("approvalDescriptor") is not None:
+            approval["descriptor"] = chunk["approvalDescriptor"]
+        part.update(state="approval-requested", approval=approval)
+
+    def _tool_output_available(self, chunk: Chunk) -> None:
+        """Each output replaces the last; a ``preliminary`` one (progress) marks the part, the final one not."""
+        part = self.tool_part(chunk.get("toolCallId"))
+        if part is None:
+            return
+        part.update(state="output-available", output=chunk.get("output"))
+        if chunk.get("preliminary"):
+            part["preliminary"] = True
+        else:
+            part.pop("preliminary", None)
+        if chunk.get("approvalDescriptor") is not None:
+            part["approvalDescriptor"] = chunk["approvalDescriptor"]
+
+    def _tool_output_error(self, chunk: Chunk) -> None:
+        part = self.tool_part(chunk.get("toolCallId"))
+        if part is not None:
+            part.update(state="output-error", errorText=chunk.get("errorText", ""))
+
+    def _tool_output_denied(self, chunk: Chunk) -> None:
+        part = self.tool_part(chunk.get("toolCallId"))
+        if part is not None and part.get("state") not in SETTLED_TOOL_STATES:
+            part["state"] = "output-denied"
 
     def _apply_data(self, chunk: Chunk) -> None:
+        """A data part: a transient one is not kept; one with an id replaces the data of its namesake."""
         if chunk.get("transient"):
             return
         data_id = chunk.get("id")
@@ -193,10 +219,37 @@ class MessageBuilder:
         self.parts.append(part)
 
     def _merge_metadata(self, metadata: Any) -> None:
+        """Shallow-merge a metadata object into the message's (anything else is ignored)."""
         if isinstance(metadata, dict):
             merged = dict(self.message.get("metadata") or {})
             merged.update(metadata)
             self.message["metadata"] = merged
+
+    # Chunk type -> the handler that applies it; ``apply`` says what happens to the other types.
+    # message-builder.js has the same table, in the same order (tests/unit/test_chat_js.py checks).
+    _CHUNK_HANDLERS: ClassVar[dict[str, Callable[["MessageBuilder", Chunk], None]]] = {
+        "start": _message_metadata,
+        "message-metadata": _message_metadata,
+        "start-step": _step_start,
+        "step-start": _step_start,
+        "text-start": _text_start,
+        "text-delta": _text_delta,
+        "text-end": _text_end,
+        "reasoning-start": _text_start,
+        "reasoning-delta": _text_delta,
+        "reasoning-end": _text_end,
+        "file": _file,
+        "source-url": _source,
+        "source-document": _source,
+        "tool-input-start": _tool_input_start,
+        "tool-input-delta": _tool_input_delta,
+        "tool-input-available": _tool_input_available,
+        "tool-input-error": _tool_input_error,
+        "tool-approval-request": _tool_approval_request,
+        "tool-output-available": _tool_output_available,
+        "tool-output-error": _tool_output_error,
+        "tool-output-denied": _tool_output_denied,
+    }
 
 
 def rewrite_finish(chunk: Chunk, default_reason: str) -> Chunk:
@@ -234,15 +287,16 @@ def clone(message: UIMessage) -> UIMessage:
     return copy.deepcopy(message)
 
 
-# Tool-part updates (spec §3.3, agents/src/chat/tool-state.ts). Each returns the updated part, or
-# None when the part is not in a state the update applies to.
+# Tool-part updates the client sends (a client tool's result, an approval decision). Each returns the
+# updated part, or None when the part is not in a state the update applies to.
 RESULT_STATES = frozenset({"input-available", "approval-requested", "approval-responded"})
 APPROVAL_STATES = frozenset({"input-available", "approval-requested"})
 DEFAULT_TOOL_ERROR = "Tool execution denied by user"
 
 
-def tool_result_update(part: dict[str, Any], output: Any, *, state: str = "output-available",
-                       error_text: str | None = None) -> dict[str, Any] | None:
+def tool_result_update(
+    part: dict[str, Any], output: Any, *, state: str = "output-available", error_text: str | None = None
+) -> dict[str, Any] | None:
     if part.get("state") not in RESULT_STATES:
         return None
     updated = {k: v for k, v in part.items() if k not in ("output", "errorText", "preliminary")}
@@ -269,7 +323,7 @@ def awaits_interaction(part: dict[str, Any]) -> bool:
 def has_incomplete_tool_batch(message: UIMessage) -> bool:
     """Some calls of the reply are answered and some still wait: continue once all are."""
     tool_parts = [p for p in message.get("parts", []) if is_tool_part(p)]
-    return any(p.get("state") in TERMINAL_TOOL_STATES | {"approval-responded"} for p in tool_parts) and any(
+    return any(p.get("state") in SETTLED_TOOL_STATES for p in tool_parts) and any(
         awaits_interaction(p) for p in tool_parts
     )
 
@@ -282,11 +336,16 @@ def ready_to_continue(messages: list[UIMessage]) -> bool:
 def is_replayed_chunk(chunk: Chunk, builder: "MessageBuilder") -> bool:
     """A chunk that repeats what the reply already holds (a provider replay on continuation, #1404).
 
-    Such chunks are neither stored nor sent (spec §3.2).
+    Such chunks are neither stored nor sent.
     """
     kind = chunk.get("type")
-    if kind not in ("tool-input-start", "tool-input-delta", "tool-input-available", "tool-approval-request",
-                    "tool-output-denied"):
+    if kind not in (
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-input-available",
+        "tool-approval-request",
+        "tool-output-denied",
+    ):
         return False
     part = builder.tool_part(chunk.get("toolCallId"))
     if part is None:
@@ -295,7 +354,7 @@ def is_replayed_chunk(chunk: Chunk, builder: "MessageBuilder") -> bool:
         return True
     if kind in ("tool-input-delta", "tool-input-available"):
         return part.get("state") != "input-streaming"
-    return part.get("state") in TERMINAL_TOOL_STATES | {"approval-responded"}
+    return part.get("state") in SETTLED_TOOL_STATES
 
 
 # What joins the texts of user messages merged by the ``merge`` concurrency strategy.
@@ -303,7 +362,7 @@ MERGE_SEPARATOR = "\n\n"
 
 
 def merge_user_messages(messages: list[UIMessage]) -> UIMessage:
-    """Overlapping user messages as one (spec §4.1 ``merge``): their parts in order, consecutive
+    """Overlapping user messages as one (the ``merge`` concurrency strategy): their parts in order, consecutive
     texts joined by a blank line, and the last message's id and other fields."""
     parts: list[dict[str, Any]] = [dict(part) for part in messages[0].get("parts", [])]
     for message in messages[1:]:
@@ -328,6 +387,7 @@ def _append_text(parts: list[dict[str, Any]], text: str) -> None:
 def denied_parts(message: UIMessage) -> list[dict[str, Any]]:
     """Tool parts of a reply whose approval the user rejected."""
     return [
-        p for p in message.get("parts", [])
+        p
+        for p in message.get("parts", [])
         if is_tool_part(p) and p.get("state") == "output-denied" and (p.get("approval") or {}).get("approved") is False
     ]

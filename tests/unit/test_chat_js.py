@@ -28,17 +28,14 @@ GOLDEN = ROOT / "tests" / "golden" / "frames"
 JS_TESTS = ROOT / "tests" / "js"
 SEQUENCES = JS_TESTS / "chunk_sequences.json"
 NODE_TEST = JS_TESTS / "message_builder.test.mjs"
+BUILDER_JS = ROOT / "agents_app" / "static" / "agents_app" / "chat" / "message-builder.js"
 # The node test reads the cases from the file this variable names.
 CASES_ENV = "CHAT_JS_PARITY_CASES"
 RESPONSE = "cf_agent_use_chat_response"
 NODE_TIMEOUT = 120
-# Every chunk type MessageBuilder.apply handles (data-* stands for all data parts).
-BUILDER_CHUNK_TYPES = {
-    "start", "start-step", "step-start", "text-start", "text-delta", "text-end", "reasoning-start",
-    "reasoning-delta", "reasoning-end", "file", "source-url", "source-document", "tool-input-start",
-    "tool-input-delta", "tool-input-available", "tool-input-error", "tool-approval-request",
-    "tool-output-available", "tool-output-error", "tool-output-denied", "data-*", "message-metadata", "finish",
-}
+# Every chunk type MessageBuilder.apply handles (data-* stands for all data parts), and finish: it carries
+# messageMetadata that the builder must not merge.
+BUILDER_CHUNK_TYPES = {*MessageBuilder._CHUNK_HANDLERS, "data-*", "finish"}
 
 Case = dict[str, Any]
 
@@ -79,8 +76,9 @@ def replies(frames: list[dict[str, Any]], prefix: str) -> dict[str, Case]:
                 case: Case = {"chunks": []}
                 message_id = chunk.get("messageId") if chunk.get("type") == "start" else None
                 message_id = message_id or f"{prefix}/{request_id}"
-                builder = builder_for_reply(transcript, continuation=bool(frame.get("continuation")),
-                                            message_id=message_id)
+                builder = builder_for_reply(
+                    transcript, continuation=bool(frame.get("continuation")), message_id=message_id
+                )
                 if builder.message == MessageBuilder.new(message_id).message:
                     case["messageId"] = message_id
                 else:
@@ -117,12 +115,25 @@ def node() -> str:
 def test_sequences_cover_every_chunk_type_of_the_builder() -> None:
     """A chunk type the Python builder learns must get a hand-written sequence here too."""
     seen = {
-        "data-*" if chunk["type"].startswith("data-") else chunk["type"]
+        "data-*" if str(chunk.get("type")).startswith("data-") else chunk.get("type")
         for sequence in json.loads(SEQUENCES.read_text()).values()
         for chunk in sequence["chunks"]
     }
     missing = BUILDER_CHUNK_TYPES - seen
     assert not missing, f"no sequence has: {sorted(missing)}"
+
+
+def test_js_builder_has_the_same_table_of_handlers() -> None:
+    """message-builder.js maps the same chunk types to the same handlers (camelCase), in the same order."""
+    js = re.findall(r'^  \["([^"]+)", proto\.(\w+)\],$', BUILDER_JS.read_text(), re.MULTILINE)
+    python = [(kind, _camel(handler.__name__)) for kind, handler in MessageBuilder._CHUNK_HANDLERS.items()]
+    assert js == python
+
+
+def _camel(name: str) -> str:
+    """``_tool_input_start`` -> ``toolInputStart``."""
+    first, *rest = name.lstrip("_").split("_")
+    return first + "".join(word.capitalize() for word in rest)
 
 
 def test_golden_replies_are_found() -> None:
@@ -142,8 +153,12 @@ def test_js_builder_makes_the_messages_python_makes(tmp_path: Path) -> None:
     cases_file.write_text(json.dumps(cases, ensure_ascii=False))
     result = subprocess.run(
         [node(), "--test", "--test-reporter=tap", str(NODE_TEST)],
-        cwd=ROOT, env={**os.environ, CASES_ENV: str(cases_file)},
-        capture_output=True, text=True, timeout=NODE_TIMEOUT, check=False,
+        cwd=ROOT,
+        env={**os.environ, CASES_ENV: str(cases_file)},
+        capture_output=True,
+        text=True,
+        timeout=NODE_TIMEOUT,
+        check=False,
     )
     output = f"{result.stdout}\n{result.stderr}"
     assert result.returncode == 0, f"node --test failed (exit {result.returncode}):\n{output}"

@@ -1,10 +1,11 @@
 /*
  * The one message builder of the chat page: applies UIMessageChunks to an assistant UIMessage.
  *
- * It is the JS twin of `MessageBuilder.apply` in agents_app/messages.py, and must stay equal to
- * it: the server persists what its builder makes, and a page that built something else would
- * change what it shows on reload. tests/unit/test_chat_js.py runs the golden frames and
- * tests/js/chunk_sequences.json through both and compares the messages.
+ * It is the JS twin of `MessageBuilder` in agents_app/messages.py (the same table of chunk types,
+ * the same handlers in camelCase), and must stay equal to it: the server persists what its builder
+ * makes, and a page that built something else would change what it shows on reload.
+ * tests/unit/test_chat_js.py runs the golden frames and tests/js/chunk_sequences.json through both
+ * and compares the messages.
  *
  * Pure: no DOM, no page state, importable from Node. What only the page needs (stream records,
  * transient data parts, raw tool input text, error display, re-render marking) sits around it,
@@ -84,131 +85,131 @@ export class MessageBuilder {
     return null;
   }
 
-  /** Apply one chunk; unknown types leave the parts unchanged. */
+  /**
+   * Apply one chunk with the handler CHUNK_HANDLERS names for its type.
+   *
+   * A `data-<name>` type adds or updates a data part. Any other type (finish, finish-step, abort,
+   * error, a provider's own, or a type that is not a string) leaves the parts unchanged: such
+   * chunks are still streamed, they just add nothing to the message.
+   */
   apply(chunk) {
     const kind = chunk.type;
-    const parts = this.parts;
-    switch (kind) {
-      case "start":
-        if (present(chunk, "messageMetadata")) this.mergeMetadata(chunk.messageMetadata);
-        break;
-      case "start-step":
-      case "step-start":
-        parts.push({ type: "step-start" });
-        break;
-      case "text-start":
-      case "reasoning-start": {
-        const part = { type: kind.split("-")[0], text: "", state: "streaming" };
-        if (present(chunk, "providerMetadata")) part.providerMetadata = chunk.providerMetadata;
-        parts.push(part);
-        break;
-      }
-      case "text-delta":
-      case "reasoning-delta": {
-        const partType = kind.split("-")[0];
-        let target = this.last(partType);
-        if (target === null || target.state === "done") {
-          target = { type: partType, text: "", state: "streaming" };
-          parts.push(target);
-        }
-        // Deltas are strings; a null one adds nothing (Python's str(None) would add "None").
-        target.text += String(chunk.delta ?? "");
-        break;
-      }
-      case "text-end":
-      case "reasoning-end": {
-        const target = this.last(kind.split("-")[0]);
-        if (target !== null) target.state = "done";
-        break;
-      }
-      case "file":
-        parts.push({ type: "file", mediaType: get(chunk, "mediaType"), url: get(chunk, "url") });
-        break;
-      case "source-url":
-      case "source-document":
-        parts.push({ ...chunk });
-        break;
-      case "tool-input-start":
-        if (this.toolPart(get(chunk, "toolCallId")) === null) {
-          const part = {
-            type: truthy(chunk.dynamic) ? "dynamic-tool" : `tool-${get(chunk, "toolName")}`,
-            toolCallId: get(chunk, "toolCallId"),
-            toolName: get(chunk, "toolName"),
-            state: "input-streaming",
-          };
-          for (const key of ["providerExecuted", "title"]) if (Object.hasOwn(chunk, key)) part[key] = chunk[key];
-          parts.push(part);
-        }
-        break;
-      case "tool-input-delta":
-        break; // the input is only final at tool-input-available
-      case "tool-input-available": {
-        const part = this.toolPart(get(chunk, "toolCallId"));
-        const input = isPlainObject(chunk.input) ? chunk.input : {};
-        if (part === null) {
-          parts.push({
-            type: `tool-${get(chunk, "toolName")}`,
-            toolCallId: get(chunk, "toolCallId"),
-            toolName: get(chunk, "toolName"),
-            state: "input-available",
-            input,
-          });
-        } else if (part.state === "input-streaming") {
-          part.state = "input-available";
-          part.input = input;
-        }
-        break;
-      }
-      case "tool-input-error": {
-        let part = this.toolPart(get(chunk, "toolCallId"));
-        if (part === null) {
-          const toolName = get(chunk, "toolName");
-          part = { type: `tool-${toolName}`, toolCallId: get(chunk, "toolCallId"), toolName };
-          parts.push(part);
-        }
-        if (!TERMINAL_TOOL_STATES.has(part.state)) {
-          part.state = "output-error";
-          part.input = get(chunk, "input");
-          part.errorText = get(chunk, "errorText", "");
-        }
-        break;
-      }
-      case "tool-approval-request": {
-        const part = this.toolPart(get(chunk, "toolCallId"));
-        if (part !== null && !SETTLED_TOOL_STATES.has(part.state)) {
-          const approval = { id: get(chunk, "approvalId") };
-          if (present(chunk, "approvalDescriptor")) approval.descriptor = chunk.approvalDescriptor;
-          Object.assign(part, { state: "approval-requested", approval });
-        }
-        break;
-      }
-      case "tool-output-available": {
-        const part = this.toolPart(get(chunk, "toolCallId"));
-        if (part !== null) {
-          Object.assign(part, { state: "output-available", output: get(chunk, "output") });
-          if (truthy(chunk.preliminary)) part.preliminary = true;
-          else delete part.preliminary;
-          if (present(chunk, "approvalDescriptor")) part.approvalDescriptor = chunk.approvalDescriptor;
-        }
-        break;
-      }
-      case "tool-output-error": {
-        const part = this.toolPart(get(chunk, "toolCallId"));
-        if (part !== null) Object.assign(part, { state: "output-error", errorText: get(chunk, "errorText", "") });
-        break;
-      }
-      case "tool-output-denied": {
-        const part = this.toolPart(get(chunk, "toolCallId"));
-        if (part !== null && !SETTLED_TOOL_STATES.has(part.state)) part.state = "output-denied";
-        break;
-      }
-      case "message-metadata":
-        if (present(chunk, "messageMetadata")) this.mergeMetadata(chunk.messageMetadata);
-        break;
-      default:
-        if (typeof kind === "string" && kind.startsWith("data-")) this.applyData(chunk);
-        break; // unknown chunk types (finish, abort, error, provider-specific) change nothing
+    if (typeof kind !== "string") return;
+    const handler = CHUNK_HANDLERS.get(kind);
+    if (handler !== undefined) handler.call(this, chunk);
+    else if (kind.startsWith("data-")) this.applyData(chunk);
+  }
+
+  messageMetadata(chunk) {
+    this.mergeMetadata(chunk.messageMetadata);
+  }
+
+  stepStart() {
+    this.parts.push({ type: "step-start" });
+  }
+
+  /** `text-start` and `reasoning-start`: the part's type is the chunk type's first word. */
+  textStart(chunk) {
+    const part = { type: chunk.type.split("-")[0], text: "", state: "streaming" };
+    if (present(chunk, "providerMetadata")) part.providerMetadata = chunk.providerMetadata;
+    this.parts.push(part);
+  }
+
+  /** Extends the last part of its type; a delta with no open part (never started, or ended) starts one. */
+  textDelta(chunk) {
+    const partType = chunk.type.split("-")[0];
+    let target = this.last(partType);
+    if (target === null || target.state === "done") {
+      target = { type: partType, text: "", state: "streaming" };
+      this.parts.push(target);
     }
+    // Deltas are strings; a null one adds nothing (Python's str(None) would add "None").
+    target.text += String(chunk.delta ?? "");
+  }
+
+  textEnd(chunk) {
+    const target = this.last(chunk.type.split("-")[0]);
+    if (target !== null) target.state = "done";
+  }
+
+  file(chunk) {
+    this.parts.push({ type: "file", mediaType: get(chunk, "mediaType"), url: get(chunk, "url") });
+  }
+
+  source(chunk) {
+    this.parts.push({ ...chunk });
+  }
+
+  toolInputStart(chunk) {
+    if (this.toolPart(get(chunk, "toolCallId")) !== null) return;
+    const part = {
+      type: truthy(chunk.dynamic) ? "dynamic-tool" : `tool-${get(chunk, "toolName")}`,
+      toolCallId: get(chunk, "toolCallId"),
+      toolName: get(chunk, "toolName"),
+      state: "input-streaming",
+    };
+    for (const key of ["providerExecuted", "title"]) if (Object.hasOwn(chunk, key)) part[key] = chunk[key];
+    this.parts.push(part);
+  }
+
+  /** Nothing: the input is only final at `tool-input-available`. */
+  toolInputDelta() {}
+
+  toolInputAvailable(chunk) {
+    const part = this.toolPart(get(chunk, "toolCallId"));
+    const input = isPlainObject(chunk.input) ? chunk.input : {};
+    if (part === null) {
+      this.parts.push({
+        type: `tool-${get(chunk, "toolName")}`,
+        toolCallId: get(chunk, "toolCallId"),
+        toolName: get(chunk, "toolName"),
+        state: "input-available",
+        input,
+      });
+    } else if (part.state === "input-streaming") {
+      Object.assign(part, { state: "input-available", input });
+    }
+  }
+
+  toolInputError(chunk) {
+    let part = this.toolPart(get(chunk, "toolCallId"));
+    if (part === null) {
+      const tool = get(chunk, "toolName");
+      part = { type: `tool-${tool}`, toolCallId: get(chunk, "toolCallId"), toolName: tool };
+      this.parts.push(part);
+    }
+    if (!TERMINAL_TOOL_STATES.has(part.state)) {
+      const errorText = get(chunk, "errorText", "");
+      Object.assign(part, { state: "output-error", input: get(chunk, "input"), errorText });
+    }
+  }
+
+  toolApprovalRequest(chunk) {
+    const part = this.toolPart(get(chunk, "toolCallId"));
+    if (part === null || SETTLED_TOOL_STATES.has(part.state)) return;
+    const approval = { id: get(chunk, "approvalId") };
+    if (present(chunk, "approvalDescriptor")) approval.descriptor = chunk.approvalDescriptor;
+    Object.assign(part, { state: "approval-requested", approval });
+  }
+
+  /** Each output replaces the last; a `preliminary` one (progress) marks the part, the final one not. */
+  toolOutputAvailable(chunk) {
+    const part = this.toolPart(get(chunk, "toolCallId"));
+    if (part === null) return;
+    Object.assign(part, { state: "output-available", output: get(chunk, "output") });
+    if (truthy(chunk.preliminary)) part.preliminary = true;
+    else delete part.preliminary;
+    if (present(chunk, "approvalDescriptor")) part.approvalDescriptor = chunk.approvalDescriptor;
+  }
+
+  toolOutputError(chunk) {
+    const part = this.toolPart(get(chunk, "toolCallId"));
+    if (part !== null) Object.assign(part, { state: "output-error", errorText: get(chunk, "errorText", "") });
+  }
+
+  toolOutputDenied(chunk) {
+    const part = this.toolPart(get(chunk, "toolCallId"));
+    if (part !== null && !SETTLED_TOOL_STATES.has(part.state)) part.state = "output-denied";
   }
 
   /** A data part: a transient one is not kept; one with an id replaces the data of its namesake. */
@@ -233,3 +234,33 @@ export class MessageBuilder {
     if (isPlainObject(metadata)) this.message.metadata = { ...(this.message.metadata || {}), ...metadata };
   }
 }
+
+const proto = MessageBuilder.prototype;
+/**
+ * Chunk type -> the method that applies it; `apply` says what happens to the other types. A Map,
+ * so that a type such as "constructor" finds nothing. messages.py has the same table
+ * (`MessageBuilder._CHUNK_HANDLERS`), in the same order.
+ */
+const CHUNK_HANDLERS = new Map([
+  ["start", proto.messageMetadata],
+  ["message-metadata", proto.messageMetadata],
+  ["start-step", proto.stepStart],
+  ["step-start", proto.stepStart],
+  ["text-start", proto.textStart],
+  ["text-delta", proto.textDelta],
+  ["text-end", proto.textEnd],
+  ["reasoning-start", proto.textStart],
+  ["reasoning-delta", proto.textDelta],
+  ["reasoning-end", proto.textEnd],
+  ["file", proto.file],
+  ["source-url", proto.source],
+  ["source-document", proto.source],
+  ["tool-input-start", proto.toolInputStart],
+  ["tool-input-delta", proto.toolInputDelta],
+  ["tool-input-available", proto.toolInputAvailable],
+  ["tool-input-error", proto.toolInputError],
+  ["tool-approval-request", proto.toolApprovalRequest],
+  ["tool-output-available", proto.toolOutputAvailable],
+  ["tool-output-error", proto.toolOutputError],
+  ["tool-output-denied", proto.toolOutputDenied],
+]);
