@@ -76,8 +76,9 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
                             "updated_at"]
         extra_kwargs = {
             "prompt": {"help_text": "Posted as a user message at each run.", "allow_blank": False},
-            "schedule": {"help_text": '"every day at 09:00", "every weekday at 08:30 in Europe/Oslo", '
-                                      '"every 15 minutes", or cron ("0 9 * * 1-5").', "allow_blank": False},
+            "schedule": {"help_text": '"every day at 09:00", "every monday at 9am in Europe/Oslo", '
+                                      '"every 15 minutes", or cron ("0 9 * * 1-5"); check one with preview.',
+                         "allow_blank": False},
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

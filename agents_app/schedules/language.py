@@ -74,6 +74,7 @@ CRON_FIELDS = 5
 EXAMPLES = 'Try "every day at 09:00" or "every monday at 9am in Europe/Oslo".'
 INTERVAL_EXAMPLES = 'Try "every 15 minutes" or "every 2 hours".'
 TIME_EXAMPLES = 'Try "every day at 09:00" or "every day at 9:30pm".'
+CRON_EXAMPLES = 'Try "0 9 * * 1-5" or "*/15 * * * *".'
 # The zones offered: UTC and the IANA regions' places (no "Factory", "localtime", "Etc/GMT+5",
 # "EST5EDT" or "US/Eastern", which still parse when typed: a stored schedule may name one).
 _AREAS = frozenset({"Africa", "America", "Antarctica", "Arctic", "Asia", "Atlantic", "Australia", "Europe",
@@ -216,11 +217,20 @@ class _Reader:
 def _read(text: str, expression: str) -> IntervalSchedule | _WallClock | _Cron:
     """What ``expression`` says, before any zone is looked for (``text``: the schedule as typed)."""
     fields = expression.split(" ")
-    if len(fields) == CRON_FIELDS and fields[0].lower() != "every" and re.search(r"[\d*]", fields[0]):
+    words = [word for word in fields if re.fullmatch(r"[a-z]{4,}", word.lower())]  # cron has none ("mon-fri")
+    if re.fullmatch(r"[\d*,/\-]+", fields[0]) and (len(fields) == CRON_FIELDS or not words):
+        if len(fields) != CRON_FIELDS:
+            raise ScheduleError(f'Could not read "{text}": a cron expression has five fields (minute hour '
+                                f"day-of-month month day-of-week), not {len(fields)}. {CRON_EXAMPLES}")
         return _Cron(expression.lower())
     reader = _Reader(text, expression)
     if reader.take("a schedule") != "every":
-        reader.not_understood('expected "every" or a cron expression', ["every"])
+        try:  # "5 minutes", "day at 09:00": "every" was left out
+            _read(text, f"every {expression}")
+            hint = f'did you mean "every {expression}"?'
+        except ScheduleError:
+            hint = 'expected "every" or a cron expression'
+        reader.not_understood(hint, ["every"])
     word = reader.take("something", 'a number, "minute", "hour", "day", "weekday", "weekend" or a day of the week')
     if word.isdigit() or word in ("minute", "hour"):
         return _interval(reader, word)

@@ -151,6 +151,9 @@ TRY_TIME = 'Try "every day at 09:00" or "every day at 9:30pm".'
     ("every day at 09:00 on mondays", {"timezone": "UTC"},
      f'Could not read "every day at 09:00 on mondays": "on" is not understood (the schedule ends after the time, '
      f'or goes on with "in" and a time zone). {TRY}'),
+    ("5 minutes", {}, f'Could not read "5 minutes": "5" is not understood (did you mean "every 5 minutes"?). {TRY}'),
+    ("Monday at 9am", {"timezone": "UTC"}, 'Could not read "Monday at 9am": "Monday" is not understood (did you mean '
+                                           f'"every Monday at 9am"?). {TRY}'),
     ("every day at 09:00 in Mars/Olympus", {}, 'Invalid timezone "Mars/Olympus"'),
     ("every day at 09:00 in Europe/Olso", {}, 'Invalid timezone "Europe/Olso"; did you mean "Europe/Oslo"?'),
     ("every day at 09:00", {"timezone": "Mars/Olympus"}, 'Invalid timezone "Mars/Olympus"'),
@@ -166,6 +169,8 @@ TRY_TIME = 'Try "every day at 09:00" or "every day at 9:30pm".'
      f'Could not read "every week on mon, ,tue at 07:00": a day is missing after ",". {TRY}'),
     ("every week on mon,monday at 07:00", {"timezone": "UTC"}, 'Duplicate schedule day "monday"'),
     ("every fri,fri at 07:00", {"timezone": "UTC"}, 'Duplicate schedule day "fri"'),
+    ("0 9 * *", {}, 'Could not read "0 9 * *": a cron expression has five fields (minute hour day-of-month month '
+                    'day-of-week), not 4. Try "0 9 * * 1-5" or "*/15 * * * *".'),
     ("61 * * * *", {}, 'Invalid cron expression "61 * * * *": Bad minute'),
     ("0 9 * * 8", {}, 'Invalid cron expression "0 9 * * 8": Bad day-of-week'),
     ("0 0 30 2 *", {}, 'Invalid cron expression "0 0 30 2 *": Bad day-of-month'),
@@ -182,7 +187,7 @@ def test_a_typo_is_reported_as_a_typo_with_or_without_a_zone(zone: dict[str, str
 
 
 def test_every_example_in_an_error_is_valid() -> None:
-    for example in re.findall(r'"([^"]+)"', TRY + TRY_INTERVAL + TRY_TIME):
+    for example in re.findall(r'"([^"]+)"', TRY + TRY_INTERVAL + TRY_TIME + dsl.CRON_EXAMPLES):
         dsl.parse(example, default_timezone="UTC")
 
 
