@@ -350,7 +350,8 @@ def parse(raw: str, *, timezone: str | None = None, default_timezone: str | None
         return _cron(read.expression, validate_timezone(inline_timezone or timezone or default_timezone or "UTC"))
     zone = inline_timezone or timezone or default_timezone
     if not zone:
-        raise ScheduleError(f'Wall-clock schedule "{text}" requires a timezone or get_default_timezone()')
+        raise ScheduleError(f'Wall-clock schedule "{text}" requires a timezone or get_default_timezone(): add '
+                            f'one, e.g. "{text} in Europe/Oslo"')
     return CalendarSchedule(cron=read.cron, timezone=validate_timezone(zone), normalized=read.normalized)
 
 

@@ -107,7 +107,8 @@ def test_a_bad_schedule_or_agent_is_a_form_error(oslo: BrowserContext, live: Liv
     admin.fill("#id_schedule", "every day at 09:00")
     admin.click("input[name=_save]")
     expect(admin.locator(".field-schedule .errorlist")).to_have_text(
-        'Wall-clock schedule "every day at 09:00" requires a timezone or get_default_timezone()')
+        'Wall-clock schedule "every day at 09:00" requires a timezone or get_default_timezone(): add one, e.g. '
+        '"every day at 09:00 in Europe/Oslo"')
 
     # An agent that is not (or no longer) registered, as a stale form would post it.
     admin.fill("#id_schedule", "every day at 09:00 in Europe/Oslo")

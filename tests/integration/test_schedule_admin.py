@@ -98,7 +98,8 @@ def test_the_instance_may_be_an_existing_one_offered_while_typing(client_of, use
      'Could not read "evry day at 09:00": "evry" is not understood (did you mean "every"?). Try "every day at '
      '09:00" or "every monday at 9am in Europe/Oslo".'),
     ({"schedule": "every day at 09:00"}, "schedule",
-     'Wall-clock schedule "every day at 09:00" requires a timezone or get_default_timezone()'),
+     'Wall-clock schedule "every day at 09:00" requires a timezone or get_default_timezone(): add one, e.g. '
+     '"every day at 09:00 in Europe/Oslo"'),
     ({"schedule": "every 1 minutes"}, "schedule", 'Use singular unit for "every 1 minutes"'),
     ({"schedule": "every 15 minutes", "timezone": "Europe/Oslo"}, "schedule",
      "Interval schedules cannot specify a timezone"),

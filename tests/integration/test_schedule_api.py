@@ -88,7 +88,8 @@ def test_create_list_update_delete(api, operator):
                      '"every monday at 9am in Europe/Oslo".'],
         "timezone": ['Invalid timezone "europe/olso"; did you mean "Europe/Oslo"?']}),
     ({"schedule": "every day at 09:00"},
-     {"schedule": ['Wall-clock schedule "every day at 09:00" requires a timezone or get_default_timezone()']}),
+     {"schedule": ['Wall-clock schedule "every day at 09:00" requires a timezone or get_default_timezone(): add '
+                   'one, e.g. "every day at 09:00 in Europe/Oslo"']}),
     ({"agent": "nope"}, {"agent": ['"nope" is not a valid choice.']}),
     ({"instance": "two words"}, {"instance": ["Invalid instance name 'two words': no slash or space, at most 200 "
                                               "characters"]}),

@@ -120,9 +120,9 @@ TRY_TIME = 'Try "every day at 09:00" or "every day at 9:30pm".'
     ("every 5 minutes in Europe/Oslo", {}, "Interval schedules cannot specify a timezone"),
     ("every 5 minutes", {"timezone": "UTC"}, "Interval schedules cannot specify a timezone"),
     ("every day at 09:00", {}, 'Wall-clock schedule "every day at 09:00" requires a timezone or '
-                               "get_default_timezone()"),
-    ("every weekday at 08:30", {}, 'Wall-clock schedule "every weekday at 08:30" requires a timezone or '
-                                   "get_default_timezone()"),
+                               'get_default_timezone(): add one, e.g. "every day at 09:00 in Europe/Oslo"'),
+    ("Every  Weekday at 8am", {}, 'Wall-clock schedule "Every Weekday at 8am" requires a timezone or '
+                                  'get_default_timezone(): add one, e.g. "Every Weekday at 8am in Europe/Oslo"'),
     ("every day at 24:00", {"timezone": "UTC"}, f'Invalid schedule time "24:00": use HH:MM (00:00 to 23:59), '
                                                 f"9am or 9:30pm. {TRY_TIME}"),
     ("every weekday at 29:10", {"timezone": "UTC"}, f'Invalid schedule time "29:10": use HH:MM (00:00 to 23:59), '
