@@ -312,7 +312,7 @@ class BadScheduleAgent(ChatAgent):
     """Declares a schedule with a typo: system check E006 reports it."""
 
     def get_scheduled_tasks(self) -> dict[str, Any]:
-        return {"daily": {"schedule": "every day at 9:00", "timezone": "UTC", "prompt": "hi"}}
+        return {"daily": {"schedule": "evry day at 09:00", "timezone": "UTC", "prompt": "hi"}}
 
 
 # What RecoveryAgent's hooks saw, per instance name (tests read and clear it).

@@ -8,6 +8,11 @@ pause it or resume it. Schedules declared in code (``get_scheduled_tasks()``) an
 (``agent.schedule()``) are listed too and may be paused, resumed or run, not edited; Celery
 beat's system tasks are shown below the list, read-only. Every change goes through
 ``schedules.definitions``, ``schedules.runs``, as the REST API's do.
+
+While an operator types a schedule, the form shows what it means and its next three runs (or
+what was not understood), from ``preview_view``. The lists fit a 1280 px window with the
+navigation and the filters open: few columns, long values cut (all of them in the title), and a
+schedule's page has its actions (run now, pause or resume) at the top.
 """
 
 from typing import Any
@@ -19,9 +24,9 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.forms.models import BaseInlineFormSet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.translation import ngettext
@@ -35,8 +40,10 @@ from . import language as dsl
 
 # Runs shown on a schedule's page, newest first (the full history is in "Scheduled runs").
 RUN_HISTORY = 20
-# Characters of a run's error shown in the list (the rest is on the run).
-ERROR_PREVIEW_CHARS = 120
+# Characters of a run's error shown in a list (all of it is in the title, and on the run).
+ERROR_PREVIEW_CHARS = 80
+# Characters of a name or an instance's address shown in a list (all of it is in the title).
+NAME_CHARS = 36
 # Instance names offered while typing one (the most recently active).
 INSTANCE_SUGGESTIONS = 200
 NO_TIMEZONE = "— the schedule's “in …”, else the agent's default —"
@@ -51,8 +58,25 @@ def local_time(moment: Any, zone: str | None = None) -> SafeString:
                        shown.strftime("%Y-%m-%d %H:%M %Z"))
 
 
+def clipped(text: str, chars: int) -> SafeString:
+    """``text`` cut to ``chars`` characters for a list column, whole in the title (shown on hover)."""
+    return format_html("<span class='clipped' title='{}'>{}</span>", text, Truncator(text).chars(chars))
+
+
 def status_label(run: ScheduleRun) -> SafeString:
     return format_html("<span class='run-status' data-status='{}'>{}</span>", run.status, run.get_status_display())
+
+
+def run_error(run: ScheduleRun) -> SafeString:
+    """The start of a run's error, under its status (all of it in the title)."""
+    if not run.error:
+        return SafeString("")
+    return format_html("<div class='run-error'>{}</div>", clipped(run.error.strip(), ERROR_PREVIEW_CHARS))
+
+
+def instance_link(instance: AgentInstance) -> SafeString:
+    """An instance's address, cut for a list, linking to its conversation."""
+    return format_html("<a href='{}'>{}</a>", registry.staff_chat_url(instance), clipped(instance.address, NAME_CHARS))
 
 
 def run_links(run: ScheduleRun) -> SafeString:
@@ -63,6 +87,13 @@ def run_links(run: ScheduleRun) -> SafeString:
     turn = reverse("admin:agents_app_turn_changelist")
     return format_html("<a href='{}?instance__id__exact={}&amp;request_id__exact={}'>turn</a> · "
                        "<a href='{}'>conversation</a>", turn, run.instance_id, run.request_id, chat)
+
+
+def scheduled_cell(run: ScheduleRun) -> SafeString:
+    """When a run was due, and "run now" when an operator started it."""
+    trigger = format_html(" <span class='run-trigger'>{}</span>", "run now") \
+        if run.trigger == ScheduleRun.Trigger.MANUAL else ""
+    return format_html("{}{}", local_time(run.scheduled_for, run.schedule.spec.get("timezone")), trigger)
 
 
 class ScheduleForm(forms.ModelForm):
@@ -86,8 +117,8 @@ class ScheduleForm(forms.ModelForm):
         help_texts = {
             "name": 'Letters, digits, "_" or "-" (e.g. daily-report): each run is named after it.',
             "prompt": "Posted as a user message at each run; the agent replies as in a chat.",
-            "schedule": ('"every day at 09:00", "every weekday at 08:30 in Europe/Oslo", '
-                         '"every week on mon,thu at 07:00", "every 15 minutes", or cron: "0 9 * * 1-5".'),
+            "schedule": ('"every day at 09:00", "every monday at 9am in Europe/Oslo", "every weekday at 8:30pm", '
+                         '"every mon,thu at 07:00", "every 15 minutes", or cron: "0 9 * * 1-5".'),
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -95,6 +126,9 @@ class ScheduleForm(forms.ModelForm):
         if self.instance.pk:
             self.initial.setdefault("agent", self.instance.instance.slug)
             self.initial.setdefault("instance_name", self.instance.instance.name)
+            stored = self.instance.timezone
+            if stored and stored not in dsl.timezone_names():  # an old name ("US/Eastern") the API took
+                self.fields["timezone"].choices = [*self.fields["timezone"].choices, (stored, stored)]
         self.fields["prompt"].required = True
         self.fields["schedule"].required = True
         self.parsed: dsl.Schedule | None = None
@@ -130,7 +164,7 @@ class RecentRunsFormSet(BaseInlineFormSet):
 class ScheduleRunInline(admin.TabularInline):
     model = ScheduleRun
     formset = RecentRunsFormSet
-    fields = ["scheduled", "trigger", "status_badge", "started", "finished", "links", "error"]
+    fields = ["scheduled", "status_badge", "started", "finished", "links"]
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -138,11 +172,11 @@ class ScheduleRunInline(admin.TabularInline):
 
     @admin.display(description="scheduled for")
     def scheduled(self, run: ScheduleRun) -> str:
-        return local_time(run.scheduled_for, run.schedule.spec.get("timezone"))
+        return scheduled_cell(run)
 
     @admin.display(description="status")
     def status_badge(self, run: ScheduleRun) -> str:
-        return status_label(run)
+        return format_html("{}{}", status_label(run), run_error(run))
 
     @admin.display(description="started")
     def started(self, run: ScheduleRun) -> str:
@@ -179,8 +213,10 @@ class OperatorOnly(admin.ModelAdmin):
 @admin.register(Schedule)
 class ScheduleAdmin(OperatorOnly):
     form = ScheduleForm
-    list_display = ["name", "agent_instance", "schedule_text", "enabled", "next_run", "last_run_summary",
-                    "consecutive_failures", "source"]
+    # Five columns fit a 1280 px window beside the navigation and the filters: whether it is on is
+    # in "next run" (paused), its failures in a row and its error in "last run", its source under
+    # its instance.
+    list_display = ["schedule_name", "agent_instance", "schedule_text", "next_run", "last_run_summary"]
     list_filter = ["enabled", "source"]
     search_fields = ["name", "instance__name", "instance__slug", "prompt"]
     list_select_related = ["instance__owner", "last_run"]
@@ -189,10 +225,11 @@ class ScheduleAdmin(OperatorOnly):
     actions = ["run_selected", "pause_selected", "resume_selected"]
     inlines = [ScheduleRunInline]
     readonly_fields = ["next_run", "last_run_summary", "consecutive_failures", "source"]
+    save_on_top = True  # a schedule's page is long (its runs): its buttons are at the top too
 
     class Media:
         js = ["agents_app/schedules-admin.js"]
-        css = {"all": ["agents_app/schedules-admin.css"]}
+        css = {"all": ["agents_app/admin.css", "agents_app/schedules-admin.css"]}
 
     # --- who may do what ------------------------------------------------------------------------
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -252,19 +289,28 @@ class ScheduleAdmin(OperatorOnly):
     def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
                            change: bool = False, form_url: str = "", obj: Schedule | None = None) -> Any:
         """Offer the instances that exist while the operator types a name (of the global namespace,
-        where scheduled prompts run), and "Run now" on a saved one."""
+        where scheduled prompts run), the schedule's preview, and "Run now", "Pause" or "Resume" on a saved one."""
         context["instance_suggestions"] = (AgentInstance.objects.filter(owner=None).order_by("-updated_at")
                                            .values_list("slug", "name")[:INSTANCE_SUGGESTIONS])
         context["can_run"] = obj is not None and self.has_manage_permission(request)
+        if isinstance(context["adminform"].form, ScheduleForm):
+            context["preview_url"] = reverse("admin:agents_app_schedule_preview")
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         return super().changelist_view(request, {**(extra_context or {}), "system_tasks": declared.system_tasks()})
 
     # --- columns --------------------------------------------------------------------------------
+    @admin.display(description="name", ordering="name")
+    def schedule_name(self, obj: Schedule) -> str:
+        return clipped(obj.name, NAME_CHARS)
+
     @admin.display(description="agent / instance", ordering="instance__slug")
     def agent_instance(self, obj: Schedule) -> str:
-        return format_html("<a href='{}'>{}</a>", registry.staff_chat_url(obj.instance), obj.instance.address)
+        if obj.source == Schedule.Source.OPERATOR:
+            return instance_link(obj.instance)
+        return format_html("{}<div class='schedule-source'>{}</div>", instance_link(obj.instance),
+                           obj.get_source_display())
 
     @admin.display(description="schedule")
     def schedule_text(self, obj: Schedule) -> str:
@@ -293,16 +339,55 @@ class ScheduleAdmin(OperatorOnly):
         if run is None:
             return "—"
         run.schedule, run.instance = obj, obj.instance  # for the links, without a query
-        error = format_html("<div class='run-error'>{}</div>", Truncator(run.error).chars(ERROR_PREVIEW_CHARS)) \
-            if run.error else ""
-        return format_html("{} {} {}{}", local_time(run.scheduled_for, obj.spec.get("timezone")), status_label(run),
-                           run_links(run), error)
+        failures = obj.consecutive_failures
+        streak = format_html("<div class='run-failures'>{}</div>", ngettext(
+            "%d failure in a row", "%d failures in a row", failures) % failures) if failures else ""
+        return format_html("{} {} {}{}{}", local_time(run.scheduled_for, obj.spec.get("timezone")), status_label(run),
+                           run_links(run), streak, run_error(run))
 
     # --- run now, pause, resume -----------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
-        name = f"{self.opts.app_label}_{self.opts.model_name}_run"
-        view = self.admin_site.admin_view(require_POST(self.run_view))
-        return [path("<path:object_id>/run/", view, name=name), *super().get_urls()]
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        wrap = self.admin_site.admin_view
+        return [path("preview/", wrap(self.preview_view), name=f"{prefix}_preview"),
+                path("<path:object_id>/run/", wrap(require_POST(self.run_view)), name=f"{prefix}_run"),
+                path("<path:object_id>/enable/", wrap(require_POST(self.enable_view)), name=f"{prefix}_enable"),
+                *super().get_urls()]
+
+    def preview_view(self, request: HttpRequest) -> JsonResponse:
+        """What the schedule being typed means and its next three runs, or its errors by field.
+
+        Asked by the form's script (``schedules-admin.js``) as the operator types; saves nothing.
+        """
+        if not self.has_manage_permission(request):
+            raise PermissionDenied
+        query = request.GET
+        schedule = query.get("schedule", "").strip()
+        if not schedule:
+            return JsonResponse({"ok": False, "errors": {}})
+        answer, problems = definitions.preview(query.get("agent", ""), query.get("instance_name", ""), schedule,
+                                               query.get("timezone", ""))
+        if answer is None:
+            return JsonResponse({"ok": False, "errors": problems})
+        zone = answer["timezone"]
+        meaning = f"{answer['schedule']} ({zone})" if zone else answer["schedule"]
+        runs = format_html_join(", ", "{}", ((local_time(moment, zone),) for moment in answer["next_runs"]))
+        html = format_html("<span class='schedule-meaning'>{}</span> — next runs, in your time: {}", meaning, runs)
+        return JsonResponse({"ok": True, "schedule": answer["schedule"], "timezone": zone,
+                             "next_runs": [moment.isoformat() for moment in answer["next_runs"]], "html": html})
+
+    def enable_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The "Pause" and "Resume" buttons at the top of a schedule's page."""
+        if not self.has_manage_permission(request):
+            raise PermissionDenied
+        schedule = self.get_object(request, object_id)
+        if schedule is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        enabled = request.POST.get("enabled") == "1"
+        definitions.set_enabled([schedule.pk], enabled)
+        self.message_user(request, f"Resumed {schedule.name}: it runs next at its next occurrence from now."
+                          if enabled else f"Paused {schedule.name}.", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:agents_app_schedule_change", args=[schedule.pk]))
 
     def run_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The "Run now" button of a schedule's page."""
@@ -342,8 +427,10 @@ class ScheduleAdmin(OperatorOnly):
 class ScheduleRunAdmin(OperatorOnly):
     """Every run of every schedule, read-only: what ran when, and what came of it."""
 
-    list_display = ["occurrence_key", "agent_instance", "scheduled", "trigger", "status_badge", "finished_at",
-                    "links", "error"]
+    # Five columns fit a 1280 px window beside the navigation and the filters: the trigger is marked
+    # in "scheduled for", the error is under the status (cut; all of it in the title), and when it
+    # started and finished is on the run's page.
+    list_display = ["run", "agent_instance", "scheduled", "status_badge", "links"]
     list_filter = ["status", "trigger"]
     search_fields = ["occurrence_key", "request_id", "instance__name"]
     list_select_related = ["instance__owner", "schedule"]
@@ -351,7 +438,7 @@ class ScheduleRunAdmin(OperatorOnly):
 
     class Media:
         js = ["agents_app/schedules-admin.js"]
-        css = {"all": ["agents_app/schedules-admin.css"]}
+        css = {"all": ["agents_app/admin.css", "agents_app/schedules-admin.css"]}
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -362,17 +449,23 @@ class ScheduleRunAdmin(OperatorOnly):
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
+    @admin.display(description="run", ordering="occurrence_key")
+    def run(self, run: ScheduleRun) -> str:
+        """The schedule's name (its occurrence key in the title: ``<name>:<scheduled time in ms>``)."""
+        return format_html("<span title='{}'>{}</span>", run.occurrence_key, Truncator(run.schedule.name).chars(
+            NAME_CHARS))
+
     @admin.display(description="agent / instance")
     def agent_instance(self, run: ScheduleRun) -> str:
-        return str(run.instance)
+        return clipped(run.instance.address, NAME_CHARS)
 
     @admin.display(description="scheduled for", ordering="scheduled_for")
     def scheduled(self, run: ScheduleRun) -> str:
-        return local_time(run.scheduled_for, run.schedule.spec.get("timezone"))
+        return scheduled_cell(run)
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, run: ScheduleRun) -> str:
-        return status_label(run)
+        return format_html("{}{}", status_label(run), run_error(run))
 
     @admin.display(description="turn")
     def links(self, run: ScheduleRun) -> str:

@@ -4,6 +4,7 @@ The same service calls as the admin's (``schedules.definitions``, ``schedules.ru
 is sent (the schedule language's own messages come back on the ``schedule`` field),
 ``save_operator_schedule`` stores it, ``run_now`` claims a run and hands it to a worker. Schedules
 declared in code or by agents are listed too; of those, only ``enabled`` may be changed here.
+``preview`` reads a schedule and gives its next three runs without saving anything.
 """
 
 from typing import Any
@@ -75,8 +76,9 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
                             "updated_at"]
         extra_kwargs = {
             "prompt": {"help_text": "Posted as a user message at each run.", "allow_blank": False},
-            "schedule": {"help_text": '"every day at 09:00", "every weekday at 08:30 in Europe/Oslo", '
-                                      '"every 15 minutes", or cron ("0 9 * * 1-5").', "allow_blank": False},
+            "schedule": {"help_text": '"every day at 09:00", "every monday at 9am in Europe/Oslo", '
+                                      '"every 15 minutes", or cron ("0 9 * * 1-5"); check one with preview.',
+                         "allow_blank": False},
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -122,6 +124,28 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
         return self.instance
 
 
+class PreviewRequestSerializer(serializers.Serializer[Any]):
+    """A schedule to check before saving it: the fields of a scheduled prompt that say when it runs."""
+
+    agent = serializers.ChoiceField(choices=[], help_text="Agent slug (its default zone may apply).")
+    instance = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    schedule = serializers.CharField(max_length=200, help_text='e.g. "every monday at 9am in Europe/Oslo".')
+    timezone = serializers.CharField(required=False, allow_blank=True, max_length=64, default="")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["agent"].choices = sorted(agent_classes())
+
+
+class PreviewSerializer(serializers.Serializer[Any]):
+    """What the schedule means (normalized, in which zone) and when it would run next."""
+
+    schedule = serializers.CharField()
+    kind = serializers.CharField()
+    timezone = serializers.CharField(allow_null=True)
+    next_runs = serializers.ListField(child=serializers.DateTimeField())
+
+
 class OldestFirst(CursorPagination):
     """Oldest schedule first, 50 a page, with no ``COUNT(*)``."""
 
@@ -152,6 +176,20 @@ class ScheduleViewSet(viewsets.ModelViewSet):
         if instance.source == Schedule.Source.CODE:
             raise DeclaredElsewhere("This schedule is declared in get_scheduled_tasks(): remove it there.")
         definitions.delete(instance)
+
+    @extend_schema(summary="Check a schedule: what it means and its next three runs (nothing is saved)",
+                   operation_id="schedules_preview", request=PreviewRequestSerializer,
+                   responses={200: PreviewSerializer})
+    @action(detail=False, methods=["post"])
+    def preview(self, request: Request) -> Response:
+        """The schedule language's reading of ``schedule`` (or its errors by field, 400), as the admin form shows it."""
+        asked = PreviewRequestSerializer(data=request.data)
+        asked.is_valid(raise_exception=True)
+        data = asked.validated_data
+        answer, problems = definitions.preview(data["agent"], data["instance"], data["schedule"], data["timezone"])
+        if answer is None:
+            raise serializers.ValidationError(problems)
+        return Response(PreviewSerializer(answer).data)
 
     @extend_schema(summary="Run now: one run right away (the next scheduled run does not move)",
                    operation_id="schedules_run", request=None, responses={202: ScheduleRunSerializer})

@@ -14,7 +14,7 @@ from .. import events, registry
 from ..models import AgentInstance, Schedule
 from . import language as dsl
 
-__all__ = ["ONCE", "can_manage", "check_definition", "delete", "parse_for", "save_operator_schedule",
+__all__ = ["ONCE", "can_manage", "check_definition", "delete", "parse_for", "preview", "save_operator_schedule",
            "set_enabled", "store"]
 
 # The ``spec`` of a one-off schedule of the agent API (it runs once, then its row is removed).
@@ -74,6 +74,28 @@ def check_definition(agent: str, instance_name: str, name: str, schedule: str, t
         dsl.validate_task_id(name)
     except dsl.ScheduleError as exc:
         errors["name"] = str(exc)
+    parsed, problems = _parse_checked(agent, instance_name, schedule, time_zone, errors)
+    if parsed is None:
+        return None, problems
+    taken = Schedule.objects.filter(instance__slug=agent, instance__name=instance_name, instance__owner=None,
+                                    instance__parent=None, name=name).exclude(pk=pk)
+    if taken.exists():
+        return None, {"name": f'{agent}/{instance_name} has a schedule named "{name}" already'}
+    return parsed, {}
+
+
+def _parse_checked(agent: str, instance_name: str, schedule: str, time_zone: str,
+                   errors: dict[str, str]) -> tuple[dsl.Schedule | None, dict[str, str]]:
+    """``schedule`` parsed for ``agent``, unless ``errors`` (other fields') or the schedule's own say no.
+
+    The expression is read before any zone (a typo is reported as a typo), and a bad ``time_zone``
+    is reported beside it, each on its field.
+    """
+    errors = dict(errors)
+    try:
+        dsl.check_expression(schedule)
+    except dsl.ScheduleError as exc:
+        errors["schedule"] = str(exc)
     if time_zone:
         try:
             dsl.validate_timezone(time_zone)
@@ -82,14 +104,26 @@ def check_definition(agent: str, instance_name: str, name: str, schedule: str, t
     if errors:
         return None, errors
     try:
-        parsed = parse_for(agent, instance_name, schedule, time_zone)
+        return parse_for(agent, instance_name, schedule, time_zone), {}
     except dsl.ScheduleError as exc:
         return None, {"schedule": str(exc)}
-    taken = Schedule.objects.filter(instance__slug=agent, instance__name=instance_name, instance__owner=None,
-                                    instance__parent=None, name=name).exclude(pk=pk)
-    if taken.exists():
-        return None, {"name": f'{agent}/{instance_name} has a schedule named "{name}" already'}
-    return parsed, {}
+
+
+def preview(agent: str, instance_name: str, schedule: str, time_zone: str = "", *, now: datetime | None = None,
+            count: int = 3) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """What ``schedule`` means on ``agent`` and its next ``count`` runs from ``now``, saving nothing.
+
+    Returns the preview (``schedule``: its normalized form, ``kind``, ``timezone``, ``next_runs``:
+    aware datetimes) or None and the problems by field, as ``check_definition`` words them. The
+    instance name only matters to an agent whose default zone depends on it (blank is fine).
+    """
+    if agent not in registry.agent_classes():
+        return None, {"agent": f"No agent is registered under {agent!r}"}
+    parsed, problems = _parse_checked(agent, instance_name, schedule, time_zone, {})
+    if parsed is None:
+        return None, problems
+    return {"schedule": parsed.normalized, "kind": parsed.kind, "timezone": parsed.timezone,
+            "next_runs": dsl.next_occurrences(parsed, now or timezone.now(), count)}, {}
 
 
 def save_operator_schedule(row: Schedule, agent: str, instance_name: str, parsed: dsl.Schedule, user: Any, *,

@@ -5,7 +5,7 @@ service as the API (``definitions.check_definition`` / ``save_operator_schedule`
 the prompt (inline in the test settings) as a turn.
 """
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -91,14 +91,20 @@ def test_the_instance_may_be_an_existing_one_offered_while_typing(client_of, use
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("changes", "field", "message"), [
-    ({"schedule": "every day at 25:00 in Europe/Oslo"}, "schedule", 'Invalid schedule time "25:00"; expected HH:mm'),
+    ({"schedule": "every day at 25:00 in Europe/Oslo"}, "schedule",
+     'Invalid schedule time "25:00": use HH:MM (00:00 to 23:59), 9am or 9:30pm. Try "every day at 09:00" or '
+     '"every day at 9:30pm".'),
+    ({"schedule": "evry day at 09:00"}, "schedule",
+     'Could not read "evry day at 09:00": "evry" is not understood (did you mean "every"?). Try "every day at '
+     '09:00" or "every monday at 9am in Europe/Oslo".'),
     ({"schedule": "every day at 09:00"}, "schedule",
-     'Wall-clock schedule "every day at 09:00" requires a timezone or get_default_timezone()'),
+     'Wall-clock schedule "every day at 09:00" requires a timezone or get_default_timezone(): add one, e.g. '
+     '"every day at 09:00 in Europe/Oslo"'),
     ({"schedule": "every 1 minutes"}, "schedule", 'Use singular unit for "every 1 minutes"'),
     ({"schedule": "every 15 minutes", "timezone": "Europe/Oslo"}, "schedule",
      "Interval schedules cannot specify a timezone"),
     ({"schedule": "every day at 09:00 in Europe/Oslo", "timezone": "UTC"}, "schedule",
-     'Schedule timezone "europe/oslo" does not match task timezone "UTC"'),
+     'Schedule timezone "Europe/Oslo" does not match task timezone "UTC"'),
     ({"schedule": "61 * * * *"}, "schedule", 'Invalid cron expression "61 * * * *": Bad minute'),
     ({"agent": "no-such-agent"}, "agent", "Select a valid choice. no-such-agent is not one of the available choices."),
     ({"instance_name": "a/b"}, "instance_name",
@@ -114,6 +120,92 @@ def test_a_bad_schedule_or_agent_is_a_form_error_and_saves_nothing(client_of, ch
     assert errors_of(response) == {field: [message]}
     assert not Schedule.objects.exists()
     assert not AgentInstance.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("schedule", "weekdays", "wall_clock"), [
+    ("every monday at 9am in Europe/Oslo", {0}, "09:00"),
+    ("every weekday at 9:30pm in Europe/Oslo", {0, 1, 2, 3, 4}, "21:30"),
+    ("every weekend at 10:00 in Europe/Oslo", {5, 6}, "10:00"),
+])
+def test_weekdays_and_12_hour_times_are_saved(client_of, schedule, weekdays, wall_clock):
+    response = add(client_of, schedule=schedule)
+    assert response.status_code == 302, errors_of(response)
+    row = Schedule.objects.get()
+    runs = dsl.next_occurrences(dsl.from_spec(row.spec), row.created_at)
+    local = [moment.astimezone(dsl.ZoneInfo("Europe/Oslo")) for moment in [row.next_run_at, *runs]]
+    assert {moment.weekday() for moment in local} <= weekdays
+    assert {moment.strftime("%H:%M") for moment in local} == {wall_clock}
+
+
+def preview(client: Client, **query: str) -> Any:
+    return client.get(reverse("admin:agents_app_schedule_preview"), query)
+
+
+@pytest.mark.django_db
+def test_the_form_previews_the_next_three_runs_while_the_operator_types(client_of):
+    answer = preview(client_of, agent="demo-agent", instance_name="shop-1",
+                     schedule="every weekday at 9am in europe/oslo", timezone="").json()
+    assert (answer["ok"], answer["schedule"], answer["timezone"]) == (True, "every weekday at 09:00", "Europe/Oslo")
+    runs = [datetime.fromisoformat(moment) for moment in answer["next_runs"]]
+    assert len(runs) == 3 and runs == sorted(runs) and runs[0] > timezone.now()
+    oslo = [moment.astimezone(dsl.ZoneInfo("Europe/Oslo")) for moment in runs]
+    assert all(moment.weekday() < 5 and moment.strftime("%H:%M") == "09:00" for moment in oslo)
+    assert "local-time" in answer["html"] and answer["next_runs"][0] in answer["html"]
+
+    typo = preview(client_of, agent="demo-agent", instance_name="", schedule="evry day at 09:00")
+    assert typo.json() == {"ok": False, "errors": {"schedule": (
+        'Could not read "evry day at 09:00": "evry" is not understood (did you mean "every"?). Try "every day at '
+        '09:00" or "every monday at 9am in Europe/Oslo".')}}
+    zone = preview(client_of, agent="demo-agent", schedule="every day at 09:00 in Europe/Olso").json()
+    assert zone["errors"] == {"schedule": 'Invalid timezone "Europe/Olso"; did you mean "Europe/Oslo"?'}
+    assert preview(client_of, agent="demo-agent", schedule="").json() == {"ok": False, "errors": {}}
+    assert not Schedule.objects.exists() and not AgentInstance.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_preview_is_for_operators_only(make_user):
+    staff = make_user("staffer", is_staff=True)
+    client = Client()
+    client.force_login(staff)
+    assert preview(client, agent="demo-agent", schedule="every 5 minutes").status_code == 403
+
+
+@pytest.mark.django_db
+def test_the_zones_offered_are_real_places_and_a_stored_legacy_zone_stays_selectable(client_of):
+    page = client_of.get(ADD).content.decode()
+    assert '<option value="Europe/Oslo">' in page and '<option value="UTC">' in page
+    for odd in ("Factory", "localtime", "posixrules", "Etc/GMT+5", "EST5EDT", "US/Eastern"):
+        assert f'<option value="{odd}">' not in page
+    add(client_of, schedule="every day at 09:00", timezone="UTC")
+    Schedule.objects.update(timezone="US/Eastern")  # as the API may store it
+    row = Schedule.objects.get()
+    change = reverse("admin:agents_app_schedule_change", args=[row.pk])
+    assert '<option value="US/Eastern" selected>' in client_of.get(change).content.decode()
+    assert client_of.post(change, {**FORM, "schedule": "every day at 09:00", "timezone": "US/Eastern"}
+                          ).status_code == 302
+
+
+@pytest.mark.django_db
+def test_run_now_and_pause_are_at_the_top_of_the_page(client_of):
+    add(client_of)
+    row = Schedule.objects.get()
+    change = reverse("admin:agents_app_schedule_change", args=[row.pk])
+    page = client_of.get(change).content.decode()
+    assert page.index('id="run-now-form"') < page.index('id="schedule_form"') < page.index("<fieldset")
+    assert page.index('id="enable-form"') < page.index('id="schedule_form"')
+    assert '<input type="submit" value="Pause">' in page
+
+    enable = reverse("admin:agents_app_schedule_enable", args=[row.pk])
+    paused = client_of.post(enable, {"enabled": "0"}, follow=True)
+    assert [m.message for m in paused.context["messages"]] == ["Paused daily-report."]
+    assert not Schedule.objects.get().enabled
+    assert '<input type="submit" value="Resume">' in paused.content.decode()
+    Schedule.objects.update(next_run_at=timezone.now() - timedelta(days=2))
+    client_of.post(enable, {"enabled": "1"})
+    resumed = Schedule.objects.get()
+    assert resumed.enabled and resumed.next_run_at > timezone.now()  # no catch-up run for the pause
+    assert client_of.get(enable).status_code == 405
 
 
 @pytest.mark.django_db
@@ -168,8 +260,8 @@ def test_a_failing_run_shows_its_error_and_failure_count(client_of):
     listing = client_of.get(LIST).content.decode()
     assert "data-status='error'" in listing
     run = ScheduleRun.objects.order_by("-pk").first()
-    assert run.error and f"<div class='run-error'>{run.error[:20]}" in listing
-    assert "<td class=\"field-consecutive_failures\">2</td>" in listing
+    assert run.error and f"<div class='run-error'><span class='clipped' title='{run.error}'>{run.error[:20]}" in listing
+    assert "<div class='run-failures'>2 failures in a row</div>" in listing
 
 
 @pytest.mark.django_db

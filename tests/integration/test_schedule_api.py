@@ -1,6 +1,8 @@
 """The REST API of scheduled prompts, with and without ``manage_schedules``, and its OpenAPI schema."""
 
+import itertools
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -76,9 +78,18 @@ def test_create_list_update_delete(api, operator):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("changes", "errors"), [
-    ({"schedule": "every day at 9:00 in UTC"}, {"schedule": ['Unsupported schedule DSL "every day at 9:00 in UTC"']}),
+    ({"schedule": "evry day at 09:00"}, {"schedule": [
+        'Could not read "evry day at 09:00": "evry" is not understood (did you mean "every"?). Try "every day at '
+        '09:00" or "every monday at 9am in Europe/Oslo".']}),
+    # The expression is read before the zone: a typo in both is two errors, each on its field.
+    ({"schedule": "every dya at 09:00", "timezone": "europe/olso"}, {
+        "schedule": ['Could not read "every dya at 09:00": "dya" is not understood (expected a number, "minute", '
+                     '"hour", "day", "weekday", "weekend" or a day of the week). Try "every day at 09:00" or '
+                     '"every monday at 9am in Europe/Oslo".'],
+        "timezone": ['Invalid timezone "europe/olso"; did you mean "Europe/Oslo"?']}),
     ({"schedule": "every day at 09:00"},
-     {"schedule": ['Wall-clock schedule "every day at 09:00" requires a timezone or get_default_timezone()']}),
+     {"schedule": ['Wall-clock schedule "every day at 09:00" requires a timezone or get_default_timezone(): add '
+                   'one, e.g. "every day at 09:00 in Europe/Oslo"']}),
     ({"agent": "nope"}, {"agent": ['"nope" is not a valid choice.']}),
     ({"instance": "two words"}, {"instance": ["Invalid instance name 'two words': no slash or space, at most 200 "
                                               "characters"]}),
@@ -89,6 +100,24 @@ def test_a_bad_schedule_or_agent_is_a_400_on_its_field(api, changes, errors):
     response = api.post(LIST, {**BODY, **changes}, format="json")
     assert (response.status_code, response.json()) == (400, errors)
     assert not Schedule.objects.exists()
+
+
+@pytest.mark.django_db
+def test_preview_says_what_a_schedule_means_and_its_next_three_runs_and_saves_nothing(api):
+    body = {"agent": "demo-agent", "instance": "shop-1", "schedule": "every monday at 9am", "timezone": "Europe/Oslo"}
+    response = api.post(f"{LIST}preview/", body, format="json")
+    assert response.status_code == 200, response.json()
+    answer = response.json()
+    assert (answer["schedule"], answer["timezone"], answer["kind"]) == ("every monday at 09:00", "Europe/Oslo",
+                                                                        "wall-clock")
+    runs = [datetime.fromisoformat(moment).astimezone(dsl.ZoneInfo("Europe/Oslo")) for moment in answer["next_runs"]]
+    assert [(moment.weekday(), moment.strftime("%H:%M")) for moment in runs] == [(0, "09:00")] * 3
+    assert [(b - a).days for a, b in itertools.pairwise(runs)] == [7, 7]
+    refused = api.post(f"{LIST}preview/", {**body, "schedule": "every monday at 9", "timezone": "Mars/Olympus"},
+                       format="json")
+    assert refused.status_code == 400
+    assert set(refused.json()) == {"schedule", "timezone"}
+    assert not Schedule.objects.exists() and not AgentInstance.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -138,7 +167,8 @@ def test_a_users_own_conversation_of_the_same_name_is_not_touched(api, make_user
 @pytest.mark.django_db
 def test_the_schema_documents_the_endpoints(api):
     schema = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
-    assert {"/api/schedules/", "/api/schedules/{id}/", "/api/schedules/{id}/run/"} <= set(schema["paths"])
+    assert {"/api/schedules/", "/api/schedules/{id}/", "/api/schedules/{id}/run/",
+            "/api/schedules/preview/"} <= set(schema["paths"])
     assert set(schema["paths"]["/api/schedules/{id}/"]) >= {"get", "put", "patch", "delete"}
     assert schema["paths"]["/api/schedules/{id}/run/"]["post"]["operationId"] == "schedules_run"
     assert "demo-agent" in schema["components"]["schemas"]["AgentEnum"]["enum"]

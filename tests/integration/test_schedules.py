@@ -318,7 +318,8 @@ async def test_an_invalid_declaration_fails_the_system_check_and_leaves_rows_alo
         [error] = check_scheduled_tasks(None)
         assert error.id == E006
         assert error.msg == ('BadScheduleAgent (bad-schedule-agent): get_scheduled_tasks() of BadScheduleAgent: '
-                             'Unsupported schedule DSL "every day at 9:00"')
+                             'Could not read "evry day at 09:00": "evry" is not understood (did you mean '
+                             '"every"?). Try "every day at 09:00" or "every monday at 9am in Europe/Oslo".')
         await AgentInstance.objects.acreate(slug="bad-schedule-agent", name="x")  # no row, no exception
         assert (await database_sync_to_async(declared.sync_declared)())["invalid"] == 1
     ScheduledAgent.TASKS = {"both": {"schedule": "every 1 hour", "prompt": "p", "handler": "report"}}
@@ -369,7 +370,7 @@ async def test_schedule_refuses_what_it_cannot_run():
         await handle.schedule(datetime(2030, 1, 1), "remember")  # naive: refused
     with pytest.raises(ValueError, match="seconds ≥ 0"):
         await handle.schedule(-5, "remember")
-    with pytest.raises(dsl.ScheduleError, match="Unsupported schedule DSL"):
+    with pytest.raises(dsl.ScheduleError, match='"fortnight" is not understood'):
         await handle.schedule("every fortnight", "remember", timezone="UTC")
     with pytest.raises(ValueError, match="whole number ≥ 1"):
         await handle.schedule_every(0, "remember")

@@ -1,9 +1,10 @@
-"""The schedule language (spec cloudflare-agents.md §4.7): every grammar rule and error message, cron,
-next occurrences across DST changes (Europe/Oslo, America/New_York), missed slots, occurrence keys.
+"""The schedule language: every grammar rule and error message, cron, next occurrences across DST
+changes (Europe/Oslo, America/New_York), missed slots, occurrence keys.
 
 Pure: ``agents_app.schedules.language`` imports no Django.
 """
 
+import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -78,7 +79,39 @@ def test_cron_expressions_with_or_without_a_zone() -> None:
     assert dsl.parse("0 9 * * *", default_timezone="Asia/Tokyo").timezone == "Asia/Tokyo"
 
 
+# --------------------------------------------------------------------------------- the common forms
+@pytest.mark.parametrize(("raw", "cron", "normalized"), [
+    ("every monday at 09:00", "0 9 * * 1", "every monday at 09:00"),
+    ("every Mon, Thu at 07:00", "0 7 * * 1,4", "every mon,thu at 07:00"),
+    ("every tuesday and friday at 17:15", "15 17 * * 2,5", "every tuesday,friday at 17:15"),
+    ("every weekend at 10:00", "0 10 * * 0,6", "every weekend at 10:00"),
+    ("every day at 9am", "0 9 * * *", "every day at 09:00"),
+    ("every day at 9 AM", "0 9 * * *", "every day at 09:00"),
+    ("every weekday at 9:30pm", "30 21 * * 1-5", "every weekday at 21:30"),
+    ("every day at 12am", "0 0 * * *", "every day at 00:00"),
+    ("every day at 12:05pm", "5 12 * * *", "every day at 12:05"),
+    ("every day at 9:00", "0 9 * * *", "every day at 09:00"),
+    ("every week on sat at 6am", "0 6 * * 6", "every week on sat at 06:00"),
+])
+def test_weekdays_and_12_hour_times(raw: str, cron: str, normalized: str) -> None:
+    assert dsl.parse(raw, timezone="UTC") == CalendarSchedule(cron=cron, timezone="UTC", normalized=normalized)
+
+
+@pytest.mark.parametrize(("raw", "seconds", "normalized"), [
+    ("every minute", 60, "every 1 minute"),
+    ("every hour", 3600, "every 1 hour"),
+    ("every 05 minutes", 300, "every 5 minutes"),
+])
+def test_interval_shorthands(raw: str, seconds: int, normalized: str) -> None:
+    assert dsl.parse(raw) == IntervalSchedule(seconds=seconds, normalized=normalized)
+
+
 # --------------------------------------------------------------------------------- errors (exact)
+TRY = 'Try "every day at 09:00" or "every monday at 9am in Europe/Oslo".'
+TRY_INTERVAL = 'Try "every 15 minutes" or "every 2 hours".'
+TRY_TIME = 'Try "every day at 09:00" or "every day at 9:30pm".'
+
+
 @pytest.mark.parametrize(("raw", "kwargs", "message"), [
     ("every 1 minutes", {}, 'Use singular unit for "every 1 minutes"'),
     ("every 1 hours", {}, 'Use singular unit for "every 1 hours"'),
@@ -87,25 +120,57 @@ def test_cron_expressions_with_or_without_a_zone() -> None:
     ("every 5 minutes in Europe/Oslo", {}, "Interval schedules cannot specify a timezone"),
     ("every 5 minutes", {"timezone": "UTC"}, "Interval schedules cannot specify a timezone"),
     ("every day at 09:00", {}, 'Wall-clock schedule "every day at 09:00" requires a timezone or '
-                               "get_default_timezone()"),
-    ("every weekday at 08:30", {}, 'Wall-clock schedule "every weekday at 08:30" requires a timezone or '
-                                   "get_default_timezone()"),
-    ("every day at 24:00", {"timezone": "UTC"}, 'Invalid schedule time "24:00"; expected HH:mm'),
-    ("every weekday at 29:10", {"timezone": "UTC"}, 'Invalid schedule time "29:10"; expected HH:mm'),
-    ("every week on mon at 25:00", {"timezone": "UTC"}, 'Invalid schedule time "25:00"; expected HH:mm'),
-    ("every day at 9:00", {"timezone": "UTC"}, 'Unsupported schedule DSL "every day at 9:00"'),
-    ("every 0 minutes", {"timezone": "UTC"}, 'Unsupported schedule DSL "every 0 minutes"'),
-    ("every 05 minutes", {"timezone": "UTC"}, 'Unsupported schedule DSL "every 05 minutes"'),
-    ("every month at 09:00", {"timezone": "UTC"}, 'Unsupported schedule DSL "every month at 09:00"'),
-    ("every day at 09:00 in Mars/Olympus", {}, 'Invalid timezone "mars/olympus"'),
+                               'get_default_timezone(): add one, e.g. "every day at 09:00 in Europe/Oslo"'),
+    ("Every  Weekday at 8am", {}, 'Wall-clock schedule "Every Weekday at 8am" requires a timezone or '
+                                  'get_default_timezone(): add one, e.g. "Every Weekday at 8am in Europe/Oslo"'),
+    ("every day at 24:00", {"timezone": "UTC"}, f'Invalid schedule time "24:00": use HH:MM (00:00 to 23:59), '
+                                                f"9am or 9:30pm. {TRY_TIME}"),
+    ("every weekday at 29:10", {"timezone": "UTC"}, f'Invalid schedule time "29:10": use HH:MM (00:00 to 23:59), '
+                                                    f"9am or 9:30pm. {TRY_TIME}"),
+    ("every week on mon at 13pm", {"timezone": "UTC"}, f'Invalid schedule time "13pm": use HH:MM (00:00 to 23:59), '
+                                                       f"9am or 9:30pm. {TRY_TIME}"),
+    ("every day at nine", {"timezone": "UTC"}, f'Invalid schedule time "nine": use HH:MM (00:00 to 23:59), '
+                                               f"9am or 9:30pm. {TRY_TIME}"),
+    ("every day", {"timezone": "UTC"}, f'Could not read "every day": a time is missing after "day" '
+                                       f'(expected "at" and a time). {TRY_TIME}'),
+    ("every day at", {"timezone": "UTC"}, f'Could not read "every day at": a time is missing after "at". {TRY_TIME}'),
+    ("every 0 minutes", {}, f'Could not read "every 0 minutes": "0" is not understood (an interval is at least 1). '
+                            f"{TRY_INTERVAL}"),
+    ("every 15 mins", {}, f'Could not read "every 15 mins": "mins" is not understood (did you mean "minutes"?). '
+                          f"{TRY_INTERVAL}"),
+    ("every 15", {}, f'Could not read "every 15": a unit is missing after "15" (expected "minutes" or "hours"). '
+                     f"{TRY_INTERVAL}"),
+    ("every month at 09:00", {"timezone": "UTC"},
+     f'Could not read "every month at 09:00": "month" is not understood (expected a number, "minute", "hour", '
+     f'"day", "weekday", "weekend" or a day of the week). {TRY}'),
+    ("every fortnight", {"timezone": "UTC"},
+     f'Could not read "every fortnight": "fortnight" is not understood (expected a number, "minute", "hour", '
+     f'"day", "weekday", "weekend" or a day of the week). {TRY}'),
+    ("daily at nine", {}, f'Could not read "daily at nine": "daily" is not understood (expected "every" or a cron '
+                          f"expression). {TRY}"),
+    ("every day at 09:00 on mondays", {"timezone": "UTC"},
+     f'Could not read "every day at 09:00 on mondays": "on" is not understood (the schedule ends after the time, '
+     f'or goes on with "in" and a time zone). {TRY}'),
+    ("5 minutes", {}, f'Could not read "5 minutes": "5" is not understood (did you mean "every 5 minutes"?). {TRY}'),
+    ("Monday at 9am", {"timezone": "UTC"}, 'Could not read "Monday at 9am": "Monday" is not understood (did you mean '
+                                           f'"every Monday at 9am"?). {TRY}'),
+    ("every day at 09:00 in Mars/Olympus", {}, 'Invalid timezone "Mars/Olympus"'),
+    ("every day at 09:00 in Europe/Olso", {}, 'Invalid timezone "Europe/Olso"; did you mean "Europe/Oslo"?'),
     ("every day at 09:00", {"timezone": "Mars/Olympus"}, 'Invalid timezone "Mars/Olympus"'),
+    ("every day at 09:00", {"timezone": "america/new_yrok"},
+     'Invalid timezone "america/new_yrok"; did you mean "America/New_York"?'),
+    ("every day at 09:00", {"timezone": "Oslo"}, 'Invalid timezone "Oslo"; did you mean "Europe/Oslo"?'),
     ("every day at 09:00", {"default_timezone": "Nowhere"}, 'Invalid timezone "Nowhere"'),
     ("every day at 09:00 in Europe/Oslo", {"timezone": "UTC"},
-     'Schedule timezone "europe/oslo" does not match task timezone "UTC"'),
-    ("every week on funday at 07:00", {"timezone": "UTC"}, 'Invalid schedule day "funday"'),
-    ("every week on mon, ,tue at 07:00", {"timezone": "UTC"}, 'Invalid schedule day ""'),
+     'Schedule timezone "Europe/Oslo" does not match task timezone "UTC"'),
+    ("every week on funday at 07:00", {"timezone": "UTC"},
+     f'Invalid schedule day "funday" (did you mean "sunday"?). {TRY}'),
+    ("every week on mon, ,tue at 07:00", {"timezone": "UTC"},
+     f'Could not read "every week on mon, ,tue at 07:00": a day is missing after ",". {TRY}'),
     ("every week on mon,monday at 07:00", {"timezone": "UTC"}, 'Duplicate schedule day "monday"'),
-    ("every week on fri,fri at 07:00", {"timezone": "UTC"}, 'Duplicate schedule day "fri"'),
+    ("every fri,fri at 07:00", {"timezone": "UTC"}, 'Duplicate schedule day "fri"'),
+    ("0 9 * *", {}, 'Could not read "0 9 * *": a cron expression has five fields (minute hour day-of-month month '
+                    'day-of-week), not 4. Try "0 9 * * 1-5" or "*/15 * * * *".'),
     ("61 * * * *", {}, 'Invalid cron expression "61 * * * *": Bad minute'),
     ("0 9 * * 8", {}, 'Invalid cron expression "0 9 * * 8": Bad day-of-week'),
     ("0 0 30 2 *", {}, 'Invalid cron expression "0 0 30 2 *": Bad day-of-month'),
@@ -114,11 +179,16 @@ def test_error_messages(raw: str, kwargs: dict[str, str], message: str) -> None:
     assert error_of(raw, **kwargs) == message
 
 
-def test_a_wall_clock_schedule_is_checked_for_a_zone_before_its_shape() -> None:
-    """As the reference: with no zone anywhere, any non-interval text asks for one first."""
-    assert error_of("daily at nine") == ('Wall-clock schedule "daily at nine" requires a timezone or '
-                                         "get_default_timezone()")
-    assert error_of("daily at nine", timezone="UTC") == 'Unsupported schedule DSL "daily at nine"'
+@pytest.mark.parametrize("zone", [{}, {"timezone": "Europe/Oslo"}, {"default_timezone": "UTC"}])
+def test_a_typo_is_reported_as_a_typo_with_or_without_a_zone(zone: dict[str, str]) -> None:
+    """The expression is read before its zone is looked for: "evry" is the fault, not a missing zone."""
+    assert error_of("evry day at 09:00", **zone) == (
+        f'Could not read "evry day at 09:00": "evry" is not understood (did you mean "every"?). {TRY}')
+
+
+def test_every_example_in_an_error_is_valid() -> None:
+    for example in re.findall(r'"([^"]+)"', TRY + TRY_INTERVAL + TRY_TIME + dsl.CRON_EXAMPLES):
+        dsl.parse(example, default_timezone="UTC")
 
 
 def test_task_ids() -> None:
@@ -130,9 +200,23 @@ def test_task_ids() -> None:
 
 def test_time_zone_names() -> None:
     names = dsl.timezone_names()
-    assert {"UTC", "Europe/Oslo", "America/New_York"} <= set(names)
+    assert {"UTC", "Europe/Oslo", "America/New_York", "America/Argentina/Buenos_Aires"} <= set(names)
     assert names == sorted(names)
     assert dsl.validate_timezone("america/new_york") == "America/New_York"
+
+
+def test_the_zones_offered_are_places_and_utc_only() -> None:
+    """No ``Factory``, ``localtime``, ``posixrules``, ``Etc/GMT+5``, ``EST5EDT`` or ``US/Eastern`` in the list;
+    names from the old lists are still understood when typed (a stored schedule may use one)."""
+    names = dsl.timezone_names()
+    areas = {"Africa", "America", "Antarctica", "Arctic", "Asia", "Atlantic", "Australia", "Europe", "Indian",
+             "Pacific"}
+    assert [name for name in names if name != "UTC" and name.split("/")[0] not in areas] == []
+    assert len(names) > 300
+    assert dsl.validate_timezone("US/Eastern") == "US/Eastern"
+    for odd in ("Factory", "localtime", "posixrules"):
+        with pytest.raises(ScheduleError, match=f'^Invalid timezone "{odd}"'):
+            dsl.validate_timezone(odd)
 
 
 # --------------------------------------------------------------------------------- next occurrence
@@ -221,6 +305,16 @@ def test_interval_schedules_ignore_dst() -> None:
     hourly = dsl.parse("every 1 hour")
     start = utc(2026, 3, 29, 0, 0)
     assert dsl.next_occurrence(hourly, utc(2026, 3, 29, 1, 0), start) == utc(2026, 3, 29, 2, 0)
+
+
+def test_the_next_three_runs() -> None:
+    now = utc(2026, 5, 8, 20, 0)  # a Friday
+    weekday = dsl.parse("every weekday at 9am in Europe/Oslo")
+    assert dsl.next_occurrences(weekday, now) == [utc(2026, 5, 11, 7), utc(2026, 5, 12, 7), utc(2026, 5, 13, 7)]
+    assert dsl.next_occurrences(dsl.parse("every 2 hours"), now) == [utc(2026, 5, 8, 22), utc(2026, 5, 9, 0),
+                                                                    utc(2026, 5, 9, 2)]
+    assert dsl.next_occurrences(dsl.parse("every weekend at 10:00", timezone="UTC"), now, count=2) == [
+        utc(2026, 5, 9, 10), utc(2026, 5, 10, 10)]
 
 
 def test_specs_round_trip() -> None:
