@@ -33,6 +33,7 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from .. import registry
+from ..admin_base import ReadOnlyAdmin
 from ..models import AgentInstance, Schedule, ScheduleRun
 from ..registry import agent_classes
 from . import declared, definitions, runs
@@ -424,7 +425,7 @@ class ScheduleAdmin(OperatorOnly):
 
 
 @admin.register(ScheduleRun)
-class ScheduleRunAdmin(OperatorOnly):
+class ScheduleRunAdmin(OperatorOnly, ReadOnlyAdmin):
     """Every run of every schedule, read-only: what ran when, and what came of it."""
 
     # Five columns fit a 1280 px window beside the navigation and the filters: the trigger is marked
@@ -439,15 +440,6 @@ class ScheduleRunAdmin(OperatorOnly):
     class Media:
         js = ["agents_app/schedules-admin.js"]
         css = {"all": ["agents_app/admin.css", "agents_app/schedules-admin.css"]}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
     @admin.display(description="run", ordering="occurrence_key")
     def run(self, run: ScheduleRun) -> str:
