@@ -1,4 +1,4 @@
-"""The action test agent: Python's ``ThinkToolsTestAgent`` (spec cloudflare-agents.md §6, fixtures).
+"""The action test agent, a port of the reference's ``ThinkToolsTestAgent`` fixture (docs/architecture.md#actions).
 
 ``ActionTestAgent`` has three actions, shaped per instance by ``SETUP[name]`` (tests set it
 before the turn): ``echo`` (``"action echo: <message>"``), ``pauseAction`` (durable pause,

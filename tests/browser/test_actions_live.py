@@ -2,9 +2,10 @@
 
 The first tests script the socket (``FakeAgentServer``) to pin down how the page renders every
 attachment shape and every outcome of a durable pause. The others run the demo agent on the live
-stack: an approval-gated refund (inline Approve, spec §5.8) and one below the approval threshold,
-both attaching an email draft (§5.12), and a durable-pause deploy (§5.10) that staff approve from
-outside the page while it watches.
+stack: an approval-gated refund (inline Approve, docs/architecture.md#approval-gated-actions) and
+one below the approval threshold, both attaching an email draft (docs/architecture.md#reply-attachments),
+and a durable-pause deploy (docs/architecture.md#durable-pause) that staff approve from outside the
+page while it watches.
 """
 
 import json

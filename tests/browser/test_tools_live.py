@@ -83,7 +83,7 @@ def assert_each_chunk_once(frames: list[Frame]) -> None:
 
     The server promises this (``streaming.handshake``: a replay and the live frames it held back
     add up to every chunk once, in order), so the page never has to guess what a repeat means.
-    One exception, as recorded from the reference (cf-golden-frames §7.3): a stream that ended
+    One exception, as the reference behaves (docs/protocol.md#late-ack): a stream that ended
     while the socket's resume ACK was on its way ends live, and the late ACK then gets an empty
     replayed ``done`` (no chunk; the same message ids as the live one), which the client ignores.
     """

@@ -3,8 +3,8 @@
 //
 //   node harness.mjs <scenario> <host:port> <cookie>
 //
-// The hooks are mounted with react-dom/client under jsdom in plain Node (option (b) of
-// shared/spec/js-client-protocol.md §10). Every WebSocket is a `TappedWS`: it sends the session
+// The hooks are mounted with react-dom/client under jsdom in plain Node (see
+// docs/architecture.md#tests-against-the-reference). Every WebSocket is a `TappedWS`: it sends the session
 // cookie and a browser-like Origin on the upgrade, records every frame in both directions, and
 // re-dispatches each inbound event on its own macrotask (setImmediate) so the client sees frames
 // one task at a time, as in a browser. Each scenario asserts on the final hook state, on the
@@ -335,7 +335,7 @@ async function closeTab(tab) {
 // ---------------------------------------------------------------------------------------------
 // Protocol checks on recorded frames.
 
-// The frames a fresh tab must see on connect (spec §3): identity first, the MCP structure, and
+// The frames a fresh tab must see on connect (docs/protocol.md#connect-sequence): identity first, the MCP structure, and
 // an idle answer to the resume probe that echoes its probeId.
 function checkConnectFrames(tab) {
   const first = tab.log.find((e) => e.dir === "<")?.frame;
@@ -375,7 +375,7 @@ function checkStream(tab, requestId, { outcome, error, messageIds } = {}) {
     return chunk;
   });
   expectEqual(chunks[0]?.type, "start", `${who}: first chunk type`);
-  expect(typeof chunks[0].messageId === "string" && chunks[0].messageId, `${who}: the start chunk must carry messageId (spec §5)`);
+  expect(typeof chunks[0].messageId === "string" && chunks[0].messageId, `${who}: the start chunk must carry messageId (docs/protocol.md#normal-turn)`);
 
   const errorFrames = frames.filter((f) => f.error === true);
   if (error === undefined) {
@@ -386,7 +386,7 @@ function checkStream(tab, requestId, { outcome, error, messageIds } = {}) {
     expectEqual(errorFrames.length, 1, `${who}: error frames`);
     expectEqual(errorFrames[0].body, error, `${who}: error frame body (the error text)`);
     // Either the in-band form (error frame, then done with outcome "error") or a single
-    // terminal error frame (spec §5, "Errors").
+    // terminal error frame (docs/protocol.md#turn-errors).
     if (errorFrames[0] !== terminal) expectEqual(terminal.outcome, "error", `${who}: terminal outcome after an in-band error`);
   }
   if (messageIds !== undefined) expectEqual(terminal.messageIds, messageIds, `${who}: terminal messageIds`);
@@ -396,7 +396,7 @@ function checkStream(tab, requestId, { outcome, error, messageIds } = {}) {
 }
 
 // Checks a reply stream that a tab picked up again on socket `sock` after a drop or a reload
-// (spec §6): one probe-driven ACK, then a replay of every stored chunk from seq 0, then either
+// (docs/protocol.md#replay): one probe-driven ACK, then a replay of every stored chunk from seq 0, then either
 // `replayComplete` and live chunks continuing the seq, or a replayed terminal frame. `earlier`
 // is what the tab received for this request before (bodies must match seq by seq).
 function checkResumedStream(tab, sock, requestId, earlier = []) {
@@ -456,7 +456,7 @@ function checkContinuationFrames(entries, contId, ackAt, who) {
   // The continuation may end while the client's ACK is on its way (a fast reply): the connection
   // is then released as on Cloudflare, which empties its pending-resume set when a stream ends.
   // It gets the final transcript and the live terminal frame but no chunk, and its ACK, arriving
-  // late, gets one empty replayed terminal frame (cf-golden-frames §7 item 3), which the client
+  // late, gets one empty replayed terminal frame (docs/protocol.md#late-ack), which the client
   // ignores: its stream for the id was closed by the live one.
   const last = all.at(-1).frame;
   const lateAck = all.length >= 2 && last.done === true && last.replay === true && last.body === "" &&
@@ -512,8 +512,8 @@ function checkContinuationFrames(entries, contId, ackAt, who) {
   };
 }
 
-// Checks the tool continuation a tab picked up after answering a tool call (spec §9; Cloudflare
-// spec §2.8 and §2.10 c-d): after the answer frame the client probes; the server answers the probe
+// Checks the tool continuation a tab picked up after answering a tool call
+// (docs/protocol.md#continuations): after the answer frame the client probes; the server answers the probe
 // with cf_agent_stream_pending (continuation accepted, not started) or cf_agent_stream_resuming,
 // announces the continuation's server-generated id with cf_agent_stream_resuming, gets ONE ACK,
 // then sends the continuation (every frame continuation:true, start without messageId), the final
@@ -550,7 +550,7 @@ function checkContinuation(tab, answerAt, firstRequestId) {
   const stream = checkContinuationFrames(entries, contId, ackAt, who);
   const { terminal, chunks, replayEnd } = stream;
 
-  // Finding 1 of spec §9: the final transcript reaches the originator before the terminal frame.
+  // The final transcript reaches the originator before the terminal frame (docs/protocol.md#continuations).
   const finalSync = entries.filter((e) => e.dir === "<" && e.frame.type === "cf_agent_chat_messages" && at(e) > at(answer) && at(e) < at(terminal)).at(-1)?.frame;
   expect(finalSync, `${who}: no cf_agent_chat_messages (final transcript, originator included) before the continuation's terminal frame`);
 
@@ -620,7 +620,7 @@ async function waitForTurnEnd(tab, requestId, expectStatus = "ready") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tool scenarios (spec §9).
+// Tool scenarios (docs/protocol.md#tool-results-and-approvals).
 
 const EMAIL = { to: "ada@example.com", subject: "Quarterly report" };
 const EMAIL_OUTPUT = `Email to ${EMAIL.to} about '${EMAIL.subject}' sent (demo).`;
@@ -650,9 +650,9 @@ async function checkMergedToolTurn(tab, name, { userId, assistantId, tool, text,
 
 // The calls that wait for the user's Approve / Reject. `output(seen)` is the expected tool output
 // (given the one the continuation streamed, for values the server picks), `text(output)` the
-// model's text after it (`deniedText` when rejected). `descriptor` (actions only, Cloudflare spec §5.8) is the expected
+// model's text after it (`deniedText` when rejected). `descriptor` (actions only, docs/architecture.md#approval-gated-actions) is the expected
 // approvalDescriptor for a {requestId, toolCallId}; `attachments` the reply attachments the
-// approved execution records (message-metadata of the continuation, spec §5.12).
+// approved execution records (message-metadata of the continuation, docs/architecture.md#reply-attachments).
 const SEND_EMAIL_CALL = {
   tool: "send_email",
   input: EMAIL,
@@ -681,7 +681,7 @@ async function startApproval(a, name, call = SEND_EMAIL_CALL) {
   expectEqual(pending.map((p) => [p.type, p.toolCallId, p.state, p.approval?.id]), [[`tool-${call.tool}`, toolCallId, "approval-requested", request.approvalId]], "A: tool part waiting for approval");
   // ai 7 keeps the chunk's approvalDescriptor on the part as approval.descriptor.
   expectSame(pending[0].approval.descriptor, descriptor, "A: approval.descriptor of the client's pending part");
-  // Persisted as it stands, so a reload shows Approve / Reject (Cloudflare spec §2.8).
+  // Persisted as it stands, so a reload shows Approve / Reject (docs/protocol.md#approval-sequence).
   const storedPending = await serverTranscript(name);
   expectEqual(
     storedPending.map((m) => [m.role, toolParts(m).map((p) => [p.toolCallId, p.state, p.approval?.id])]),
@@ -770,7 +770,7 @@ async function approvalScenario(name, { approved, reload = false, call = SEND_EM
   return call.attachments === undefined ? details : { ...details, output, metadata: message.metadata };
 }
 
-// refund_order: an approval-gated action (Cloudflare spec §2.10 d, §5.8). Refunds above 100 wait
+// refund_order: an approval-gated action (docs/architecture.md#approval-gated-actions). Refunds above 100 wait
 // for approval; the approved execution returns the refund row and attaches a confirmation email.
 const REFUND_INPUT = { order_id: "C1", amount: 250 };
 const REFUND_CALL = {
@@ -795,7 +795,7 @@ const REFUND_CALL = {
   attachments: [{ type: "email_draft", to: ["customer@example.com"], subject: "Your refund for order C1", body: "We refunded 250.00 EUR for order C1." }],
 };
 
-// deploy_release: a durable-pause action (Cloudflare spec §2.10 e, §5.10).
+// deploy_release: a durable-pause action (docs/architecture.md#durable-pause).
 const DEPLOY_INPUT = { version: "1.4.2" };
 const PAUSE_MESSAGE = "This action is awaiting human approval. Stop and wait for the approval result before proceeding.";
 
@@ -850,7 +850,7 @@ const scenarios = {
       "A: chunk type sequence (runs of text-delta collapsed)",
     );
     expectEqual(stream.chunks.at(-1).messageMetadata?.finishReason, "stop", "A: finish chunk messageMetadata.finishReason");
-    // The originator is excluded from the transcript broadcasts of its own turn (spec §5).
+    // The originator is excluded from the transcript broadcasts of its own turn (docs/protocol.md#normal-turn).
     expectEqual(a.inbound((f) => f.type === "cf_agent_chat_messages").length, 0, "A: cf_agent_chat_messages frames received by the sender");
 
     const { messages, error } = a.chat;
@@ -924,7 +924,7 @@ const scenarios = {
     const firstChunkAt = b.indexOf("<", (f) => f.type === RESP && f.id === req.id);
     const userSyncAt = b.indexOf("<", (f) => f.type === "cf_agent_chat_messages" && f.messages.some((m) => m.id === userId));
     expect(userSyncAt >= 0 && userSyncAt < firstChunkAt, "B: a cf_agent_chat_messages with the user message must precede the reply stream");
-    // And the final transcript (assistant included) before the terminal frame (spec §5 step 3).
+    // And the final transcript (assistant included) before the terminal frame (docs/protocol.md#normal-turn).
     const doneAt = b.indexOf("<", (f) => f.type === RESP && f.id === req.id && f.done === true);
     const finalSync = b.log.slice(0, doneAt).filter((e) => e.dir === "<" && e.frame.type === "cf_agent_chat_messages").at(-1)?.frame;
     expect(finalSync, "B: no cf_agent_chat_messages before the terminal frame");
@@ -1009,7 +1009,7 @@ const scenarios = {
     expectEqual(a.chat.messages, [], "A: messages after clearHistory()");
     expectEqual(b.chat.messages, [], "B: messages after the clear broadcast");
     expectEqual(b.inbound((f) => f.type === "cf_agent_chat_clear"), [{ type: "cf_agent_chat_clear" }], "B: clear frames");
-    expectEqual(a.inbound((f) => f.type === "cf_agent_chat_clear").length, 0, "A: clear frames echoed to the sender (spec §7: others only)");
+    expectEqual(a.inbound((f) => f.type === "cf_agent_chat_clear").length, 0, "A: clear frames echoed to the sender (docs/protocol.md#clear: others only)");
 
     // A fresh conversation starts from nothing on both tabs.
     const next = await sendAndFinish(a, "after clear");
@@ -1161,7 +1161,7 @@ const scenarios = {
     await waitForTurnEnd(b, req.id);
     const stream = checkResumedStream(b, 1, req.id);
     expectEqual(stream.text, full, "B: text of replay + live chunks");
-    // B is not the sender: it gets the final transcript before the terminal frame (spec §6).
+    // B is not the sender: it gets the final transcript before the terminal frame (docs/protocol.md#normal-turn).
     const entries = b.onSocket(1);
     const doneAt = entries.findIndex((e) => e.frame === stream.terminal);
     const finalSync = entries.slice(0, doneAt).filter((e) => e.dir === "<" && e.frame.type === "cf_agent_chat_messages").at(-1)?.frame;
@@ -1192,7 +1192,7 @@ const scenarios = {
     return approvalScenario(name, { approved: true, reload: true });
   },
 
-  // An approval-gated action (refund_order, Cloudflare spec §2.10 d, §5.8): the approval request
+  // An approval-gated action (refund_order, docs/architecture.md#approval-gated-actions): the approval request
   // carries the action's descriptor, kept as approval.descriptor by the client and the server;
   // the approved execution's output and its reply attachment (an email draft, message-metadata)
   // settle the same assistant message.
@@ -1200,7 +1200,7 @@ const scenarios = {
     return approvalScenario(name, { approved: true, call: REFUND_CALL });
   },
 
-  // A durable-pause action (deploy_release, Cloudflare spec §2.10 e, §5.10): the turn settles the
+  // A durable-pause action (deploy_release, docs/architecture.md#durable-pause): the turn settles the
   // tool part with the paused output (approvalDescriptor beside it on the chunk and on the stored
   // part, never as part.approval) and finishes normally; a next turn keeps the stored descriptor.
   async "durable-pause"(name) {
@@ -1386,7 +1386,7 @@ const scenarios = {
   },
 
   // A refused connection (no valid session) must close with a terminal code (1008 or 4000-4999,
-  // spec §2) so the client stops reconnecting and reports connectionError.
+  // docs/protocol.md#close-codes) so the client stops reconnecting and reports connectionError.
   async unauthenticated(name) {
     const a = mountTab("A", name, "sessionid=not-a-session");
     await waitFor("the server to close the refused socket", () => a.socketEvents.some((e) => e.close !== undefined), 10_000);

@@ -6,11 +6,11 @@ on its stdin: park a call through a real turn, approve it N times at a given wal
 report the rows. ``ActionTestAgent`` joins the production agents in those processes, so its
 ``pauseAction`` counts its executions there (``PROBES``).
 
-* The race (spec §5.10 claim-by-delete): 50 approves of one parked call from 4 processes on
-  PostgreSQL and from 2 on SQLite; exactly one runs the action.
+* The race (claim by delete, docs/architecture.md#durable-pause): 50 approves of one parked call
+  from 4 processes on PostgreSQL and from 2 on SQLite; exactly one runs the action.
 * The connection-less continuation: approved from a process nobody is connected to, the
   model's reaction is run by a real Celery worker.
-* Spec §6.5: a call parked through one server process survives a ``kill -9`` of that server and is approved
+* A call parked through one server process survives a ``kill -9`` of that server and is approved
   through the restarted one.
 """
 
@@ -236,7 +236,7 @@ def test_an_approval_from_another_process_continues_in_a_celery_worker(stack, de
     assert ran_by.split()[0].endswith(f":{worker.pid}")
 
 
-# ------------------------------------------------------------------------------------- §6.5 e2e
+# ----------------------------------------------- a parked call survives a kill -9 of its server
 def post_json(daphne: Server, path: str, cookie: str, body: dict[str, Any] | None = None) -> Any:
     """POST as the logged-in browser would (session cookie and CSRF token)."""
     csrf = dict(c.split("=", 1) for c in cookie.split("; "))["csrftoken"]

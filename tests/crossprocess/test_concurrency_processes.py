@@ -1,6 +1,6 @@
 """``message_concurrency`` decided across processes: submits for one conversation arriving on two
-server processes at the same moment end as they would on one (spec §4.1; the decision lives in
-the database, ``turns.admission``). On SQLite and on PostgreSQL.
+server processes at the same moment end as they would on one (docs/architecture.md#message-concurrency;
+the decision lives in the database, ``turns.admission``). On SQLite and on PostgreSQL.
 """
 
 import asyncio

@@ -115,7 +115,7 @@ def test_a_reconnect_right_after_a_submit_attaches_to_the_coming_turn(stack: Liv
         text = text_of([f for f in frames if f.get("id") == "r1"])
         if not text:
             # The turn ended before this connection's ACK was read: the end released it with the
-            # final transcript instead of the stream (cf-golden-frames §7 item 3).
+            # final transcript instead of the stream (docs/protocol.md#resume-on-connect).
             final = next(f for f in reversed(frames) if f["type"] == "cf_agent_chat_messages")["messages"][-1]
             text = "".join(p.get("text", "") for p in final["parts"] if p["type"] == "text")
         # Every word once, in order, whichever way the connection caught up.

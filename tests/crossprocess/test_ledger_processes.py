@@ -6,8 +6,8 @@ sends it on stdin. Commands carry a wall-clock start time, so the workers hit th
 same moment. The side effect appends ``<key> <pid>`` to a shared file: its lines count executions.
 
 Across processes a caller that loses the race finds the winner's ``pending`` row and gets
-``pending`` (spec §5.9: there is no cross-process coalescing); the workers retry such calls every
-10 ms, as a client would, until the settled result replays.
+``pending`` (docs/architecture.md#ledger: there is no cross-process coalescing); the workers retry
+such calls every 10 ms, as a client would, until the settled result replays.
 """
 
 import json

@@ -41,7 +41,7 @@ async def reconnect(daphne, path, cookie, reader, request_id="r1"):
     """Open a socket, probe, ACK once; returns the socket positioned after the ACK.
 
     If the reply finished while we were away the probe says ``idle``, and a late ACK for our
-    request gets only the empty replayed ``done`` (cf-golden-frames §7 item 3): the client shows
+    request gets only the empty replayed ``done`` (docs/protocol.md#late-ack): the client shows
     the stored reply, which it fetches on connect (``get-messages``) as ``useAgentChat`` does.
     """
     sock = await open_socket(daphne.ws, path, cookie)
@@ -121,8 +121,9 @@ def test_drops_at_a_hundred_random_points_lose_and_duplicate_nothing(stack):
 
 
 def test_kill_minus_nine_then_reconnect_replays_the_partial_and_a_worker_continues_it(stack):
-    """cf-golden-frames R4 across processes: the reconnecting client gets the stored part of the
-    cut reply (ending ``aborted``), then the recovery, run by the Celery worker, continues it live."""
+    """An orphaned stream (docs/protocol.md#orphaned-streams) across processes: the reconnecting client
+    gets the stored part of the cut reply (ending ``aborted``), then the recovery, run by the Celery
+    worker, continues it live."""
     stack.create_user("alice")
     doomed, survivor = stack.start_server(), stack.start_server()
     stack.start_celery_worker()
@@ -132,7 +133,7 @@ def test_kill_minus_nine_then_reconnect_replays_the_partial_and_a_worker_continu
     async def scenario():
         reader = Reader()
         # The survivor's first connection sweeps for dead turns: make it happen before the kill,
-        # so that the reconnect below finds the cut stream itself (the R4 path).
+        # so that the reconnect below finds the cut stream itself (docs/protocol.md#orphaned-streams).
         bystander = await open_socket(survivor.ws, "/agents/demo-agent/bystander", cookie)
         sock = await open_socket(doomed.ws, path, cookie)
         await sock.send(json.dumps(chat_request("r1", [user_message("u1", "/slow 400 10")])))
@@ -163,5 +164,6 @@ def test_kill_minus_nine_then_reconnect_replays_the_partial_and_a_worker_continu
     assert replay.text + continued == expected(400)  # nothing lost, nothing twice
     history = survivor.get_json(f"{path}/get-messages", cookie)
     assert [m["role"] for m in history] == ["user", "assistant"]
-    # One text part: the continuation went on in the cut one (its step adds a step-start, as R3's does).
+    # One text part: the continuation went on in the cut one (docs/protocol.md#recovering-frames); its
+    # step still adds a step-start part.
     assert [p["text"] for p in history[-1]["parts"] if p["type"] == "text"] == [expected(400)]

@@ -1,4 +1,4 @@
-"""The storage guards write the same rows on SQLite and PostgreSQL (spec §4.2, §6.11).
+"""The storage guards write the same rows on SQLite and PostgreSQL (docs/architecture.md#transcript-storage).
 
 A script process (the production settings on a migrated database of each kind) stores through
 ``transcript`` what the in-process tests store through turns: a transcript trimmed to

@@ -1,4 +1,4 @@
-"""Golden frames: whole turns as the client sees them, ids normalised (spec §2.10, cf-golden-frames §5).
+"""Golden frames: whole turns as the client sees them, ids normalised (docs/protocol.md#worked-sequences).
 
 To change the wire format, edit the fixture on purpose: ``UPDATE_GOLDEN=1 pytest tests/golden``
 rewrites the fixtures from the current output, and the diff is reviewed like code.
@@ -28,12 +28,14 @@ def assert_golden(name: str, actual: Any) -> None:
 
 
 async def test_normal_turn_sender_and_observer(ws):
-    """G1: the sender gets the stream and done; the observer also gets the transcript twice before
-    the stream and the final transcript before done."""
+    """The text turn sequence (docs/protocol.md#text-turn-sequence): the sender gets the stream and
+    done; the observer also gets the transcript twice before the stream and the final transcript
+    before done."""
     a = await ws("/agents/demo-agent/golden")
     b = await ws("/agents/demo-agent/golden")
     # B's connect is over (identity, MCP servers) before A asks: a connection still connecting
-    # when the turn starts is rightly told to resume its stream, which is another golden (R1).
+    # when the turn starts is rightly told to resume its stream, which is another golden
+    # (``test_reconnect_while_streaming``).
     connected_b = [await b.receive_json_from(timeout=10), await b.receive_json_from(timeout=10)]
     await a.send_json_to(chat_request("r1", [user_message("u1", "hi")]))
     got_a = await receive_until(a, is_done("r1"))
@@ -62,8 +64,9 @@ async def test_in_band_error(ws):
 
 
 async def test_reconnect_while_streaming(ws):
-    """Spec §2.10 b / cf-golden-frames R1: resuming before identity, the probe answered again with
-    its probeId, the ACK replays every stored chunk then ``replayComplete``, and live frames follow."""
+    """The reconnect sequence (docs/protocol.md#reconnect-sequence): resuming before identity, the probe
+    answered again with its probeId, the ACK replays every stored chunk then ``replayComplete``, and
+    live frames follow."""
     from tests.agents import GATE
 
     gate = GATE["resume"] = asyncio.Event()
@@ -88,8 +91,9 @@ async def test_reconnect_while_streaming(ws):
 
 
 async def test_client_tool_round_trip(ws):
-    """Spec §2.10 c: the call ends the turn; the result updates the part and a continuation
-    (server request id, ``continuation:true``, no messageId) appends to the same message."""
+    """The client tool sequence (docs/protocol.md#client-tool-sequence): the call ends the turn; the
+    result updates the part and a continuation (server request id, ``continuation:true``, no
+    messageId) appends to the same message."""
     a = await ws("/agents/demo-agent/golden-client-tool")
     await a.receive_json_from()
     await a.receive_json_from()
@@ -102,8 +106,8 @@ async def test_client_tool_round_trip(ws):
 
 
 async def test_approval_round_trip(ws):
-    """Spec §2.10 d: ``tool-approval-request``, then the approval, then the tool's output and the
-    model's text in the continuation."""
+    """The approval sequence (docs/protocol.md#approval-sequence): ``tool-approval-request``, then the
+    approval, then the tool's output and the model's text in the continuation."""
     a = await ws("/agents/demo-agent/golden-approval")
     await a.receive_json_from()
     await a.receive_json_from()
@@ -131,8 +135,9 @@ def _without_handshake(frames):
 
 
 async def test_action_approval_round_trip(ws):
-    """Spec §2.10 d: an approval-gated action's request carries its ``approvalDescriptor``, and the
-    approved call runs in the continuation."""
+    """The approval sequence for an action (docs/protocol.md#approval-sequence): an approval-gated
+    action's request carries its ``approvalDescriptor``, and the approved call runs in the
+    continuation."""
     from tests.action_agents import SETUP, Setup
 
     SETUP["golden-action"] = Setup(permissions=["echo:run"], granted=["echo:run"], approval=True,
@@ -150,7 +155,8 @@ async def test_action_approval_round_trip(ws):
 
 
 async def test_durable_pause_parks_with_its_descriptor(ws):
-    """Spec §2.10 e: the paused output, with the descriptor beside it, then the model's text."""
+    """The durable pause sequence (docs/protocol.md#durable-pause-sequence): the paused output, with
+    the descriptor beside it, then the model's text."""
     a = await ws("/agents/demo-agent/golden-pause")
     await a.receive_json_from()
     await a.receive_json_from()

@@ -1,4 +1,5 @@
-"""Actions inside turns: spec cloudflare-agents.md §6.1 (#1-#28) and §6.2, on our stack.
+"""Actions inside turns (docs/architecture.md#actions): the reference's action and reply-attachment cases,
+on our stack.
 
 The reference's ``ThinkToolsTestAgent`` is ``tests.action_agents.ActionTestAgent``; its mock
 model is our offline demo model (``/tool echo {...}``, tool call ids ``demo_<n>_0``); "direct"
@@ -96,7 +97,7 @@ async def seed(key: str, *, name: str = "", status: str = "pending", age: timede
     )
 
 
-# ------------------------------------------------------------------------------------ §6.1 1-19
+# ----------------------------------------------------------- the action pipeline and the ledger
 async def test_1_executes_an_action_through_the_tool_call_hooks():
     configure("t1")
     messages = await turn("t1")
@@ -273,7 +274,7 @@ async def test_19_sweeps_expired_ledger_rows_without_deleting_fresh_rows():
     assert [r["key"] for r in await ledger_rows()] == ["fresh-settled"]
 
 
-# ----------------------------------------------------------------------------------- §6.1 20-28
+# ----------------------------------------------------------------------- approval-gated actions
 async def opened(ws, name: str):
     return await open_agent(ws, f"/agents/action-test-agent/{name}")
 
@@ -436,7 +437,7 @@ async def test_before_tool_call_may_substitute_an_output():
     assert probe("t28c").count == 0
 
 
-# ------------------------------------------------------------------------------------------ §6.2
+# ----------------------------------------------------------------------------- reply attachments
 ATTACH = "/tool attachAction {}"
 
 

@@ -1,4 +1,5 @@
-"""``handle.chat(message, callback)``: a full turn streamed to callbacks (spec §4.6 ``StreamCallback``)."""
+"""``handle.chat(message, callback)``: a full turn streamed to callbacks, as the reference's
+``StreamCallback`` (docs/architecture.md#sub-agents)."""
 
 import asyncio
 import json

@@ -1,4 +1,4 @@
-"""Chat observability events (spec §4.8): names and payloads, as a dashboard subscribes to them."""
+"""Chat observability events (docs/architecture.md#events): names and payloads, as a dashboard subscribes to them."""
 
 from typing import Any
 

@@ -1,5 +1,6 @@
-"""Durable chat recovery in one process (spec §4.5, §6.12 ``chat-recovery.test.ts``,
-``durable-chat-recovery.test.ts``): a turn cut by a crash is re-run or continued, within budgets.
+"""Durable chat recovery in one process (docs/architecture.md#crash-recovery; the cases of the
+reference's ``chat-recovery.test.ts`` and ``durable-chat-recovery.test.ts``): a turn cut by a crash is
+re-run or continued, within budgets.
 
 A crash is a ``Turn`` left ``running`` by a process that no longer exists (as after ``kill -9``),
 with the chunks it had stored. ``turns.recover_interrupted()`` is the beat sweep's call. The

@@ -1,4 +1,5 @@
-"""``message_concurrency`` over real WebSockets: the 13 cases of spec §6.9 (``message-concurrency.test.ts``).
+"""``message_concurrency`` over real WebSockets (docs/architecture.md#message-concurrency): the cases of the
+reference's ``message-concurrency.test.ts``.
 
 The agents (``tests.agents.SlowStreamAgent`` and its subclasses) stream plain text as the request
 body says and record which turns ran (``STARTED``) and what ``on_chat_response`` got

@@ -1,4 +1,5 @@
-"""Durable-pause actions, parked and decided later: spec cloudflare-agents.md §6.3 and §6.4, on our stack.
+"""Durable-pause actions, parked and decided later (docs/architecture.md#durable-pause): the reference's
+cases, on our stack.
 
 The reference's ``pauseAction`` is ``ActionTestAgent``'s (``tests.action_agents``): durable pause,
 summary "Approve pause action", risk high, permission ``pause:run``; its execute returns
@@ -7,10 +8,10 @@ is parked by a real turn of the offline demo model (``/tool pauseAction {...}``,
 ``demo_<n>_0``) and decided through ``approvals`` or the agent handle, as staff would. In the
 test settings the continuation turn runs inline, before the decision returns.
 
-The validation case of §6.3 ("durable-pause with approval: false") is in
-``tests/unit/test_actions_pure.py``; the admin and the API have their own modules. The
-codemode cases of §6.3 ("paused-output descriptor derivation") have no counterpart: there is
-no codemode runtime in this port.
+The validation case ("durable-pause with approval: false" is refused) is in
+``tests/unit/test_actions_pure.py``; the admin and the API have their own modules. The reference's
+codemode cases ("paused-output descriptor derivation") have no counterpart: there is no codemode
+runtime in this port.
 """
 
 import asyncio
@@ -82,7 +83,8 @@ def prompt(message: str) -> str:
 
 
 def paused(execution_id: str) -> dict[str, Any]:
-    """What the model reads for a parked call (spec §5.10, exact: no descriptor, no permissions)."""
+    """What the model reads for a parked call, exactly: no descriptor, no permissions
+    (docs/architecture.md#durable-pause)."""
     return {"status": "paused", "executionId": execution_id, "action": "pauseAction", "message": PAUSED_MESSAGE}
 
 
@@ -160,7 +162,7 @@ def interrupted_turn(instance: AgentInstance, partial: str) -> int:
     return turn.pk
 
 
-# ------------------------------------------------------------------ §6.3 "durable-pause actions"
+# ------------------------------------------------------------------------- durable-pause actions
 async def test_parks_for_approval_without_running_the_side_effect(user, emitted):
     call = await park("p1", user)
     assert re.fullmatch(r"actpause_[0-9a-f-]{36}", call.execution_id)
@@ -360,7 +362,7 @@ async def test_the_sweep_follows_the_ttl_setting_and_runs_from_celery_beat(user,
     assert beat["task"] == "agents_app.sweep_pending_approvals"
 
 
-# ---------------------------------------------- §6.3 "durable-pause actions (turn-driven, connection-less)"
+# --------------------------------------------------- durable-pause actions, turn-driven and connection-less
 async def test_attaches_the_descriptor_to_the_paused_part_and_continues_with_no_open_connection(user):
     call = await park("dp1", user)
     part = await call.part()
@@ -510,7 +512,7 @@ async def test_calls_parked_in_different_conversations_each_run_when_approved(us
     assert results == ["paused-exec: hello", "paused-exec: hello", "paused-exec: other"]
 
 
-# ------------------------------------------------- §6.4 "action-pause during an active recovery incident"
+# ----------------------------------------------------- a durable pause during an active recovery incident
 async def test_a_parked_durable_pause_is_not_a_pending_interaction(user):
     agent = await ActionTestAgent.aget("p64", owner=user)
     assert not await agent.has_pending_interaction()

@@ -1,4 +1,4 @@
-"""The action idempotency ledger on the real database (spec §5.9; catalogue §6.1 #8-#19).
+"""The action idempotency ledger on the real database (docs/architecture.md#ledger).
 
 The reference tests drive the ledger through a chat turn; here the same cases call
 ``ledger.run_once`` directly, as the action pipeline will. Ages come from ``now=``; no test sleeps.
@@ -36,7 +36,7 @@ PENDING_MESSAGE = (
 
 # --------------------------------------------------------------------------------------- helpers
 class Echo:
-    """The catalogue's echo action: counts executions; ``fail``/``gate``/``output`` shape a run."""
+    """The echo action of the reference's tests: counts executions; ``fail``/``gate``/``output`` shape a run."""
 
     def __init__(self, *, fail: str | None = None, output: Any = None) -> None:
         self.count = 0
@@ -144,8 +144,8 @@ def test_error_messages_are_the_spec_strings():
     )
 
 
-# --------------------------------------------------------------------------------------- §6.1 #8-#18
-async def test_records_and_replays_settled_rows(emitted):  # 8
+# --------------------------------------------------------- claim, replay, conflict, reclaim, release
+async def test_records_and_replays_settled_rows(emitted):
     echo = Echo()
     first = await call(echo, "action:echo:replay-key")
     assert (first.outcome, first.value, first.executed, first.recorded) == ("claimed", "action echo: hello", True, True)
@@ -161,7 +161,7 @@ async def test_records_and_replays_settled_rows(emitted):  # 8
     assert emitted == [(events.LEDGER_SETTLED, about), (events.LEDGER_REPLAYED, about)]
 
 
-async def test_reused_key_with_different_input_is_a_conflict(emitted):  # 9
+async def test_reused_key_with_different_input_is_a_conflict(emitted):
     echo = Echo()
     await call(echo, "action:echo:conflict-key")
     result = await call(echo, "action:echo:conflict-key", message="different")
@@ -190,7 +190,7 @@ async def test_conflict_is_checked_before_the_pending_status():
     assert echo.count == 0
 
 
-async def test_a_fresh_pending_row_blocks_execution(emitted):  # 10
+async def test_a_fresh_pending_row_blocks_execution(emitted):
     await seed("action:echo:pending-key")
     echo = Echo()
     result = await call(echo, "action:echo:pending-key")
@@ -201,7 +201,7 @@ async def test_a_fresh_pending_row_blocks_execution(emitted):  # 10
     assert [r["status"] for r in await rows()] == ["pending"]
 
 
-async def test_reclaims_a_stale_explicit_key_pending_row_and_settles_it(emitted):  # 11
+async def test_reclaims_a_stale_explicit_key_pending_row_and_settles_it(emitted):
     seeded = await seed("action:echo:stale-key")
     echo = Echo()
     result = await call(echo, "action:echo:stale-key", now=seeded + timedelta(seconds=1))
@@ -223,14 +223,14 @@ async def test_a_row_exactly_as_old_as_the_lease_is_not_stale():
     assert echo.count == 1
 
 
-async def test_does_not_reclaim_a_stale_fallback_key_row():  # 12
+async def test_does_not_reclaim_a_stale_fallback_key_row():
     seeded = await seed("tool:tc-direct")
     echo = Echo()
     result = await call(echo, "tool:tc-direct", retryable=False, now=seeded + timedelta(seconds=1))
     assert result.outcome == "pending" and echo.count == 0
 
 
-async def test_does_not_reclaim_when_the_lease_is_disabled():  # 13
+async def test_does_not_reclaim_when_the_lease_is_disabled():
     seeded = await seed("action:echo:no-lease")
     echo = Echo()
     result = await call(echo, "action:echo:no-lease", lease=None, now=seeded + timedelta(days=365))
@@ -247,7 +247,7 @@ async def test_the_lease_defaults_to_the_setting():
     assert (await call(echo, "action:echo:setting", lease=ledger.USE_SETTING, now=later)).outcome == "reclaimed"
 
 
-async def test_releases_the_row_when_a_reclaimed_execution_throws():  # 14
+async def test_releases_the_row_when_a_reclaimed_execution_throws():
     seeded = await seed("action:echo:reclaim-fail")
     echo = Echo(fail="ledger action failed")
     with pytest.raises(RuntimeError, match="ledger action failed"):
@@ -260,7 +260,7 @@ async def test_releases_the_row_when_a_reclaimed_execution_throws():  # 14
     assert await rows() == []
 
 
-async def test_a_stale_reclaim_racing_itself_in_one_loop_executes_once():  # 15
+async def test_a_stale_reclaim_racing_itself_in_one_loop_executes_once():
     seeded = await seed("action:echo:stale-race")
     echo = Echo()
     echo.gate = asyncio.Event()
@@ -277,7 +277,7 @@ async def test_a_stale_reclaim_racing_itself_in_one_loop_executes_once():  # 15
     assert [r["status"] for r in await rows()] == ["settled"]
 
 
-async def test_releases_keys_after_execution_failure():  # 16
+async def test_releases_keys_after_execution_failure():
     echo = Echo(fail="action failed")
     for _ in range(2):
         with pytest.raises(RuntimeError, match="action failed"):
@@ -286,7 +286,7 @@ async def test_releases_keys_after_execution_failure():  # 16
     assert await rows() == []
 
 
-async def test_coalesces_same_loop_duplicate_executions(emitted):  # 17
+async def test_coalesces_same_loop_duplicate_executions(emitted):
     echo = Echo()
     echo.gate = asyncio.Event()
     first = asyncio.create_task(call(echo, "action:echo:dup"))
@@ -355,7 +355,7 @@ async def test_a_call_cancelled_while_claiming_leaves_no_row():
     assert await rows() == []
 
 
-async def test_releases_the_row_when_the_result_cannot_be_serialized(emitted):  # 18
+async def test_releases_the_row_when_the_result_cannot_be_serialized(emitted):
     symbol = object()
     echo = Echo(output=symbol)
     result = await call(echo, "action:echo:symbol")
@@ -418,13 +418,13 @@ def test_a_process_that_lost_its_row_to_a_reclaim_cannot_settle_or_release_it():
     assert not ledger.release("action:echo:k")  # settled rows are never released
 
 
-# --------------------------------------------------------------------------------------- sweep #19
+# ------------------------------------------------------------------------------------------- sweep
 def make_row(key: str, status: str, updated_at: Any) -> None:
     LedgerEntry.objects.create(key=key, action_name="echo", input_hash=HASH, status=status,
                                created_at=updated_at, updated_at=updated_at)
 
 
-def test_sweeps_expired_rows_without_deleting_fresh_ones(emitted):  # 19
+def test_sweeps_expired_rows_without_deleting_fresh_ones(emitted):
     now = timezone.now()
     make_row("old-settled", "settled", now - timedelta(seconds=1))
     make_row("old-pending", "pending", now - timedelta(seconds=1))

@@ -1,6 +1,7 @@
-"""Turns started from Python (spec §4.3, §6.11 ``programmatic-turns.test.ts``, ``on-stream-end.test.ts``,
-``continue-last-turn.test.ts``): ``save_messages`` with messages or a function and a signal,
-``persist_messages``, ``continue_last_turn``, ``cancel_chat``, and ``on_chat_response`` chaining.
+"""Turns started from Python (docs/architecture.md#programmatic-turns; the cases of the reference's
+``programmatic-turns.test.ts``, ``on-stream-end.test.ts`` and ``continue-last-turn.test.ts``):
+``save_messages`` with messages or a function and a signal, ``persist_messages``,
+``continue_last_turn``, ``cancel_chat``, and ``on_chat_response`` chaining.
 """
 
 import asyncio

@@ -198,7 +198,7 @@ async def test_custom_body_and_request_id_reach_the_agent_as_plain_text(ws):
     assert [c["type"] for c in chunks(frames)] == ["text-start", "text-delta", "text-end"]
     assert chunks(frames)[0]["id"] == "r1"
     assert json.loads(text_of(frames)) == {"body": {"tenant": "acme", "flags": [1, 2]}, "request_id": "r1"}
-    # on_chat_response runs after the turn has ended (spec §4.3), so after the done frame.
+    # on_chat_response runs after the turn has ended (docs/architecture.md#response-hooks), so after the done frame.
     for _ in range(100):
         if RESPONSES.get("b1"):
             break

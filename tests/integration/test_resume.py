@@ -1,4 +1,4 @@
-"""Resumable streams: the handshake catalogue of spec §6.10, in-process (InMemory channel layer)."""
+"""Resumable streams: the resume handshake (docs/protocol.md#resume-handshake), in-process (InMemory channel layer)."""
 
 import asyncio
 import json
@@ -99,7 +99,7 @@ async def test_duplicate_acks_are_harmless(ws):
 
 
 async def test_stream_ending_before_the_ack_releases_the_connection_and_a_late_ack_gets_only_done(ws):
-    """cf-golden-frames §7 item 3 and R1: the end reaches the waiting connection live; a late ACK is one empty frame."""
+    """docs/protocol.md#late-ack: the end reaches the waiting connection live; a late ACK is one empty frame."""
     a, _ = await start_slow_turn(ws, "/slow 20 5", until_seq=3)
     b, first = await opened(ws)
     assert first[0]["type"] == "cf_agent_stream_resuming"
@@ -216,7 +216,7 @@ async def _orphan(instance, text="partial reply"):
 
 
 async def test_orphaned_stream_is_replayed_closed_and_recovered_once(ws):
-    """cf-golden-frames R4: the cut request's replay ends aborted, then a recovery continuation
+    """docs/protocol.md#orphaned-streams: the cut request's replay ends aborted, then a recovery continuation
     (new id, continuation:true, no second text-start) finishes the same assistant message."""
     b, _first = await opened(ws)
     instance = await AgentInstance.objects.aget(slug="demo-agent", name="resume")

@@ -1,4 +1,4 @@
-"""Agent methods clients call over the WebSocket (spec §1.2 ``rpc`` frames), and the built-in approvals."""
+"""Agent methods clients call over the WebSocket (docs/protocol.md#rpc-frames), and the built-in approvals."""
 
 from typing import Any
 

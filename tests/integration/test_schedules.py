@@ -1,4 +1,4 @@
-"""Scheduled prompts in one process (spec §4.7; ``agents_app.schedules``): claims, runs as turns,
+"""Scheduled prompts in one process (docs/architecture.md#schedules; ``agents_app.schedules``): claims, runs as turns,
 missed occurrences, failures, code declarations and the agent scheduling API.
 
 ``AGENT_SCHEDULE_RUNS = "inline"`` (the test settings): a claimed run runs in the call that claimed

@@ -1,5 +1,6 @@
-"""What is stored, and how much (spec §4.2, §6.11 ``max-persisted-messages`` / ``row-size-guard``), and the
-step limit that ends a turn cleanly (§4.6 ``maxSteps``).
+"""What is stored, and how much (docs/architecture.md#transcript-storage; the cases of the reference's
+``max-persisted-messages`` and ``row-size-guard`` tests), and the step limit that ends a turn cleanly
+(``max_steps``, the reference's ``maxSteps``).
 
 On SQLite here; ``tests/crossprocess/test_storage_databases.py`` runs the storage writes on PostgreSQL too.
 """

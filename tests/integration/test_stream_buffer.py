@@ -1,4 +1,7 @@
-"""The stream buffer's packing, reading and retention (spec §2.7 storage, §6.10 chunk buffer)."""
+"""The stream buffer's packing, reading and retention.
+
+See docs/architecture.md#stream-buffer and docs/protocol.md#stream-storage.
+"""
 
 import asyncio
 import json

@@ -1,4 +1,4 @@
-"""Sub-agents (spec §4.6, §6.11): ``await agent.sub_agent(ChildAgent, "child-1")``, the child's
+"""Sub-agents (docs/architecture.md#sub-agents): ``await agent.sub_agent(ChildAgent, "child-1")``, the child's
 ``chat()`` with a stream callback, its own address under the parent's, and an agent as a tool.
 
 The reference's own example is ``test_the_reference_parent_child_example``: a parent's callable

@@ -1,4 +1,7 @@
-"""Server, client and approval tools, auto-continuation, data parts (spec §2.8, §2.10 c-d, §6.11)."""
+"""Server, client and approval tools, auto-continuation, data parts (docs/architecture.md#tools).
+
+How answers and continuations travel: docs/protocol.md#tool-results-and-approvals.
+"""
 
 import asyncio
 import json

@@ -56,8 +56,8 @@ async def follow_continuation(a: WebsocketCommunicator) -> list[dict[str, Any]]:
     The connection then gets the final transcript and a done frame without the stream: the end
     releases it (its live done; the ACK then gets only an empty replayed done), or the ACK,
     read after the stream ended but before its end reached this connection, gets the stored
-    transcript and the replayed done (``streaming.handshake``, as the reference, cf-golden-frames
-    §7 item 3); the real client shows the final transcript. So that tests check the continuation's
+    transcript and the replayed done (``streaming.handshake``, as the reference does;
+    docs/protocol.md#late-ack); the real client shows the final transcript. So that tests check the continuation's
     chunks however the race went, the chunks are then taken from the stream buffer the server
     replays from, and put where a timely ACK would have had them: before the final transcript.
     """

@@ -1,8 +1,8 @@
 """The pure parts of ``action()``: declaration, policies, envelopes, output preparation, attachments.
 
-Spec cloudflare-agents.md §5.1-§5.7, §5.11-§5.15; the expected strings are copied from the spec's
-test catalogue (§6.1 #3-#9, §6.2, §6.3 "action() durable-pause validation") so that a drift fails
-here, loudly. No database, no engine: the pipeline that applies these is tested elsewhere.
+docs/architecture.md#actions describes them; the expected strings are copied from the reference's
+tests so that a drift fails here, loudly. No database, no engine: the pipeline that applies these
+is tested elsewhere.
 """
 
 import asyncio
@@ -85,7 +85,7 @@ def allow_when_hello(input: EchoInput, ctx: Any) -> bool:
         (True, None, "approval-gated", True),
         (allow_when_hello, None, "approval-gated", True),
         (True, "server", "server", True),
-        # An explicit approval-gated kind without a policy never prompts (spec §5.2).
+        # An explicit approval-gated kind without a policy never prompts (docs/architecture.md#declaring-an-action).
         (None, "approval-gated", "approval-gated", False),
         (None, "client", "client", False),
         (None, "delegated-agent", "delegated-agent", False),
@@ -236,7 +236,7 @@ async def test_resolve_permissions() -> None:
 
 async def test_evaluate_approval() -> None:
     assert await evaluate_approval(make(), HELLO, None) is False
-    # A durable-pause action without a policy always parks (spec §5.4 step 4).
+    # A durable-pause action without a policy always parks (docs/architecture.md#declaring-an-action).
     assert await evaluate_approval(make(kind="durable-pause"), HELLO, None) is True
     assert await evaluate_approval(make(approval=True), HELLO, None) is True
     assert await evaluate_approval(make(approval=False), HELLO, None) is False
@@ -291,7 +291,7 @@ def test_approval_descriptor_has_the_stable_shape() -> None:
     descriptor = approval_descriptor(
         echo_action, request_id="r1", tool_call_id="tc1", input={"message": "hello"}, permissions=["echo:run"],
     )
-    # Spec §2.10 (d), keys in this order.
+    # As the reference sends it (docs/protocol.md#approval-sequence), keys in this order.
     assert json.dumps(descriptor, separators=(",", ":")) == (
         '{"requestId":"r1","toolCallId":"tc1","action":"echo","summary":"Approve echo action",'
         '"input":{"message":"hello"},"permissions":["echo:run"],"risk":"low","kind":"approval-gated"}'
@@ -315,7 +315,7 @@ def test_approval_descriptor_without_risk_and_with_a_model_input() -> None:
 
 # --------------------------------------------------------------------------------------- envelopes
 def test_thrown_errors_become_name_and_message() -> None:
-    # §6.1 #4: JavaScript's Error("action failed") is Python's Exception("action failed").
+    # JavaScript's Error("action failed") is Python's Exception("action failed").
     assert error_envelope(Exception("action failed")) == {"error": {"name": "Error", "message": "action failed"}}
     assert error_envelope(ValueError("bad")) == {"error": {"name": "ValueError", "message": "bad"}}
     assert error_envelope(KeyError()) == {"error": {"name": "KeyError", "message": "KeyError()"}}
@@ -323,7 +323,6 @@ def test_thrown_errors_become_name_and_message() -> None:
 
 
 def test_authorization_envelopes() -> None:
-    # §6.1 #3.
     assert authorization_error(missing_permission_message(["echo:run"]), ["echo:run"]) == {
         "error": {"name": "ActionAuthorizationError", "message": "Missing required permission: echo:run",
                   "permissions": ["echo:run"]},
@@ -341,7 +340,6 @@ def test_ledger_and_approval_envelopes() -> None:
         "message": "A prior attempt of this action is in an unknown state; not re-executed. "
                    "Manual reconciliation may be required.",
     }}
-    # §6.1 #9.
     assert key_conflict_error("action:echo:conflict-key", "echo") == {"error": {
         "name": "ActionKeyConflict",
         "message": 'Idempotency key "action:echo:conflict-key" for action "echo" was reused with different input. '
@@ -360,7 +358,7 @@ def test_timeout_and_abort_envelopes() -> None:
     # The reference's timer aborts with a plain Error, so the model reads the name "Error".
     assert error_envelope(ActionTimeoutError(30_000)) == {
         "error": {"name": "Error", "message": "Action timed out after 30000ms"}}
-    assert "timed out" in error_envelope(ActionTimeoutError(5))["error"]["message"]  # §6.1 #5
+    assert "timed out" in error_envelope(ActionTimeoutError(5))["error"]["message"]
     assert aborted_error() == {"error": {"name": "Error", "message": "Action aborted"}}
     assert aborted_error(asyncio.CancelledError()) == {"error": {"name": "Error", "message": "Action aborted"}}
     assert aborted_error(RuntimeError("turn cancelled")) == {
@@ -392,7 +390,6 @@ async def test_ledger_messages_match_the_envelopes() -> None:
 
 # --------------------------------------------------------------------------------------- outputs
 def test_long_strings_are_truncated() -> None:
-    # §6.1 #6.
     prepared = prepare_output("x" * 25_000)
     assert "[truncated" in prepared
     assert len(prepared) < 22_000
@@ -402,7 +399,7 @@ def test_long_strings_are_truncated() -> None:
 
 
 def test_cycles_and_repeated_references_become_circular() -> None:
-    # §6.1 #7: {count: 12n, self: <cycle>} → {count: "12n", self: "[Circular]"}; Python ints stay ints.
+    # The reference makes {count: 12n, self: <cycle>} {count: "12n", self: "[Circular]"}; Python ints stay ints.
     output: dict[str, Any] = {"count": 12}
     output["self"] = output
     assert prepare_output(output) == {"count": 12, "self": "[Circular]"}

@@ -1,5 +1,6 @@
-"""The pure part of chat recovery (spec §4.5 and §6.12 ``recovery-incident.test.ts``): settings
-normalisation, the incident identity, the budget and the progress classification. No Django."""
+"""The pure part of chat recovery (docs/architecture.md#recovery-budget; the cases of the reference's
+``recovery-incident.test.ts``): settings normalisation, the incident identity, the budget and the
+progress classification. No Django."""
 
 import math
 from datetime import UTC, datetime, timedelta

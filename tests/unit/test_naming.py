@@ -21,7 +21,7 @@ from agents_app.protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_keba
     ("ThinkTestAgent", "think-test-agent"),
     ("TestAssistantAgentAgent", "test-assistant-agent-agent"),
     ("SCREAMING_CASE", "screaming-case"),
-    # Binding-style and underscore names (cloudflare-agents.md §1.1).
+    # Binding-style and underscore names (docs/protocol.md#agent-slugs).
     ("COUNTER_DO", "counter-do"),
     ("Chat_Agent", "chat--agent"),
     ("AgentX", "agent-x"),

@@ -62,7 +62,7 @@ def refusal(raw: str | bytes, *, max_bytes: int = MAX) -> ProtocolError:
 
 
 # ------------------------------------------------------------------------------------- valid frames
-# One real frame per type in _PARSERS, as captured from the client (js-client-protocol.md §4).
+# One real frame per type in _PARSERS, as captured from the npm client (docs/protocol.md#client-frames).
 VALID_FRAMES: list[tuple[dict[str, Any], InboundEvent]] = [
     (
         {"id": "zf1bAFY-", "type": "cf_agent_use_chat_request",

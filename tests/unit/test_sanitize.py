@@ -1,7 +1,7 @@
 """What is stored of a message (``agents_app.sanitize``): the reference's sanitizer and row-size guard.
 
-Pure: messages in, messages out (spec §4.2 step 2, ``sanitize.ts`` and ``tool-output-truncation.ts``;
-their tests: ``row-size-guard.test.ts``).
+Pure: messages in, messages out (docs/architecture.md#transcript-storage; the reference's ``sanitize.ts``
+and ``tool-output-truncation.ts``; their tests: ``row-size-guard.test.ts``).
 """
 
 import json
