@@ -46,10 +46,11 @@ did not need them: its own process's members get every message in memory, the ot
 their gaps from the stream buffer. So a PUBLISH Redis cannot take is dropped, as the delivery
 guarantees allow, and counted; the process logs one warning when it loses Redis (the error, on
 one line) and one when an operation succeeds again, with the count of what it dropped meanwhile.
-A PUBLISH is tried once more at once after a connection error: the pool's connections that Redis
-closed while it was down each fail once when it is back, and a reply's end, often the first
-message after an outage, must not be lost to that. Point-to-point sends to another process (a
-cancel, a flush request) still raise: their caller decides.
+A PUBLISH or a point-to-point send is tried once more at once after a connection error: the
+pool's connections that Redis closed while it was down each fail once when it is back, and a
+reply's end, often the first message after an outage, or the flush request of a socket that
+re-syncs the chunks it missed, must not be lost to that. A point-to-point send to another process
+(a cancel, a flush request) that still fails raises: its caller decides.
 
 Receiving: every channel of this process reads its own in-memory queue, filled by group
 deliveries, by its own process's sends, and by one pump per event loop that pops the process's
@@ -64,7 +65,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from channels_redis.core import RedisChannelLayer
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -79,6 +81,7 @@ logger = logging.getLogger(__name__)
 MAX_REMOTE_ENTRIES = 10_000
 # After losing a Redis connection it reads from, a process retries this often (seconds).
 RECONNECT_SECONDS = 0.5
+_T = TypeVar("_T")
 # What Redis out of reach raises (down, restarting, or a connection it closed meanwhile).
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
 
@@ -156,7 +159,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
 
     async def send(self, channel: str, message: dict[str, Any]) -> None:
         if not self._is_local(channel):
-            await super().send(channel, message)
+            await self._once_more(lambda: super(FanoutRedisChannelLayer, self).send(channel, message))
             return
         assert isinstance(message, dict), "message is not a dict"
         assert self.require_valid_channel_name(channel), "Channel name not valid"
@@ -229,28 +232,35 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
             self.deliver_locally(group, message)
 
     async def _publish(self, index: int, topic: str, data: bytes) -> int | None:
-        """PUBLISH ``data``; its count of receivers, or None when Redis cannot take it (dropped, counted).
-
-        After a connection error the pool's idle connections are dropped and the PUBLISH is tried
-        once more: Redis closed them when it went away, and each would fail once now that it is
-        back. A timeout is not tried again (the message may have gone out).
-        """
+        """PUBLISH ``data``; its count of receivers, or None when Redis cannot take it (dropped, counted)."""
         connection = self.connection(index)
         try:
-            receivers = await connection.publish(topic, data)
-        except RedisConnectionError:
-            with contextlib.suppress(RedisError, OSError):
-                await connection.connection_pool.disconnect(inuse_connections=False)
-            try:
-                receivers = await connection.publish(topic, data)
-            except UNREACHABLE as exc:
-                self.outage.drop(exc)
-                return None
-        except RedisTimeoutError as exc:
+            receivers = await self._once_more(lambda: connection.publish(topic, data))
+        except UNREACHABLE as exc:
             self.outage.drop(exc)
             return None
-        self.outage.back()
         return int(receivers)
+
+    async def _once_more(self, operation: Callable[[], Awaitable[_T]]) -> _T:
+        """``operation``, tried once more after a connection error; what the second try raises is raised.
+
+        Before the second try the pools' idle connections are dropped: Redis closed them when it
+        went away, and each would fail once now that it is back. A timeout is not tried again
+        (the command may have been carried out).
+        """
+        try:
+            try:
+                result = await operation()
+            except RedisConnectionError:
+                for index in range(len(self.hosts)):
+                    with contextlib.suppress(RedisError, OSError):
+                        await self.connection(index).connection_pool.disconnect(inuse_connections=False)
+                result = await operation()
+        except UNREACHABLE as exc:
+            self.outage.lost(exc)
+            raise
+        self.outage.back()
+        return result
 
     def deliver_locally(self, group: str, message: dict[str, Any]) -> None:
         """Hand ``message`` to this process's members of ``group`` (each channel's bounded queue)."""

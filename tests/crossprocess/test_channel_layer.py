@@ -13,9 +13,11 @@ import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis
+from websockets.asyncio.client import ClientConnection
 
 from tests.support.frames import RESP, chat_request, is_done, text_of, user_message
 from tests.support.live import PYTHON, ROOT, LiveStack, RedisServer, Server, wait_for_port
@@ -149,7 +151,7 @@ def start_again(redis: RedisServer, workdir: Path) -> None:
     wait_for_port(redis.port, redis.proc)
 
 
-async def _joined(server: Server, path: str, cookie: str):
+async def _joined(server: Server, path: str, cookie: str) -> ClientConnection:
     sock = await open_socket(server.ws, path, cookie)
     await recv_until(sock, lambda f: f["type"] == "cf_agent_mcp_servers")
     return sock
@@ -174,7 +176,7 @@ def test_redis_down_mid_stream_is_one_warning_and_one_line_when_it_is_back(tmp_p
         runner, watcher = stack.start_server(), stack.start_server()
         cookie = runner.login("alice")
 
-        async def scenario() -> tuple[list[dict], list[dict]]:
+        async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             here, there = await _joined(runner, path, cookie), await _joined(watcher, path, cookie)
             await here.send(json.dumps(chat_request("r1", [user_message("u1", "/slow 400 20")])))
             seen = await recv_until(here, lambda f: f.get("id") == "r1" and bool(f.get("body")), timeout=30)
