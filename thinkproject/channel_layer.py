@@ -39,6 +39,19 @@ a reader's own timers) puts the message in the channel's queue at once; the core
 ``send`` costs four Redis commands, and the pump's pop one more, about 1 ms each way in the
 resume handshake's flush (``bench/README.md``, "Sixth round").
 
+**Redis out of reach: one line when it goes, one when it is back.** Every Redis operation of the
+layer fails while Redis is down: a PUBLISH per streamed batch, each reader once per retry.
+Raised, each publication was a traceback in the server's log (148 in a 3 s outage), and the turn
+did not need them: its own process's members get every message in memory, the others re-sync
+their gaps from the stream buffer. So a PUBLISH Redis cannot take is dropped, as the delivery
+guarantees allow, and counted; the process logs one warning when it loses Redis (the error, on
+one line) and one when an operation succeeds again, with the count of what it dropped meanwhile.
+A PUBLISH or a point-to-point send is tried once more at once after a connection error: the
+pool's connections that Redis closed while it was down each fail once when it is back, and a
+reply's end, often the first message after an outage, or the flush request of a socket that
+re-syncs the chunks it missed, must not be lost to that. A point-to-point send to another process
+(a cancel, a flush request) that still fails raises: its caller decides.
+
 Receiving: every channel of this process reads its own in-memory queue, filled by group
 deliveries, by its own process's sends, and by one pump per event loop that pops the process's
 point-to-point messages from other processes (``send`` to a ``new_channel`` name: the resume
@@ -51,12 +64,16 @@ message as read-only: this process's members of a group share one dict.
 import asyncio
 import contextlib
 import logging
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from channels_redis.core import RedisChannelLayer
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +81,47 @@ logger = logging.getLogger(__name__)
 MAX_REMOTE_ENTRIES = 10_000
 # After losing a Redis connection it reads from, a process retries this often (seconds).
 RECONNECT_SECONDS = 0.5
+_T = TypeVar("_T")
+# What Redis out of reach raises (down, restarting, or a connection it closed meanwhile).
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
+
+
+class Outage:
+    """Whether this process has lost Redis, since when, and how many messages it dropped meanwhile.
+
+    ``lost`` logs once per outage, ``back`` once when it ends: the log has one line per event,
+    never one per failed operation or retry.
+    """
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.dropped = 0
+
+    def lost(self, error: BaseException) -> None:
+        """A Redis operation failed: Redis is out of reach (said once, until it is back)."""
+        if self.since is not None:
+            return
+        self.since, self.dropped = time.monotonic(), 0
+        logger.warning("Channel layer lost Redis (%s); messages to other processes are dropped until it is back",
+                       one_line(error))
+
+    def drop(self, error: BaseException) -> None:
+        """A message for other processes was dropped because of ``error``."""
+        self.lost(error)
+        self.dropped += 1
+
+    def back(self) -> None:
+        """A Redis operation succeeded: an outage, if any, is over."""
+        if self.since is None:
+            return
+        logger.warning("Channel layer has Redis back after %.1f s; %d message%s to other processes dropped meanwhile",
+                       time.monotonic() - self.since, self.dropped, "" if self.dropped == 1 else "s")
+        self.since = None
+
+
+def one_line(error: BaseException) -> str:
+    """``error`` as one log line: its type and message, without a traceback."""
+    return " ".join(f"{type(error).__name__}: {error}".split())
 
 
 class PooledRedisChannelLayer(RedisChannelLayer):
@@ -86,6 +144,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         self._pump: asyncio.Task[None] | None = None
         # group → whether another process had members at the last PUBLISH or join notice.
         self._remote: dict[str, bool] = {}
+        self.outage = Outage()
 
     async def receive(self, channel: str) -> dict[str, Any]:
         if "!" not in channel:
@@ -100,7 +159,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
 
     async def send(self, channel: str, message: dict[str, Any]) -> None:
         if not self._is_local(channel):
-            await super().send(channel, message)
+            await self._once_more(lambda: super(FanoutRedisChannelLayer, self).send(channel, message))
             return
         assert isinstance(message, dict), "message is not a dict"
         assert self.require_valid_channel_name(channel), "Channel name not valid"
@@ -118,10 +177,11 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         while True:
             try:
                 channel, message = await self.receive_single(real_channel)
-            except RedisConnectionError:
-                logger.warning("Channel layer lost its Redis connection; receiving again")
+            except UNREACHABLE as exc:
+                self.outage.lost(exc)
                 await asyncio.sleep(RECONNECT_SECONDS)
                 continue
+            self.outage.back()
             self.receive_buffer[channel].put_nowait(message)
 
     async def group_add(self, group: str, channel: str) -> None:
@@ -133,7 +193,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         first = len(members) == 1
         await self._pubsub().subscribe(self.topic(group), first=first)
         if first:
-            await self.connection(0).publish(self.joins_topic, self._origin + group.encode())
+            await self._publish(0, self.joins_topic, self._origin + group.encode())
 
     async def group_discard(self, group: str, channel: str) -> None:
         members = self.local_groups.get(group)
@@ -147,8 +207,10 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         assert self.require_valid_group_name(group), "Group name not valid"
         self.deliver_locally(group, message)
-        connection = self.connection(self.consistent_hash(group))
-        receivers = await connection.publish(self.topic(group), self._origin + self.serialize(message))
+        receivers = await self._publish(self.consistent_hash(group), self.topic(group),
+                                        self._origin + self.serialize(message))
+        if receivers is None:
+            return  # dropped: what is known of the other processes stays as it was
         if len(self._remote) >= MAX_REMOTE_ENTRIES:
             self._remote.clear()
         self._remote[group] = receivers > (1 if group in self.local_groups else 0)
@@ -168,6 +230,37 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
             await self.group_send(group, message)
         else:
             self.deliver_locally(group, message)
+
+    async def _publish(self, index: int, topic: str, data: bytes) -> int | None:
+        """PUBLISH ``data``; its count of receivers, or None when Redis cannot take it (dropped, counted)."""
+        connection = self.connection(index)
+        try:
+            receivers = await self._once_more(lambda: connection.publish(topic, data))
+        except UNREACHABLE as exc:
+            self.outage.drop(exc)
+            return None
+        return int(receivers)
+
+    async def _once_more(self, operation: Callable[[], Awaitable[_T]]) -> _T:
+        """``operation``, tried once more after a connection error; what the second try raises is raised.
+
+        Before the second try the pools' idle connections are dropped: Redis closed them when it
+        went away, and each would fail once now that it is back. A timeout is not tried again
+        (the command may have been carried out).
+        """
+        try:
+            try:
+                result = await operation()
+            except RedisConnectionError:
+                for index in range(len(self.hosts)):
+                    with contextlib.suppress(RedisError, OSError):
+                        await self.connection(index).connection_pool.disconnect(inuse_connections=False)
+                result = await operation()
+        except UNREACHABLE as exc:
+            self.outage.lost(exc)
+            raise
+        self.outage.back()
+        return result
 
     def deliver_locally(self, group: str, message: dict[str, Any]) -> None:
         """Hand ``message`` to this process's members of ``group`` (each channel's bounded queue)."""
@@ -272,13 +365,14 @@ class _Subscriber:
         while self.pubsub.subscribed:
             try:
                 message = await self.pubsub.get_message(timeout=None)
-            except RedisConnectionError:
+            except UNREACHABLE as exc:
                 # redis-py subscribes again when it reconnects; what was published meanwhile is lost.
-                logger.warning("Channel layer pub/sub connection lost; reconnecting")
+                self.layer.outage.lost(exc)
                 await asyncio.sleep(RECONNECT_SECONDS)
                 continue
             if message is None:
                 continue
+            self.layer.outage.back()
             kind, topic = message["type"], message["channel"]
             if kind == "message":
                 try:

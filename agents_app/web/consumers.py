@@ -5,6 +5,7 @@ engine publishes from any process.
 """
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -40,6 +41,31 @@ class ChatConsumer(AsyncWebsocketConsumer):
     instance: AgentInstance | None = None
     resume: ResumeDriver | None = None
     rate: limits.TokenBucket | None = None
+    # The client went away (the server refused a send): nothing more is sent to it.
+    gone = False
+    _server_send: Callable[[dict[str, Any]], Awaitable[None]]
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]],
+                       send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        self._server_send = send
+        await super().__call__(scope, receive, self._send_unless_gone)
+
+    async def _send_unless_gone(self, message: dict[str, Any]) -> None:
+        """Send ``message``, or drop it once the client is gone.
+
+        A client can go in the middle of a handler (a text frame that is not UTF-8 makes the server
+        close the socket, 1007, while the answer to the frame before or a reply's relay is on its
+        way), and the server refuses the send with an ``OSError`` (ASGI; uvicorn's
+        ``ClientDisconnected``). A normal end, not a failure: raised, it was a logged traceback, or
+        it ended the consumer before ``disconnect`` left the group. ``websocket.disconnect`` follows.
+        """
+        if self.gone:
+            return
+        try:
+            await self._server_send(message)
+        except OSError as exc:
+            self.gone = True
+            logger.debug("The client of %s went away; what was left to send is dropped (%r)", self.instance, exc)
 
     async def connect(self) -> None:
         kwargs = self.scope["url_route"]["kwargs"]
@@ -143,7 +169,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def chat_frames(self, event: dict[str, Any]) -> None:
         """Relay a batch published by the turn engine (``streaming.fanout``)."""
-        if self.resume is None:
+        if self.resume is None or self.gone:
             return
         for item in decode_batch(event):
             if item.addressed_to(self.channel_name):

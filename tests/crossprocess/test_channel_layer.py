@@ -2,16 +2,26 @@
 
 Each ``FanoutRedisChannelLayer`` instance has its own client prefix, subscription and pump, as a
 process does; two of them in one event loop are two processes as far as Redis can tell. The live
-suites (two Daphnes, Celery workers) run every chat feature over this layer as well.
+suites (two Daphnes, Celery workers) run every chat feature over this layer as well. Redis going
+away under two live servers is one warning and one line when it is back, in each server's log.
 """
 
 import asyncio
+import json
+import re
+import shutil
+import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis
+from websockets.asyncio.client import ClientConnection
 
-from tests.support.live import PYTHON, ROOT, RedisServer
+from tests.support.frames import RESP, chat_request, is_done, text_of, user_message
+from tests.support.live import PYTHON, ROOT, LiveStack, RedisServer, Server, wait_for_port
+from tests.support.wsclient import open_socket, recv_json, recv_until
 from thinkproject.channel_layer import FanoutRedisChannelLayer
 
 pytestmark = pytest.mark.crossprocess
@@ -120,3 +130,86 @@ async def test_hundreds_of_groups_joined_at_once_share_one_subscription_connecti
     await asyncio.gather(*(b.group_add(f"room{i}", c) for i, c in enumerate(channels)))
     await asyncio.gather(*(a.group_send(f"room{i}", {"type": "chat.frames", "n": i}) for i in range(300)))
     assert [(await receive(b, c))["n"] for c in channels] == list(range(300))
+
+
+# The layer's two lines about an outage (thinkproject.channel_layer).
+LOST = "Channel layer lost Redis"
+BACK = re.compile(r"Channel layer has Redis back after [0-9.]+ s; (\d+) messages? to other processes dropped")
+# Chunks the turn streams while Redis is down, before it is started again.
+CHUNKS_WHILE_DOWN = 100
+
+
+def start_again(redis: RedisServer, workdir: Path) -> None:
+    """A new redis-server on the port of the stopped one (empty, as after a crash without persistence)."""
+    exe = shutil.which("redis-server")
+    assert exe is not None
+    redis.proc = subprocess.Popen(
+        [exe, "--port", str(redis.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    wait_for_port(redis.port, redis.proc)
+
+
+async def _joined(server: Server, path: str, cookie: str) -> ClientConnection:
+    sock = await open_socket(server.ws, path, cookie)
+    await recv_until(sock, lambda f: f["type"] == "cf_agent_mcp_servers")
+    return sock
+
+
+def test_redis_down_mid_stream_is_one_warning_and_one_line_when_it_is_back(tmp_path: Path) -> None:
+    """Redis stops while a turn streams to sockets on two servers, and starts again on its port.
+
+    The turn runs on the first server, whose layer publishes its chunks for the second: while
+    Redis is down each of those publications fails. Each server logs that it lost Redis once and
+    that it has it back once, with the count of what it dropped (the first dropped chunks, the
+    second nothing), and no traceback. The reply completes and is stored; the second server's
+    socket gets every word too (the chunks it missed are sent again from the stream buffer).
+    """
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(tmp_path / "redis")
+    stack = LiveStack(tmp_path, redis.url)
+    words = "".join(f"w{i} " for i in range(400))
+    path = "/agents/demo-agent/redis-down"
+    try:
+        stack.create_user("alice")
+        runner, watcher = stack.start_server(), stack.start_server()
+        cookie = runner.login("alice")
+
+        async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            here, there = await _joined(runner, path, cookie), await _joined(watcher, path, cookie)
+            await here.send(json.dumps(chat_request("r1", [user_message("u1", "/slow 400 20")])))
+            seen = await recv_until(here, lambda f: f.get("id") == "r1" and bool(f.get("body")), timeout=30)
+            redis.stop()
+            # The turn goes on streaming to the socket of its own server meanwhile.
+            chunks = 0
+            while chunks < CHUNKS_WHILE_DOWN:
+                frame = await recv_json(here, timeout=30)
+                seen.append(frame)
+                chunks += frame.get("type") == RESP and bool(frame.get("body"))
+            start_again(redis, tmp_path / "redis")
+            seen += await recv_until(here, is_done("r1"), timeout=60)
+            elsewhere = await recv_until(there, is_done("r1"), timeout=60)
+            await here.close()
+            await there.close()
+            return seen, elsewhere
+
+        seen, elsewhere = asyncio.run(scenario())
+        assert text_of(seen) == words
+        assert text_of(elsewhere) == words
+        history = runner.get_json(f"{path}/get-messages", cookie)
+        assert [p.get("text") for p in history[-1]["parts"] if p["type"] == "text"] == [words]
+    finally:
+        stack.stop()
+        redis.stop()
+    logs = {server: (tmp_path / f"server-{server.port}.log").read_text(errors="replace").splitlines()
+            for server in (runner, watcher)}
+    for server, lines in logs.items():
+        assert [line for line in lines if "Traceback" in line or "Task exception" in line] == [], server.port
+        assert len([line for line in lines if LOST in line]) == 1, [line for line in lines if "Redis" in line]
+        assert len([line for line in lines if BACK.search(line)]) == 1, [line for line in lines if "Redis" in line]
+    dropped = {server: int(next(BACK.search(line) for line in lines if BACK.search(line)).group(1))
+               for server, lines in logs.items()}
+    # The runner published chunks for the watcher while Redis was down; the watcher published nothing.
+    assert dropped[runner] > 0
+    assert dropped[watcher] == 0

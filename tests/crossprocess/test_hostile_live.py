@@ -1,8 +1,10 @@
-"""Issue 17 against live Daphnes: hostile frames on PostgreSQL, and a reconnect right after a submit.
+"""Hostile clients against live servers: bad frames on PostgreSQL, broken UTF-8, a reconnect after a submit.
 
 Every frame gets an answer on a socket that stays open (no 1011), nothing reaches a server log as
 a traceback, and a client that drops its socket right after sending, and reconnects to the other
-process, is told the turn is coming (``pending`` or ``resuming``), never ``resume_none``.
+process, is told the turn is coming (``pending`` or ``resuming``), never ``resume_none``. A text
+frame that is not UTF-8 is the server's to close (1007); what the consumer still had to send to
+that socket is dropped without a word in the log.
 """
 
 import asyncio
@@ -14,8 +16,9 @@ import psycopg
 import pytest
 
 from tests.support.frames import chat_request, is_done, text_of, user_message
-from tests.support.live import LiveStack, PostgresServer, RedisServer
+from tests.support.live import SERVERS, LiveStack, PostgresServer, RedisServer
 from tests.support.wsclient import open_socket, recv_json, recv_until
+from thinkproject.channel_layer import FanoutRedisChannelLayer
 
 pytestmark = pytest.mark.crossprocess
 
@@ -37,9 +40,10 @@ async def _open(daphne, path, cookie):
     return sock, frames
 
 
-def _tracebacks(workdir: Path) -> list[str]:
+def _tracebacks(workdir: Path, *markers: str) -> list[str]:
+    markers = markers or ("Traceback",)
     return [line for log in workdir.glob("server-*.log") for line in log.read_text(errors="replace").splitlines()
-            if "Traceback" in line]
+            if any(marker in line for marker in markers)]
 
 
 @pytest.mark.requires_postgres
@@ -122,3 +126,74 @@ def test_a_reconnect_right_after_a_submit_attaches_to_the_coming_turn(stack: Liv
         assert text == words
 
     asyncio.run(scenario())
+
+
+# A text frame whose payload is not UTF-8 (0xff never occurs in it): the server must close with 1007.
+BROKEN_TEXT = b'{"type": "cf_agent_chat_clear", "x": "\xff\xfe"}'
+HOSTILE_SOCKETS = 12
+# How each server ends such a socket: uvicorn closes it with 1007; Daphne's autobahn drops the TCP
+# connection at a protocol failure (its ``failByDrop``), which the client reads as 1006.
+BROKEN_TEXT_CLOSE = {"uvicorn": 1007, "daphne": 1006}
+
+
+@pytest.mark.parametrize("server_kind", SERVERS)
+def test_broken_utf8_closes_the_socket_and_what_was_left_to_send_is_dropped_quietly(
+        stack: LiveStack, server_kind: str) -> None:
+    """Sockets of an instance whose turn streams send broken text frames, right behind frames
+    that want an answer (a resume probe, an RPC call) or behind nothing (the relay of the stream
+    is then what meets the closed socket). Each is closed with 1007; the server logs no traceback,
+    forgets the sockets (its subscription to the instance's group goes with the last one), and
+    serves the next turn as usual (Daphne drops such a socket instead: 1006)."""
+    stack.create_user("alice")
+    server = stack.start_server(server_kind)
+    cookie = server.login("alice")
+    path = "/agents/demo-agent/broken-utf8"
+    words = "".join(f"w{i} " for i in range(150))
+
+    async def hostile(number: int) -> int | None:
+        sock, _ = await _open(server, path, cookie)
+        if number % 3 == 0:
+            await sock.send(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": f"p{number}"}))
+        elif number % 3 == 1:
+            await sock.send(json.dumps({"type": "rpc", "id": f"c{number}", "method": "getMessages", "args": []}))
+        await sock.send(BROKEN_TEXT, text=True)
+        await asyncio.wait_for(sock.wait_closed(), 30)
+        return sock.close_code
+
+    async def scenario() -> None:
+        owner, _ = await _open(server, path, cookie)
+        await owner.send(json.dumps(chat_request("r1", [user_message("u1", "/slow 150 10")])))
+        streaming = await recv_until(owner, lambda f: f.get("id") == "r1" and bool(f.get("body")), timeout=30)
+        codes = await asyncio.gather(*(hostile(n) for n in range(HOSTILE_SOCKETS)))
+        assert codes == [BROKEN_TEXT_CLOSE[server_kind]] * HOSTILE_SOCKETS
+        frames = streaming + await recv_until(owner, is_done("r1"), timeout=60)
+        assert text_of(frames) == words
+        await owner.close()
+        # The next turn, on a fresh socket, as if nothing had happened.
+        fresh, _ = await _open(server, path, cookie)
+        await fresh.send(json.dumps(chat_request("r2", [user_message("u2", "fine")])))
+        frames = await recv_until(fresh, is_done("r2"), timeout=30)
+        assert "error" not in frames[-1], frames[-1]
+        assert text_of(frames) == "(demo model, offline) You said: fine"
+        await fresh.close()
+
+    asyncio.run(scenario())
+    history = server.get_json(f"{path}/get-messages", cookie)
+    assert [p.get("text") for p in history[1]["parts"] if p["type"] == "text"] == [words]
+    assert len(history) == 4
+    assert _tracebacks(stack.workdir, "Traceback", "ClientDisconnected", "Exception in ASGI") == []
+    # Every socket is gone: the server's last member of the instance's group left it, so the
+    # process no longer subscribes to the group's topic.
+    asyncio.run(_no_group_subscriptions(stack))
+
+
+async def _no_group_subscriptions(stack: LiveStack) -> None:
+    layer = FanoutRedisChannelLayer(hosts=[{"address": stack.env["REDIS_URL"]}])
+    connection = layer.connection(0)
+    try:
+        deadline = asyncio.get_running_loop().time() + 30
+        while topics := await connection.pubsub_channels(layer.topic("agent.*")):
+            assert asyncio.get_running_loop().time() < deadline, f"still subscribed: {topics}"
+            await asyncio.sleep(0.1)
+    finally:
+        await connection.aclose()
