@@ -165,6 +165,13 @@ def _starts_at_once(claim: lock.Claim) -> bool:
                 or claim.turn.continuation or _has_preamble(claim.turn))
 
 
+def _goes_on(turn: Turn) -> bool:
+    """What agents are told as ``continuation``: the turn goes on from before rather than answering
+    a new message, in the last reply (``turn.continuation``) or in one of its own (``continue_last_turn``,
+    a decision's continuation after a later message)."""
+    return turn.continuation or turn.kind in (Turn.Kind.CONTINUE, Turn.Kind.CONTINUATION)
+
+
 def _has_preamble(turn: Turn) -> bool:
     """``TurnRun._run``'s steps before the start: a debounce or merge to wait for
     (``_still_due``), messages to compute (``_materialize``), a recovery plan (``begin_attempt``)."""
@@ -323,7 +330,7 @@ class TurnRun:
             message = self.builder.message if self.builder.has_content() else None
             attachments = self.attachments.items()
         return ChatResponseResult(message=message, request_id=self.turn.request_id,
-                                  continuation=self.turn.continuation, status=status, error=error,
+                                  continuation=_goes_on(self.turn), status=status, error=error,
                                   attachments=attachments)
 
     async def _run(self, registration: control.Registration, started: "_Started | None",
@@ -361,7 +368,7 @@ class TurnRun:
         registration.serve_flushes(self.writer)
         agent = registry.get_agent_class(instance.slug).for_turn(
             instance, request_id=turn.request_id, messages=opened.messages, body=turn.body,
-            client_tools=turn.client_tools, continuation=turn.continuation, user=turn.user,
+            client_tools=turn.client_tools, continuation=_goes_on(turn), user=turn.user,
             abort_signal=self.signal, attachments=self.attachments, emit=self._write, keep=self._stash,
         )
         self.setup = TurnSetup(instance, agent, transcript.Policy.of(agent), opened.stream_pk, attempt)
