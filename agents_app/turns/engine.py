@@ -556,10 +556,12 @@ class TurnRun:
                 self.builder.message["id"] = chunk["messageId"]
             else:
                 chunk["messageId"] = self.builder.message["id"]
-            if self.turn.kind == Turn.Kind.CONTINUE:
-                # continue_last_turn: a reply of its own, marked as going on from the one before.
+            marker = self._continuation_marker()
+            if marker is not None:
+                # continue_last_turn, or a decision's continuation after a later message: a reply
+                # of its own, marked as going on from before (from which call, when a note says).
                 await self._emit(chunk)
-                await self._emit({"type": "message-metadata", "messageMetadata": {"continuation": True}})
+                await self._emit({"type": "message-metadata", "messageMetadata": marker})
                 return False
         elif kind == "finish":
             waiting = any(awaits_interaction(p) for p in self.builder.parts)
@@ -577,6 +579,16 @@ class TurnRun:
             await database_sync_to_async(transcript.save_message)(self.setup.instance, self.builder.message,
                                                                   policy=self.setup.policy)
         return False
+
+    def _continuation_marker(self) -> dict[str, Any] | None:
+        """The metadata of a new reply that goes on from before: ``{"continuation": True}``, with the
+        ``continuationOf`` of the system note it follows (``approvals.service``), if any."""
+        if self.turn.kind not in (Turn.Kind.CONTINUE, Turn.Kind.CONTINUATION):
+            return None
+        assert self.setup is not None
+        before = self.setup.agent.messages[-1] if self.setup.agent.messages else {}
+        of = (before.get("metadata") or {}).get("continuationOf") if before.get("role") == "system" else None
+        return {"continuation": True, **({"continuationOf": of} if of else {})}
 
     async def _emit_attachments(self) -> None:
         """Put the turn's reply attachments, as channels show them, in the message's metadata.
