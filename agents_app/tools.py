@@ -5,7 +5,7 @@ An agent's ``get_tools()`` returns any mix of:
 * plain functions (sync or async; their signature is the tool's JSON schema, and pydantic-ai
   validates the model's input against it) and ``pydantic_ai.Tool`` objects;
 * ``tool(fn, needs_approval=...)``: a server tool that waits for Approve / Reject, always or when
-  a predicate on its input says so;
+  a predicate on its input (a plain or an async function) says so;
 * ``ClientTool(name, description, parameters)``: a tool the browser runs (``onToolCall``), as do
   tools the client sends as ``clientTools``. ``ToolPolicy`` applies the rules around every server
   tool call.
@@ -30,7 +30,8 @@ from .hooks import ToolCall, ToolCallDecision
 
 logger = logging.getLogger("agents_app.tools")
 
-Predicate = Callable[[dict[str, Any]], bool]
+# ``needs_approval``'s per-call answer: a plain or an async function of the call's arguments.
+Predicate = Callable[[dict[str, Any]], bool | Awaitable[bool]]
 # Asked before a call runs: does it wait for the user's approval? (``ctx``, validated arguments).
 ApprovalGate = Callable[[RunContext[Any], dict[str, Any]], Awaitable[bool]]
 # Exceptions pydantic-ai uses as signals; they pass through ToolPolicy untouched.
@@ -106,7 +107,11 @@ def _function_tool(function: Callable[..., Any], **options: Any) -> Tool[Any]:
 
 def _predicate_gate(predicate: Predicate) -> ApprovalGate:
     async def gate(ctx: RunContext[Any], args: dict[str, Any]) -> bool:
-        return bool(predicate(args))
+        # An async predicate's coroutine is truthy: its answer is what it returns once awaited.
+        answer = predicate(args)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return bool(answer)
 
     return gate
 

@@ -29,7 +29,7 @@ from ..actions.pipeline import run_approved_pause
 from ..agent import ChatAgent
 from ..errors import AgentConfigurationError, UnknownAgent
 from ..messages import UIMessage, is_tool_part
-from ..models import AgentInstance, ApprovalDecision, PendingApproval, Turn
+from ..models import AgentInstance, ApprovalDecision, ChatMessage, PendingApproval, Turn
 from ..protocol import frames
 from ..recovery import liveness
 from ..streaming import fanout
@@ -50,6 +50,8 @@ DEFAULT_REJECTION_REASON: Final = "Rejected by user"
 EXPIRED_REASON: Final = "The approval request expired before anyone decided it."
 # Id prefix of the system note written when the parked tool part is gone (compacted away).
 OUTCOME_NOTE_PREFIX: Final = "exec-outcome-"
+# Id prefix of the system note that names the decided call when later messages follow its own.
+CONTINUATION_NOTE_PREFIX: Final = "exec-continues-"
 # The outcome JSON in that note is cut to this many characters.
 OUTCOME_SUMMARY_MAX_CHARS: Final = 4_000
 # How long a conclusion waits for a running turn of the instance to end (seconds): the parking
@@ -192,6 +194,7 @@ async def conclude(execution_id: str) -> bool:
     message = await database_sync_to_async(_record_outcome)(instance, execution_id, decision.result)
     if message is not None:
         await fanout.publish(instance.pk, frames.message_updated(message))
+        await database_sync_to_async(_point_to_the_call)(instance, message, decision)
     if await database_sync_to_async(turns.enqueue_continuation)(instance) is not None:
         await turns.drain(instance.pk)
     return True
@@ -243,8 +246,35 @@ def _record_outcome(instance: AgentInstance, execution_id: str, output: Any) -> 
             f'[durable action] The paused execution "{execution_id}" was resolved, but its tool call is no '
             f"longer in the transcript (it may have been compacted). Outcome: {summary}"
         )}],
+        "metadata": {"continuationOf": {"executionId": execution_id}},
     }, policy=policy)
     return None
+
+
+def _point_to_the_call(instance: AgentInstance, message: UIMessage, decision: ApprovalDecision) -> None:
+    """When a later message follows the one that holds the decided call, say which call the
+    continuation is about: a system note after the latest message, naming the call.
+
+    The continuation goes on in the last message only when the call is in it; otherwise it is a
+    reply of its own after the note, marked with the note's ``continuationOf`` (``turns.engine``),
+    and the model reads which call it answers. Without the note the model would go on from the
+    latest reply, about that reply's calls.
+    """
+    last = ChatMessage.objects.filter(instance=instance).order_by("-position").values_list(
+        "message_id", flat=True).first()
+    tool_call_id = (decision.descriptor or {}).get("toolCallId")
+    if last is None or last == message["id"] or not tool_call_id:
+        return
+    agent = _agent(instance)
+    transcript.save_message(instance, {
+        "id": f"{CONTINUATION_NOTE_PREFIX}{decision.execution_id}", "role": "system",
+        "parts": [{"type": "text", "text": (
+            f'[durable action] Staff {decision.decision} the paused call {tool_call_id} of {decision.action_name} '
+            f'(execution "{decision.execution_id}") after later messages; its outcome is now that call\'s result, '
+            "above. Tell the user what came of it."
+        )}],
+        "metadata": {"continuationOf": {"toolCallId": tool_call_id, "executionId": decision.execution_id}},
+    }, policy=transcript.Policy.of(agent) if agent is not None else transcript.DEFAULT_POLICY)
 
 
 def _parked_here(part: dict[str, Any], execution_id: str) -> bool:

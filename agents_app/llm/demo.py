@@ -4,10 +4,12 @@ A pydantic-ai ``FunctionModel`` whose reply is a pure function of the message hi
 exercises the real streaming, tool and approval paths. Its prompt grammar (``/tool``, ``/slow``,
 ``/burst``, ``/fail``, naming a tool, else an echo) is in README.md, "The demo model". A system
 note (``<system>…</system>``) is acknowledged as ``(demo model, offline) Noted: …``, never acted
-on. After tool results it summarises them (a parked call as ``Asked staff to approve NAME.``).
-Asked to go on with nothing new from the user, it sends the rest of a text reply cut short (crash
-recovery), else summarises the latest results again as they read now (a continuation after a
-later approval), else says it goes on (``continue_last_turn``).
+on, unless it names earlier tool calls (a staff decision after later messages): then it says what
+came of those calls. After tool results it summarises them (a parked call as ``Asked staff to
+approve NAME.``). Asked to go on with nothing new from the user, it sends the rest of a text reply
+cut short (crash recovery), else says in words what the latest results are as they read now (a
+continuation after a later decision: ``Deployed 1.0.0 to production.``, ``Staff rejected NAME:
+REASON.``), else says it goes on (``continue_last_turn``).
 """
 
 import asyncio
@@ -107,11 +109,15 @@ def _is_paused(content: Any) -> bool:
     return isinstance(content, dict) and content.get("status") == "paused"
 
 
-def _summarise(parts: list[Any]) -> str:
+def _summarise(parts: list[Any], *, in_words: bool = False) -> str:
+    """What the results in ``parts`` were; ``in_words``: as sentences (``_in_words``), for results
+    that came in later (a staff decision) rather than as the raw output the model got."""
     lines = []
     for part in parts:
         if isinstance(part, ToolReturnPart):
-            if part.outcome in ("retried", "failed"):
+            if in_words and part.outcome not in ("retried", "failed", "denied"):
+                lines.append(_sentence(_in_words(part.tool_name, part.content)))
+            elif part.outcome in ("retried", "failed"):
                 content = part.content
                 reason = content["error"] if isinstance(content, dict) and "error" in content else content
                 lines.append(f"{part.tool_name} failed: {reason}")
@@ -123,8 +129,46 @@ def _summarise(parts: list[Any]) -> str:
                 lines.append(f"{part.tool_name} returned {part.model_response_str()}")
         elif isinstance(part, RetryPromptPart) and part.tool_name:
             lines.append(f"{part.tool_name} failed: {part.model_response()}")
-    text = " ".join(lines)
-    return text if text.endswith(".") else text + "."
+    return _sentence(" ".join(lines))
+
+
+def _in_words(name: str, content: Any) -> str:
+    """A later result as a sentence: a rejection by staff, a failure, or what the call returned
+    (its text as it is; an object as its fields; anything else as compact JSON)."""
+    if isinstance(content, dict):
+        if _is_paused(content):
+            return f"Asked staff to approve {name}"
+        if content.get("status") == "rejected":
+            return f"Staff rejected {name}: {_plain(content.get('reason')) or 'no reason given'}"
+        if content.get("status") == "error" and "error" in content:
+            return f"{name} failed: {_plain(content['error'])}"
+        fields = ", ".join(f"{str(key).replace('_', ' ')} {_plain(value)}" for key, value in content.items())
+        return f"{name} returned {fields}" if fields else f"{name} returned nothing"
+    if isinstance(content, list) and content:
+        return f"{name} returned {', '.join(_plain(item) for item in content)}"
+    if content is None or content == [] or (isinstance(content, str) and not content.strip()):
+        return f"{name} returned nothing"
+    return content.strip() if isinstance(content, str) else f"{name} returned {_plain(content)}"
+
+
+def _plain(value: Any) -> str:
+    """A value as words: text as it is, anything else as compact JSON."""
+    if value is None:
+        return ""
+    return value.strip() if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def _results_named_in(messages: list[ModelMessage], text: str) -> list[ToolReturnPart]:
+    """The tool results in the history whose call id ``text`` names (a note about a decided call)."""
+    return [
+        part for message in messages if isinstance(message, ModelRequest) for part in message.parts
+        if isinstance(part, ToolReturnPart) and part.tool_call_id
+        and re.search(rf"(?<![\w-]){re.escape(part.tool_call_id)}(?![\w-])", text)
+    ]
 
 
 class Plan:
@@ -153,6 +197,7 @@ def plan(messages: list[ModelMessage], info: AgentInfo, default_delay: float) ->
             isinstance(p, ToolReturnPart | RetryPromptPart) for p in m.parts)), [])
         if not parts:
             return Plan(words=re.findall(r"\S+\s*", GOING_ON), delay=default_delay)
+        return Plan(words=re.findall(r"\S+\s*", _summarise(parts, in_words=True)), delay=default_delay)
     if any(isinstance(p, ToolReturnPart | RetryPromptPart) for p in parts):
         return Plan(words=re.findall(r"\S+\s*", _summarise(parts)), delay=default_delay)
     prompt = " ".join(
@@ -161,8 +206,12 @@ def plan(messages: list[ModelMessage], info: AgentInfo, default_delay: float) ->
         if isinstance(p, UserPromptPart)
     ).strip()
     if note := _SYSTEM_NOTE.match(prompt):
-        # A system note later in the conversation (an approval outcome whose tool call is gone)
-        # reaches the model as a wrapped user prompt: acknowledge it, never act on its words.
+        # A system note later in the conversation reaches the model as a wrapped user prompt. One
+        # that names earlier calls (a staff decision after later messages) is answered with what
+        # came of them; any other (an outcome whose tool call is gone) is acknowledged, never
+        # acted on.
+        if named := _results_named_in(messages[:-1], note.group(1)):
+            return Plan(words=re.findall(r"\S+\s*", _summarise(named, in_words=True)), delay=default_delay)
         return Plan(words=re.findall(r"\S+\s*", NOTED_PREFIX + note.group(1).strip()), delay=default_delay)
     tools = {t.name: t for t in info.function_tools}
     # Call ids are unique within a conversation: the number of responses so far, then the index.

@@ -165,6 +165,13 @@ def _starts_at_once(claim: lock.Claim) -> bool:
                 or claim.turn.continuation or _has_preamble(claim.turn))
 
 
+def _goes_on(turn: Turn) -> bool:
+    """What agents are told as ``continuation``: the turn goes on from before rather than answering
+    a new message, in the last reply (``turn.continuation``) or in one of its own (``continue_last_turn``,
+    a decision's continuation after a later message)."""
+    return turn.continuation or turn.kind in (Turn.Kind.CONTINUE, Turn.Kind.CONTINUATION)
+
+
 def _has_preamble(turn: Turn) -> bool:
     """``TurnRun._run``'s steps before the start: a debounce or merge to wait for
     (``_still_due``), messages to compute (``_materialize``), a recovery plan (``begin_attempt``)."""
@@ -323,7 +330,7 @@ class TurnRun:
             message = self.builder.message if self.builder.has_content() else None
             attachments = self.attachments.items()
         return ChatResponseResult(message=message, request_id=self.turn.request_id,
-                                  continuation=self.turn.continuation, status=status, error=error,
+                                  continuation=_goes_on(self.turn), status=status, error=error,
                                   attachments=attachments)
 
     async def _run(self, registration: control.Registration, started: "_Started | None",
@@ -361,7 +368,7 @@ class TurnRun:
         registration.serve_flushes(self.writer)
         agent = registry.get_agent_class(instance.slug).for_turn(
             instance, request_id=turn.request_id, messages=opened.messages, body=turn.body,
-            client_tools=turn.client_tools, continuation=turn.continuation, user=turn.user,
+            client_tools=turn.client_tools, continuation=_goes_on(turn), user=turn.user,
             abort_signal=self.signal, attachments=self.attachments, emit=self._write, keep=self._stash,
         )
         self.setup = TurnSetup(instance, agent, transcript.Policy.of(agent), opened.stream_pk, attempt)
@@ -549,10 +556,12 @@ class TurnRun:
                 self.builder.message["id"] = chunk["messageId"]
             else:
                 chunk["messageId"] = self.builder.message["id"]
-            if self.turn.kind == Turn.Kind.CONTINUE:
-                # continue_last_turn: a reply of its own, marked as going on from the one before.
+            marker = self._continuation_marker()
+            if marker is not None:
+                # continue_last_turn, or a decision's continuation after a later message: a reply
+                # of its own, marked as going on from before (from which call, when a note says).
                 await self._emit(chunk)
-                await self._emit({"type": "message-metadata", "messageMetadata": {"continuation": True}})
+                await self._emit({"type": "message-metadata", "messageMetadata": marker})
                 return False
         elif kind == "finish":
             waiting = any(awaits_interaction(p) for p in self.builder.parts)
@@ -570,6 +579,16 @@ class TurnRun:
             await database_sync_to_async(transcript.save_message)(self.setup.instance, self.builder.message,
                                                                   policy=self.setup.policy)
         return False
+
+    def _continuation_marker(self) -> dict[str, Any] | None:
+        """The metadata of a new reply that goes on from before: ``{"continuation": True}``, with the
+        ``continuationOf`` of the system note it follows (``approvals.service``), if any."""
+        if self.turn.kind not in (Turn.Kind.CONTINUE, Turn.Kind.CONTINUATION):
+            return None
+        assert self.setup is not None
+        before = self.setup.agent.messages[-1] if self.setup.agent.messages else {}
+        of = (before.get("metadata") or {}).get("continuationOf") if before.get("role") == "system" else None
+        return {"continuation": True, **({"continuationOf": of} if of else {})}
 
     async def _emit_attachments(self) -> None:
         """Put the turn's reply attachments, as channels show them, in the message's metadata.

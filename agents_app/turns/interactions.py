@@ -147,8 +147,10 @@ async def _turn_active(instance: AgentInstance) -> bool:
 def enqueue_continuation(instance: AgentInstance, origin_channel: str = "") -> Turn | None:
     """The continuation turn's row, or None when one is already queued (it serves both answers).
 
-    It continues the last reply, or starts a new one when the transcript ends otherwise (an
-    approval outcome noted as a system message). It acts for whoever asked last, so
+    It continues the last reply, or starts a new one when the transcript ends otherwise (a system
+    note of a staff decision: the outcome of a call no longer stored, or one that names a call in
+    an earlier message; the engine marks that reply with the note's ``continuationOf``). Agents
+    see either as a continuation. It acts for whoever asked last, so
     ``authorize_turn`` grants the same permissions as in the turn that asked for the tool.
     """
     with transaction.atomic():

@@ -274,3 +274,34 @@ def test_staff_approve_a_paused_deploy_and_the_page_follows_live(page: Page, liv
     expect(card.locator(".approval-summary")).to_have_text("Deploy a release")
     expect(card.locator(".tool-note.paused")).to_have_count(0)
     assert not history_loads, "the page reloaded the history instead of following the update live"
+
+
+def test_approving_the_older_of_two_parked_deploys_answers_about_that_deploy(page: Page, live: Live,
+                                                                            room: str) -> None:
+    """Staff approve the first of two parked deploys: the page shows the answer about 1.0.0 in a
+    reply of its own after the latest, and the 2.0.0 reply is left as it was."""
+    open_chat(page, live, room)
+    cards = page.locator(".msg.assistant .part.tool[data-tool=deploy_release]")
+    replies = page.locator(".msg.assistant")
+    parked = "Asked staff to approve deploy_release."
+    for index, version in enumerate(("1.0.0", "2.0.0")):
+        send_message(page, f"deploy_release version {version}")
+        expect(cards.nth(index)).to_have_attribute("data-decision", "paused")
+        expect(replies.nth(index).locator(".part.text")).to_have_text(parked)
+    expect(page.locator("#status")).to_have_text("connected")
+    execution_id = cards.nth(0).locator(".execution-id").text_content() or ""
+
+    approve = ("from asgiref.sync import async_to_sync; from agents_app.approvals import service as approvals; "
+               f"print(repr(async_to_sync(approvals.approve_execution)({execution_id!r})))")
+    deployed = live.stack.manage("shell", "--no-imports", "-c", approve).strip().strip("'")
+    assert "1.0.0" in deployed
+
+    expect(cards.nth(0)).to_have_attribute("data-decision", "approved")
+    expect(replies).to_have_count(3)
+    expect(replies.nth(2).locator(".part.text")).to_have_text(deployed)
+    expect(replies.nth(1).locator(".part.text")).to_have_text(parked)
+    expect(cards.nth(1)).to_have_attribute("data-decision", "paused")
+    page.reload()
+    page.wait_for_selector("#chat[data-ready=true]")
+    expect(replies.nth(2).locator(".part.text")).to_have_text(deployed)
+    expect(replies.nth(1).locator(".part.text")).to_have_text(parked)

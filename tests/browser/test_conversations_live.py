@@ -104,7 +104,7 @@ def test_the_empty_chat_offers_the_demos_and_a_paused_deploy_never_shows_its_env
     expect(card).to_have_attribute("data-decision", "approved")
     expect(card.locator(".tool-decision")).to_have_text(f"Approved: {DEPLOYED}")
     expect(page.locator(".msg.assistant .part.text")).to_have_text(
-        ["Asked staff to approve deploy_release.", f"deploy_release returned {DEPLOYED}"])
+        ["Asked staff to approve deploy_release.", DEPLOYED])
     reply_shows_no_envelope(page)
     page.reload()
     page.wait_for_selector("#chat[data-ready=true]")

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.crossprocess
 
 DEPLOY = '/tool deploy_release {"version": "1.4.2"}'
 DEPLOYED = "Deployed 1.4.2 to production."
-CONTINUED = f"deploy_release returned {DEPLOYED}"
+CONTINUED = DEPLOYED
 APPROVERS = 50
 ROUNDS = 8
 # Seconds within which a continuation queued for Celery has run.
@@ -195,7 +195,7 @@ def assert_one_winner_per_call(deciders: list[Decider]) -> None:
     assert final["decisions"] == [[execution_id, "approved"] for execution_id in executed]
     assert [status for _, status in final["ledger"]] == ["settled"] * ROUNDS
     # Each winner ran the continuation: the model read each outcome.
-    assert last_text(final["messages"]) == f"pauseAction returned paused-exec: race {ROUNDS - 1}."
+    assert last_text(final["messages"]) == f"paused-exec: race {ROUNDS - 1}."
 
 
 @pytest.mark.requires_postgres

@@ -29,7 +29,7 @@ LIST = reverse("admin:agents_app_pendingapproval_changelist")
 DEPLOY = '/tool deploy_release {"version": "1.4.2"}'
 DEPLOYED = "Deployed 1.4.2 to production."
 # What the demo model says once the approved call's output is in (the continuation turn).
-CONTINUED = f"deploy_release returned {DEPLOYED}"
+CONTINUED = DEPLOYED
 NO_LONGER_PENDING = "is no longer pending"
 
 
@@ -422,7 +422,7 @@ def test_reject_button_tells_the_model_the_reason(approver, approver_client, use
     assert (decision.decision, decision.reason, decision.decided_by, decision.result) == \
         ("rejected", "Not on a Friday", approver, rejected)
     assert deploy_part(pending)["output"] == rejected
-    assert '"reason":"Not on a Friday"' in last_text(pending)
+    assert last_text(pending) == "Staff rejected deploy_release: Not on a Friday."
     again = approver_client.post(decide_url(pending.pk, "reject"), {"reason": "twice"}, follow=True)
     assert messages_of(again) == [("error", not_pending(pending.pk))]
 

@@ -24,7 +24,7 @@ from agents_app.models import AgentInstance, ApprovalDecision, ChatMessage, Ledg
 DEPLOY = '/tool deploy_release {"version": "1.4.2"}'
 DEPLOYED = "Deployed 1.4.2 to production."
 # What the demo model says once the approved call's output is in (the continuation turn).
-CONTINUED = f"deploy_release returned {DEPLOYED}"
+CONTINUED = DEPLOYED
 LIST = "/api/approvals/"
 START = timezone.now() - timedelta(days=1)
 
@@ -339,7 +339,7 @@ def test_reject_with_a_reason_by_token_then_every_decision_is_409(approver: Any,
     assert (decision.decision, decision.reason, decision.decided_by) == ("rejected", "Not on a Friday", approver)
     messages = transcript_as(user)
     assert deploy_part(messages)["output"] == rejected
-    assert '"reason":"Not on a Friday"' in last_text(messages)
+    assert last_text(messages) == "Staff rejected deploy_release: Not on a Friday."
     for verb in ("reject", "approve"):
         again = client.post(f"{LIST}{pending.pk}/{verb}/", {"reason": "twice"}, format="json")
         assert (again.status_code, again.json()) == (409, not_pending(pending.pk))

@@ -227,8 +227,8 @@ async def test_rejects_without_running_the_action_and_clears_the_pending_row(use
     assert (await call.part())["output"] == rejected
     assert (events.PAUSE_REJECTED, {"action": "pauseAction", "executionId": call.execution_id}) in emitted
     assert events.PAUSE_APPROVED not in names(emitted)
-    # The continuation tells the model, which reads the rejection.
-    assert '"reason":"not now"' in texts((await call.messages())[-1])[-1]
+    # The continuation tells the model, which reads the rejection and says it in words.
+    assert texts((await call.messages())[-1])[-1] == "Staff rejected pauseAction: not now."
 
 
 async def test_a_rejection_without_a_reason_and_without_an_actor(user):
@@ -380,7 +380,7 @@ async def test_attaches_the_descriptor_to_the_paused_part_and_continues_with_no_
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert tool_part(messages)["output"] == "paused-exec: hello"
     assert tool_part(messages)["approvalDescriptor"] == part["approvalDescriptor"]
-    assert texts(messages[-1])[-1] == "pauseAction returned paused-exec: hello."
+    assert texts(messages[-1])[-1] == "paused-exec: hello."
     assert [(t.kind, t.status) async for t in Turn.objects.order_by("pk")] == [
         ("programmatic", "completed"), ("continuation", "completed")]
     assert await pending_ids() == []
@@ -461,7 +461,7 @@ async def test_a_connected_client_sees_the_outcome_and_then_the_continuation_str
     assert tool_part([frames[0]["message"]])["output"] == "paused-exec: hello"
     responses = [f for f in frames if f["type"] == RESP]
     assert responses and all(f.get("continuation") is True for f in responses)
-    assert text_of(frames) == "pauseAction returned paused-exec: hello."
+    assert text_of(frames) == "paused-exec: hello."
     assert (await decision_of(execution_id)).decided_by == approver
 
 
@@ -483,7 +483,7 @@ async def test_an_approval_while_the_parking_turn_still_streams_waits_for_its_en
     assert tool_part(messages)["output"] == "paused-exec: hello"
     said = texts(messages[-1])
     assert said[0] == "Asked staff to approve pauseAction."
-    assert said[-1] == "pauseAction returned paused-exec: hello."
+    assert said[-1] == "paused-exec: hello."
 
 
 async def test_an_agent_handle_decides_only_its_own_instances_calls(user):

@@ -25,12 +25,30 @@ from pydantic_ai import (
     ToolDenied,
 )
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolCallPartDelta
+from pydantic_ai.messages import (
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolCallPartDelta,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models.function import AgentInfo
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import ExternalToolset
 from pydantic_ai.usage import UsageLimits
 
-from agents_app.llm.demo import ECHO_PREFIX, MAX_WORDS, MODEL_NAME, DemoModelError, build_demo_model, numbered_word
+from agents_app.llm.demo import (
+    ECHO_PREFIX,
+    MAX_WORDS,
+    MODEL_NAME,
+    DemoModelError,
+    build_demo_model,
+    numbered_word,
+    plan,
+)
 
 WEATHER = {"oslo": "snow", "paris": "sunny"}
 
@@ -448,3 +466,39 @@ async def test_the_demo_stream_gives_the_events_functionmodel_gives(prompt: str)
     if response is not None:
         assert (demo_response.parts, demo_response.model_name) == (response.parts, response.model_name)
         assert demo_response.usage.output_tokens > 0
+
+
+# --- what came of a call decided later (durable pause) ----------------------------------------------------
+def _decided(content: Any) -> list[Any]:
+    """A call parked in an earlier reply, whose result now reads ``content`` (staff decided it)."""
+    return [
+        ModelRequest(parts=[UserPromptPart("deploy_release version 1.0.0")]),
+        ModelResponse(parts=[ToolCallPart("deploy_release", "{}", tool_call_id="demo_0_0")]),
+        ModelRequest(parts=[ToolReturnPart("deploy_release", content, tool_call_id="demo_0_0")]),
+        ModelResponse(parts=[TextPart("Asked staff to approve deploy_release.")]),
+    ]
+
+
+def _planned(messages: list[Any]) -> str:
+    info = AgentInfo(function_tools=[], allow_text_output=True, output_tools=[], model_settings=None,
+                     model_request_parameters=ModelRequestParameters(), instructions=None)
+    return "".join(plan(messages, info, 0.0).words)
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    ("Deployed 1.0.0 to production.", "Deployed 1.0.0 to production."),
+    ({"status": "rejected", "executionId": "actpause_1", "action": "deploy_release", "reason": "Not on a Friday"},
+     "Staff rejected deploy_release: Not on a Friday."),
+    ({"status": "error", "executionId": "actpause_1", "error": "It is gone"}, "deploy_release failed: It is gone."),
+    ({"refund_id": 3, "order_id": "A1"}, "deploy_release returned refund id 3, order id A1."),
+])
+def test_a_later_decision_is_said_in_words_in_the_message_and_after_a_note_naming_it(content: Any,
+                                                                                     said: str) -> None:
+    assert _planned([*_decided(content), ModelRequest(parts=[])]) == said
+    later = [ModelRequest(parts=[UserPromptPart("hello")]), ModelResponse(parts=[TextPart("Hi.")])]
+    note = "<system>[durable action] Staff decided the paused call demo_0_0 of deploy_release.</system>"
+    assert _planned([*_decided(content), *later, ModelRequest(parts=[UserPromptPart(note)])]) == said
+    # A note that names no call of the conversation is only acknowledged.
+    other = "<system>Something else happened to demo_9_0.</system>"
+    assert _planned([*_decided(content), ModelRequest(parts=[UserPromptPart(other)])]).startswith(
+        "(demo model, offline) Noted: ")
