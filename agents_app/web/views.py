@@ -43,9 +43,10 @@ def get_messages(request: HttpRequest, slug: str, name: str, sub: str = "") -> H
 
 @login_required
 def instance_list(request: HttpRequest) -> HttpResponse:
-    """The user's conversations (and those of shared agents), and a form to start a new one."""
+    """The conversations the user may open, grouped (``conversations.index_of``), and a form to
+    start a new one."""
     return render(request, "agents_app/instance_list.html", {
-        "instances": conversations.visible_to(request.user),
+        "index": conversations.index_of(request.user),
         "agent_slugs": sorted(registry.agent_classes()),
     })
 
