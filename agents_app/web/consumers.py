@@ -72,14 +72,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
         """Follow a stored instance: its group, and the resume handshake of this connection.
 
         ``catch_up``: the row was made while this connection waited on its address, so the
-        transcript so far goes out first (what the group carried before the join is in it).
+        transcript goes out too, read after the handshake's look at the turns: a turn it found
+        (announced ``resuming``, whose leading frames the handshake then holds back) stored its
+        messages before, and the frames of a later one reach this connection in the group.
         """
         self.instance = instance
         await self.channel_layer.group_add(fanout.group_name(instance.pk), self.channel_name)
-        if catch_up and (messages := await database_sync_to_async(transcript.load)(instance)):
-            await self.send_frame(frames.chat_messages(messages))
         self.resume = ResumeDriver(instance, self.channel_name, self.send_frame, self.send_text)
         await self.resume.connect()
+        if catch_up and (messages := await database_sync_to_async(transcript.load)(instance)):
+            await self.send_frame(frames.chat_messages(messages))
 
     async def adopt(self, instance: AgentInstance, *, catch_up: bool = False) -> None:
         """The address this connection waited on now has a row (made here or anywhere else)."""
