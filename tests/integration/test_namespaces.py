@@ -211,7 +211,13 @@ async def test_a_socket_makes_its_conversation_on_its_first_message_and_a_waitin
 
     await first.send_json_to(chat_request("r1", [user_message("u1", "hello")]))
     assert text_of(await receive_until(first, is_done("r1"))).startswith("Researching hello.")
-    assert text_of(await receive_until(second, is_done("r1"))).startswith("Researching hello.")
+    # The waiting socket is told and gets the transcript (live, or as it catches up)...
+    frame = await second.receive_json_from(timeout=5)
+    while not (frame["type"] == "cf_agent_chat_messages" and any(m["id"] == "u1" for m in frame["messages"])):
+        frame = await second.receive_json_from(timeout=5)
+    # ...and is in the conversation's group from then on: the next turn streams to it.
+    await first.send_json_to(chat_request("r2", [user_message("u2", "again")]))
+    assert "Researching again." in text_of(await receive_until(second, is_done("r2")))
     rows = [row async for row in AgentInstance.objects.order_by("pk").values_list("name", "owner_id", "parent__name")]
     assert rows == [("fresh", user.pk, None), ("child", user.pk, "fresh")]
     for a in (first, second):
