@@ -71,16 +71,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def join(self, instance: AgentInstance, *, catch_up: bool = False) -> None:
         """Follow a stored instance: its group, and the resume handshake of this connection.
 
-        ``catch_up``: the row was made while this connection waited on its address, so the
-        transcript goes out too, read after the handshake's look at the turns: a turn it found
-        (announced ``resuming``, whose leading frames the handshake then holds back) stored its
-        messages before, and the frames of a later one reach this connection in the group.
+        ``catch_up``: the row was made while this connection waited on its address. The
+        transcript goes out instead of a resume announcement (whose ACK would hold back the
+        frames that lead the first turn): read after joining the group, it holds what came
+        before, and a turn's stream it joins midway is replayed as any gap is (``handshake``).
         """
         self.instance = instance
         await self.channel_layer.group_add(fanout.group_name(instance.pk), self.channel_name)
         self.resume = ResumeDriver(instance, self.channel_name, self.send_frame, self.send_text)
-        await self.resume.connect()
-        if catch_up and (messages := await database_sync_to_async(transcript.load)(instance)):
+        if not catch_up:
+            await self.resume.connect()
+        elif messages := await database_sync_to_async(transcript.load)(instance):
             await self.send_frame(frames.chat_messages(messages))
 
     async def adopt(self, instance: AgentInstance, *, catch_up: bool = False) -> None:
