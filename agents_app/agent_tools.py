@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_ai import RunContext
 
 from .actions.context import TurnState
+from .messages import UIMessage, new_message_id
 from .tools import ServerTool, tool
 
 if TYPE_CHECKING:
@@ -46,6 +47,17 @@ class _Relay:
         self.interrupted = True
 
 
+# ``metadata.source`` of the task a parent agent hands its sub-agent: the child's chat page shows it
+# as from the parent agent (``metadata.agent``, its slug), not from the user.
+AGENT_SOURCE = "agent"
+
+
+def task_message(parent_slug: str, task: str) -> UIMessage:
+    """The sub-agent's user message for ``task``, marked as the parent agent's."""
+    return {"id": new_message_id(), "role": "user", "parts": [{"type": "text", "text": task}],
+            "metadata": {"source": AGENT_SOURCE, "agent": parent_slug}}
+
+
 def agent_tool(agent_class: type["ChatAgent"], *, name: str, description: str,
                instance_name: Callable[[str], str] | None = None) -> ServerTool:
     """A tool of the parent agent that hands a task to a sub-agent of class ``agent_class``.
@@ -62,7 +74,8 @@ def agent_tool(agent_class: type["ChatAgent"], *, name: str, description: str,
             agent_class, instance_name(call_id) if instance_name is not None else f"{name}-{call_id}")
         relay = _Relay()
         signal = ctx.deps.abort_signal.child()  # the parent's cancel cancels the sub-agent's turn
-        running = asyncio.ensure_future(child.chat(task, relay, signal=signal))
+        running = asyncio.ensure_future(child.chat(task_message(type(ctx.deps.agent).slug(), task), relay,
+                                                   signal=signal))
         try:
             sent = ""
             while not running.done():

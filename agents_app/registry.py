@@ -1,13 +1,17 @@
 """Which agent classes the site serves, by slug, and which conversation an address names for whom."""
 
 import functools
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
+from django.db import transaction
 from django.urls import reverse
 from django.utils.module_loading import import_string
 
@@ -106,24 +110,89 @@ def resolve(slug: str, name: str, user: Any, owner: str | None = None) -> tuple[
 
 def open_instance(slug: str, name: str, user: Any, owner: str | None = None,
                   sub: Sequence[tuple[str, str]] = ()) -> AgentInstance:
-    """The instance the address names (see ``resolve``), made on first use in the caller's namespace.
+    """The instance the address names (see ``resolve``), made now if it does not exist yet.
+
+    For what is about to be written to (a message sent over HTTP, "New conversation"): pages and
+    sockets only ``locate`` the instance, so that looking at an address stores nothing.
+
+    Raises:
+        UnknownAgent, NotAuthenticated, PermissionDenied, UnknownInstance: see ``errors``.
+    """
+    return materialize(locate(slug, name, user, owner, sub))
+
+
+def locate(slug: str, name: str, user: Any, owner: str | None = None,
+           sub: Sequence[tuple[str, str]] = ()) -> AgentInstance:
+    """The instance the address names (see ``resolve``): the stored one, or, in the caller's own
+    namespace (or a shared class's), an unsaved one (``pk`` None, with unsaved ancestors where
+    they are missing too) that its first message makes (``materialize``).
 
     ``sub``: the ``(slug, name)`` steps from that instance down to one of its sub-agents (the
-    address's ``/sub/<slug>/<name>`` segments, ``parse_sub_path``), made on first use likewise.
-    Staff reading another namespace find what is there; their visit makes nothing.
+    address's ``/sub/<slug>/<name>`` segments, ``parse_sub_path``). Staff reading another
+    namespace find only what is there.
 
     Raises:
         UnknownAgent, NotAuthenticated, PermissionDenied, UnknownInstance: see ``errors``.
     """
     agent_class, namespace = resolve(slug, name, user, owner)
-    creating = namespace is user or agent_class.shared
-    if creating:
-        instance, _ = AgentInstance.objects.get_or_create(slug=slug, name=name, owner=namespace, parent=None)
-    else:
-        instance = _existing(slug, name, namespace)
+    if not (namespace is user or agent_class.shared):
+        return find_instance(slug, name, user, owner, sub)
+    instance = (AgentInstance.objects.select_related("owner")
+                .filter(slug=slug, name=name, owner=namespace, parent=None).first()
+                or AgentInstance(slug=slug, name=name, owner=namespace))
     for child_slug, child_name in sub:
-        instance = sub_instance(instance, child_slug, child_name, create=creating)
+        child = None
+        if instance.pk is not None:
+            child = _existing_child(instance, child_slug, child_name)
+        instance = child or AgentInstance(parent=instance, slug=child_slug, name=child_name, owner=instance.owner)
     return instance
+
+
+def materialize(instance: AgentInstance) -> AgentInstance:
+    """``instance`` stored: an unsaved one from ``locate`` is made, with its missing ancestors.
+
+    Returns the stored row (a new object when it was unsaved; another request may have made the
+    same address meanwhile, and then that one is returned). Connections that wait on the address
+    (``pending_group``) are told once the row is committed.
+    """
+    if instance.pk is not None:
+        return instance
+    if instance.parent is None:
+        stored, created = AgentInstance.objects.get_or_create(
+            slug=instance.slug, name=instance.name, owner=instance.owner, parent=None)
+    else:
+        parent = materialize(instance.parent)
+        stored, created = AgentInstance.objects.get_or_create(
+            parent=parent, slug=instance.slug, name=instance.name, defaults={"owner_id": parent.owner_id})
+    if created:
+        _announce(stored)
+    return stored
+
+
+def pending_group(instance: AgentInstance) -> str:
+    """The channel-layer group of the connections open on an address with no row yet.
+
+    Keyed by owner and address (a digest: group names are short and ASCII), so that the socket of
+    a second tab learns of the row the first message made, on any process (``CREATED_EVENT``).
+    """
+    key = f"{instance.owner_id or ''}:{instance.address}"
+    return "agent.new." + hashlib.sha256(key.encode()).hexdigest()[:40]
+
+
+# The channel-layer event sent to ``pending_group`` with the new row's ``pk``.
+CREATED_EVENT = "conversation.created"
+
+
+def _announce(instance: AgentInstance) -> None:
+    group = pending_group(instance)
+    pk = instance.pk
+
+    def send() -> None:
+        layer = get_channel_layer()
+        if layer is not None:
+            async_to_sync(layer.group_send)(group, {"type": CREATED_EVENT, "pk": pk})
+
+    transaction.on_commit(send)
 
 
 def find_instance(slug: str, name: str, user: Any, owner: str | None = None,
@@ -166,17 +235,21 @@ def sub_instance(parent: AgentInstance, slug: str, name: str, *, create: bool = 
         UnknownAgent: no class has that slug, or the name is invalid.
         UnknownInstance: it does not exist and ``create`` is false.
     """
+    if create:
+        return materialize(_existing_child(parent, slug, name) or AgentInstance(parent=parent, slug=slug, name=name))
+    child = _existing_child(parent, slug, name)
+    if child is None:
+        raise UnknownInstance(f"There is no sub-agent {slug}/{name} of {parent.address}")
+    return child
+
+
+def _existing_child(parent: AgentInstance, slug: str, name: str) -> AgentInstance | None:
+    """Sub-agent ``slug/name`` of ``parent`` if it is stored (an unknown class or a bad name raises
+    ``UnknownAgent``, stored or not)."""
     get_agent_class(slug)
     if not valid_name(name):
         raise UnknownAgent(f"Invalid instance name {name!r}")
-    if create:
-        child, _ = AgentInstance.objects.get_or_create(parent=parent, slug=slug, name=name,
-                                                       defaults={"owner_id": parent.owner_id})
-        return child
-    try:
-        return AgentInstance.objects.select_related("owner").get(parent=parent, slug=slug, name=name)
-    except AgentInstance.DoesNotExist:
-        raise UnknownInstance(f"There is no sub-agent {slug}/{name} of {parent.address}") from None
+    return AgentInstance.objects.select_related("owner").filter(parent=parent, slug=slug, name=name).first()
 
 
 def _existing(slug: str, name: str, owner: Any) -> AgentInstance:

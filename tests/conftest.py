@@ -68,10 +68,15 @@ async def connect(
 
 @pytest.fixture
 async def ws(user: Any) -> AsyncIterator[Callable[..., Any]]:
-    """Factory of connected communicators for ``user``; all are closed at the end of the test."""
+    """Factory of connected communicators for ``user``; all are closed at the end of the test.
+
+    The addressed conversation is made first where the user may make it, as a first message
+    would (connecting alone stores nothing; ``connect`` opens a socket without making it).
+    """
     opened: list[WebsocketCommunicator] = []
 
     async def open_ws(path: str = "/agents/demo-agent/default", as_user: Any = None) -> WebsocketCommunicator:
+        await database_sync_to_async(_make_conversation)(path, as_user or user)
         communicator, connected, _ = await connect(path, as_user or user)
         assert connected
         opened.append(communicator)
@@ -81,6 +86,25 @@ async def ws(user: Any) -> AsyncIterator[Callable[..., Any]]:
     for communicator in opened:
         await communicator.disconnect()
     await engine_settled()
+
+
+def _make_conversation(path: str, user: Any) -> None:
+    """Store the conversation ``path`` names for ``user`` if it is theirs to make (else nothing)."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    from agents_app import registry
+    from agents_app.errors import AgentAccessError
+
+    url = urlsplit(path)
+    parts = url.path.strip("/").split("/")
+    if len(parts) < 3 or parts[0] != "agents":
+        return
+    owner = parse_qs(url.query, keep_blank_values=True).get(registry.OWNER_PARAMETER, [None])[-1]
+    try:
+        sub = registry.parse_sub_path(unquote("/" + "/".join(parts[3:])))
+        registry.open_instance(unquote(parts[1]), unquote(parts[2]), user, owner, sub)
+    except AgentAccessError:
+        pass  # the socket itself answers with the error
 
 
 async def engine_settled(timeout: float = 10) -> None:

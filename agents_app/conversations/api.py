@@ -81,11 +81,15 @@ class ConversationView(APIView):
     authentication_classes = AUTHENTICATION_CLASSES
     permission_classes = [IsAuthenticated]
 
-    def get_instance(self, slug: str, name: str) -> AgentInstance:
-        """The existing instance the address names for the caller: reading is not opening."""
+    def get_instance(self, slug: str, name: str, *, create: bool = False) -> AgentInstance:
+        """The existing instance the address names for the caller: reading is not opening.
+
+        ``create``: a message is being sent, and in the caller's own namespace (or a shared
+        agent's) it makes the conversation, as a first message on the socket does.
+        """
+        find = registry.open_instance if create else registry.find_instance
         try:
-            return registry.find_instance(slug, name, self.request.user,
-                                          self.request.query_params.get(registry.OWNER_PARAMETER))
+            return find(slug, name, self.request.user, self.request.query_params.get(registry.OWNER_PARAMETER))
         except errors.AgentAccessError as exc:
             raise api_error(exc) from exc
 
@@ -184,7 +188,8 @@ class InstanceMessagesView(ConversationView):
 
     @extend_schema(
         summary="Send a message",
-        description="Adds a user message and starts the turn that answers it; every open chat of the conversation "
+        description="Adds a user message and starts the turn that answers it (the first message to a name of "
+                    "yours makes that conversation); every open chat of the conversation "
                     "sees the reply stream. Answers `202` with the turn (follow its `url`), or with `wait=true` "
                     "`200` once the reply is complete, with the reply (`202` if it is still running after "
                     "`AGENT_API_WAIT_TIMEOUT`, 30 s by default).",
@@ -203,11 +208,11 @@ class InstanceMessagesView(ConversationView):
                                  status_codes=["202"], response_only=True)],
     )
     def post(self, request: Request, slug: str, name: str) -> Response:
-        instance = self.get_instance(slug, name)
         body = SendMessageSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         options = WaitSerializer(data=request.query_params)
         options.is_valid(raise_exception=True)
+        instance = self.get_instance(slug, name, create=True)  # bad input (400 above) makes nothing
         try:
             turn = conversations.send_message(instance, body.validated_data["text"], request.user)
         except errors.ConversationConflict as exc:

@@ -10,6 +10,7 @@ reply stream, on any process.
 
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -35,6 +36,53 @@ def visible_to(user: Any) -> QuerySet[AgentInstance]:
     return AgentInstance.objects.filter(
         Q(owner=user) | Q(owner__isnull=True, slug__in=shared), parent=None,
     ).select_related("owner").order_by("-updated_at", "-pk")
+
+
+# Rows shown in each of the index's groups of conversations that are not the user's own.
+INDEX_GROUP_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One conversation in the index: the row, where the user opens it, and its schedules' names."""
+
+    instance: AgentInstance
+    url: str
+    schedules: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Index:
+    """What the instance list shows ``user``, grouped (each group newest first)."""
+
+    own: list[IndexEntry]
+    # Global-namespace conversations the user may open: shared agents' (everyone), and for staff
+    # the others too (agents talking to agents), at their staff address.
+    shared: list[IndexEntry]
+    # Staff only: the conversations that schedules post to, where else only an admin link leads.
+    scheduled: list[IndexEntry]
+
+
+def index_of(user: Any) -> Index:
+    """The conversations ``user`` may open, grouped for the instance list (see ``Index``)."""
+    newest = ("-updated_at", "-pk")
+    own = [IndexEntry(row, registry.chat_url(row))
+           for row in AgentInstance.objects.filter(owner=user, parent=None).order_by(*newest)]
+    shared_slugs = [slug for slug, agent_class in registry.agent_classes().items() if agent_class.shared]
+    scheduled: list[IndexEntry] = []
+    global_rows = AgentInstance.objects.filter(owner__isnull=True, parent=None)
+    if user.is_staff:
+        rows = (AgentInstance.objects.filter(parent=None, schedules__isnull=False).distinct()
+                .select_related("owner").prefetch_related("schedules").order_by(*newest)[:INDEX_GROUP_LIMIT])
+        scheduled = [IndexEntry(row, registry.staff_chat_url(row),
+                                tuple(sorted(schedule.name for schedule in row.schedules.all())))
+                     for row in rows]
+        global_rows = global_rows.exclude(pk__in=[entry.instance.pk for entry in scheduled])
+    else:
+        global_rows = global_rows.filter(slug__in=shared_slugs)
+    shared = [IndexEntry(row, registry.staff_chat_url(row))
+              for row in global_rows.order_by(*newest)[:INDEX_GROUP_LIMIT]]
+    return Index(own=own, shared=shared, scheduled=scheduled)
 
 
 def create(slug: str, user: Any, name: str | None = None) -> AgentInstance:

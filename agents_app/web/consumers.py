@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from .. import conf, registry, rpc, turns
+from .. import conf, registry, rpc, transcript, turns
 from ..errors import AgentAccessError
 from ..models import AgentInstance
 from ..protocol import frames, parse
@@ -74,7 +74,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         owner = query.get(registry.OWNER_PARAMETER, [None])[-1]
         await self.accept()
         try:
-            self.instance = await database_sync_to_async(registry.open_instance)(
+            # Connecting stores nothing: a new address stays unsaved until its first message.
+            self.instance = await database_sync_to_async(registry.locate)(
                 kwargs["slug"], kwargs["name"], self.scope.get("user"), owner,
                 registry.parse_sub_path(kwargs.get("sub", "")),
             )
@@ -85,17 +86,51 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # The first connection of this process looks for turns a crash left running.
         turns.sweep_on_startup()
         self.rate = limits.TokenBucket(**conf.get("AGENT_FRAME_RATE"))
-        await self.channel_layer.group_add(fanout.group_name(self.instance.pk), self.channel_name)
-        self.resume = ResumeDriver(self.instance, self.channel_name, self.send_frame, self.send_text)
-        # An active or coming stream is announced first, before identity (docs/protocol.md#connect-sequence).
-        await self.resume.connect()
+        if self.instance.pk is None:
+            await self.channel_layer.group_add(registry.pending_group(self.instance), self.channel_name)
+        else:
+            # An active or coming stream is announced first, before identity (docs/protocol.md#connect-sequence).
+            await self.join(self.instance)
         await self.send_frame(frames.identity(name=self.instance.name, agent=self.instance.slug))
         await self.send_frame(frames.mcp_servers())
+
+    async def join(self, instance: AgentInstance, *, catch_up: bool = False) -> None:
+        """Follow a stored instance: its group, and the resume handshake of this connection.
+
+        ``catch_up``: the row was made while this connection waited on its address. The
+        transcript goes out instead of a resume announcement (whose ACK would hold back the
+        frames that lead the first turn): read after joining the group, it holds what came
+        before, and a turn's stream it joins midway is replayed as any gap is (``handshake``).
+        """
+        self.instance = instance
+        await self.channel_layer.group_add(fanout.group_name(instance.pk), self.channel_name)
+        self.resume = ResumeDriver(instance, self.channel_name, self.send_frame, self.send_text)
+        if not catch_up:
+            await self.resume.connect()
+        elif messages := await database_sync_to_async(transcript.load)(instance):
+            await self.send_frame(frames.chat_messages(messages))
+
+    async def adopt(self, instance: AgentInstance, *, catch_up: bool = False) -> None:
+        """The address this connection waited on now has a row (made here or anywhere else)."""
+        if self.instance is None or self.instance.pk is not None:
+            return
+        await self.channel_layer.group_discard(registry.pending_group(self.instance), self.channel_name)
+        await self.join(instance, catch_up=catch_up)
+
+    async def conversation_created(self, event: dict[str, Any]) -> None:
+        """Another connection, a REST call or code made the row this connection waited for."""
+        if self.instance is None or self.instance.pk is not None:
+            return
+        instance = await AgentInstance.objects.select_related("owner").filter(pk=event["pk"]).afirst()
+        if instance is not None:
+            await self.adopt(instance, catch_up=True)
 
     async def disconnect(self, code: int) -> None:
         if self.resume is not None:
             self.resume.close()
-        if self.instance is not None:
+        if self.instance is not None and self.instance.pk is None:
+            await self.channel_layer.group_discard(registry.pending_group(self.instance), self.channel_name)
+        elif self.instance is not None:
             await self.channel_layer.group_discard(fanout.group_name(self.instance.pk), self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -123,6 +158,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def dispatch_event(self, event: parse.InboundEvent) -> None:
         instance = self.instance
         assert instance is not None
+        if instance.pk is None:
+            # No row yet: a probe is answered as for an idle conversation, and only what writes
+            # to the conversation makes it.
+            match event:
+                case parse.ResumeRequest():
+                    await self.send_frame(frames.stream_resume_none(probe_id=event.probe_id))
+                    return
+                case parse.ResumeAck() | parse.Cancel() | parse.Clear() | parse.Ignored():
+                    return
+            await self.adopt(await database_sync_to_async(registry.materialize)(instance))
+            instance = self.instance
         match event:
             case parse.ChatRequest():
                 await turns.submit_chat(instance, event, self.channel_name, self.scope.get("user"))

@@ -28,20 +28,25 @@ def owner_of(request: HttpRequest) -> str | None:
 
 @require_GET
 def get_messages(request: HttpRequest, slug: str, name: str, sub: str = "") -> HttpResponse:
-    """``GET /agents/<slug>/<name>[/sub/<slug>/<name>...]/get-messages``: the persisted transcript, in order
-    (404: no such conversation; reading makes nothing)."""
+    """``GET /agents/<slug>/<name>[/sub/<slug>/<name>...]/get-messages``: the persisted transcript, in order.
+
+    Reading makes nothing. In the caller's own namespace every name reads as a conversation, empty
+    until its first message makes it (the chat page loads this before that message); in a
+    namespace staff only read (``?owner=``) a name without a row is 404.
+    """
     try:
-        instance = registry.find_instance(slug, name, request.user, owner_of(request), registry.parse_sub_path(sub))
+        instance = registry.locate(slug, name, request.user, owner_of(request), registry.parse_sub_path(sub))
     except AgentAccessError as exc:
         return JsonResponse({"error": str(exc)}, status=exc.http_status)
-    return JsonResponse(transcript.load(instance), safe=False)
+    return JsonResponse(transcript.load(instance) if instance.pk is not None else [], safe=False)
 
 
 @login_required
 def instance_list(request: HttpRequest) -> HttpResponse:
-    """The user's conversations (and those of shared agents), and a form to start a new one."""
+    """The conversations the user may open, grouped (``conversations.index_of``), and a form to
+    start a new one."""
     return render(request, "agents_app/instance_list.html", {
-        "instances": conversations.visible_to(request.user),
+        "index": conversations.index_of(request.user),
         "agent_slugs": sorted(registry.agent_classes()),
     })
 
@@ -62,10 +67,13 @@ def new_chat(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def chat(request: HttpRequest, slug: str, name: str, sub: str = "") -> HttpResponse:
-    """The chat page of one instance (or sub-agent); its JS client speaks the WebSocket protocol."""
+    """The chat page of one instance (or sub-agent); its JS client speaks the WebSocket protocol.
+
+    Viewing stores nothing: a new address shows an empty chat, and its first message makes it.
+    """
     owner = owner_of(request)
     try:
-        instance = registry.open_instance(slug, name, request.user, owner, registry.parse_sub_path(sub))
+        instance = registry.locate(slug, name, request.user, owner, registry.parse_sub_path(sub))
     except AgentPermissionDenied as exc:
         raise PermissionDenied(str(exc)) from exc
     except AgentAccessError as exc:
@@ -83,7 +91,8 @@ def chat(request: HttpRequest, slug: str, name: str, sub: str = "") -> HttpRespo
         "address_query": address_query,
         "ancestors": ancestors,
         "sub_agents": [(child, registry.chat_url(child, address_query))
-                       for child in instance.children.order_by("slug", "name")[:SUB_AGENT_LINKS]],
+                       for child in (instance.children.order_by("slug", "name")[:SUB_AGENT_LINKS]
+                                     if instance.pk is not None else ())],
         "demo_model": llm.is_demo(agent.get_model()),
         "starter_prompts": agent.starter_prompts,
     })

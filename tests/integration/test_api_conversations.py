@@ -266,7 +266,7 @@ def test_staff_send_into_another_users_conversation(alices_default: AgentInstanc
 
 
 @pytest.mark.parametrize(("who", "query", "body", "status"), [
-    ("other", "", {"text": "hi"}, 404), ("other", "?owner=alice", {"text": "hi"}, 403),
+    ("other", "?owner=alice", {"text": "hi"}, 403),
     ("owner", "", {}, 400), ("owner", "", {"text": ""}, 400), ("owner", "", {"text": "x" * 100_001}, 400),
     ("owner", "?wait=perhaps", {"text": "hi"}, 400),
 ])

@@ -161,13 +161,18 @@ async def test_get_messages_access(make_user, ws):
     assert (await client.get("/agents/nope/x/get-messages")).status_code == 400
 
 
-async def test_get_messages_of_a_name_nobody_opened_is_a_404_and_takes_nothing(user, make_user):
-    """Reading is not opening: a GET does not squat the name (the first to open it owns it)."""
+async def test_get_messages_of_a_name_nobody_wrote_to_is_empty_and_takes_nothing(user, make_user):
+    """Reading is not opening, nor is connecting: the first message makes the conversation."""
     from agents_app.models import AgentInstance
 
     client = AsyncClient()
     await client.aforce_login(user)
     response = await client.get("/agents/demo-agent/not-yet/get-messages")
+    assert (response.status_code, response.json()) == (200, [])
+    # Staff reading a namespace where nobody wrote to that name: 404, and nothing is made either.
+    staff = await make_user_async(make_user, "boss", is_staff=True)
+    await client.aforce_login(staff)
+    response = await client.get("/agents/demo-agent/not-yet/get-messages?owner=alice")
     assert (response.status_code, response.json()) == (
         404, {"error": "There is no conversation demo-agent/not-yet of alice"})
     assert not await AgentInstance.objects.filter(name="not-yet").aexists()
@@ -175,7 +180,7 @@ async def test_get_messages_of_a_name_nobody_opened_is_a_404_and_takes_nothing(u
     communicator, _, _ = await connect("/agents/demo-agent/not-yet", bob)
     assert (await communicator.receive_json_from())["type"] == "cf_agent_identity"
     await communicator.disconnect()
-    assert (await AgentInstance.objects.aget(name="not-yet")).owner_id == bob.pk
+    assert not await AgentInstance.objects.filter(name="not-yet").aexists()
 
 
 async def make_user_async(make_user, name, **extra):

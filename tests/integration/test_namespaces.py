@@ -70,9 +70,9 @@ async def test_staff_open_another_users_conversation_with_the_owner_parameter(ws
     assert (frame["type"], frame["name"], code) == ("cf_agent_identity", "notes", None)
     status, messages = await history(staff, "/agents/demo-agent/notes/get-messages?owner=alice")
     assert (status, messages[0]["parts"][0]["text"]) == (200, "a note")
-    # Their own "notes" is another conversation, which nobody opened: reading it makes nothing.
-    assert await history(staff, "/agents/demo-agent/notes/get-messages") == (
-        404, {"error": "There is no conversation demo-agent/notes of boss"})
+    # Their own "notes" is another conversation, which nobody wrote to: empty, and reading it makes nothing.
+    assert await history(staff, "/agents/demo-agent/notes/get-messages") == (200, [])
+    assert not await AgentInstance.objects.filter(name="notes", owner__username="boss").aexists()
 
 
 async def test_a_staff_visit_makes_nothing_in_another_namespace(user, make_user):
@@ -101,9 +101,9 @@ async def test_the_global_namespace_is_staff_only(user, make_user):
     assert (status, [m["role"] for m in messages]) == (200, ["user", "assistant"])
     frame, code = await first_frame("/agents/demo-agent/nightly?owner=", user)
     assert (frame["code"], code) == ("PermissionDenied", 4403)
-    # Alice's own "nightly" is hers, not the global one (and not made by reading it).
-    assert await history(user, "/agents/demo-agent/nightly/get-messages") == (
-        404, {"error": "There is no conversation demo-agent/nightly of alice"})
+    # Alice's own "nightly" is hers, not the global one: empty, and not made by reading it.
+    assert await history(user, "/agents/demo-agent/nightly/get-messages") == (200, [])
+    assert not await AgentInstance.objects.filter(name="nightly", owner=user).aexists()
 
 
 async def test_a_shared_class_has_one_namespace_and_ignores_the_owner_parameter(ws, user, make_user):
@@ -191,3 +191,54 @@ async def test_control_characters_in_an_address_are_refused_before_any_lookup(ma
     staff = await make(make_user, "boss", is_staff=True)
     frame, code = await first_frame(path, staff)
     assert (frame["error"], code) == (error, 4404)
+
+
+async def test_a_socket_makes_its_conversation_on_its_first_message_and_a_waiting_one_follows(user):
+    """Connecting stores nothing; the first chat request does, and a second socket that waited on
+    the same new address is told and follows the reply."""
+    path = "/agents/demo-agent/fresh/sub/research-agent/child"
+    first, _, _ = await connect(path, user)
+    second, _, _ = await connect(path, user)
+    for a in (first, second):
+        assert [(await a.receive_json_from())["type"] for _ in range(2)] == [
+            "cf_agent_identity", "cf_agent_mcp_servers"]
+    await first.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
+    assert await first.receive_json_from() == {
+        "type": "cf_agent_stream_resume_none", "reason": "idle", "probeId": "p1"}
+    await first.send_json_to({"type": "cf_agent_chat_clear"})
+    assert await first.receive_nothing(0.2)
+    assert await AgentInstance.objects.acount() == 0
+
+    await first.send_json_to(chat_request("r1", [user_message("u1", "hello")]))
+    assert text_of(await receive_until(first, is_done("r1"))).startswith("Researching hello.")
+    # The waiting socket is told and gets the transcript (live, or as it catches up)...
+    frame = await second.receive_json_from(timeout=5)
+    while not (frame["type"] == "cf_agent_chat_messages" and any(m["id"] == "u1" for m in frame["messages"])):
+        frame = await second.receive_json_from(timeout=5)
+    # ...and is in the conversation's group from then on: the next turn streams to it.
+    await first.send_json_to(chat_request("r2", [user_message("u2", "again")]))
+    assert "Researching again." in text_of(await receive_until(second, is_done("r2")))
+    rows = [row async for row in AgentInstance.objects.order_by("pk").values_list("name", "owner_id", "parent__name")]
+    assert rows == [("fresh", user.pk, None), ("child", user.pk, "fresh")]
+    for a in (first, second):
+        await a.disconnect()
+
+
+async def test_the_first_message_over_rest_makes_the_conversation_and_tells_a_waiting_socket(user):
+    from rest_framework.test import APIClient
+
+    waiting, _, _ = await connect("/agents/demo-agent/by-rest", user)
+    assert [(await waiting.receive_json_from())["type"] for _ in range(2)] == [
+        "cf_agent_identity", "cf_agent_mcp_servers"]
+    client = APIClient()
+    await database_sync_to_async(client.force_authenticate)(user)
+    response = await database_sync_to_async(client.post)(
+        "/api/agents/demo-agent/by-rest/messages/", {"text": "over HTTP"}, format="json")
+    assert response.status_code == 202
+    instance = await AgentInstance.objects.aget(name="by-rest")
+    assert instance.owner_id == user.pk
+    frame = await waiting.receive_json_from()
+    while frame.get("type") != "cf_agent_chat_messages" or not frame["messages"]:
+        frame = await waiting.receive_json_from()
+    assert frame["messages"][0]["parts"] == [{"type": "text", "text": "over HTTP"}]
+    await waiting.disconnect()

@@ -72,11 +72,13 @@ async def test_a_sub_agent_has_its_own_address_under_its_parent(ws, user, make_u
     assert 'href="/chat/parent-agent/p2/"' in page  # back to the parent
     parent_page = (await database_sync_to_async(client.get)("/chat/parent-agent/p2/")).content.decode()
     assert 'href="/chat/parent-agent/p2/sub/child-agent/child-1/"' in parent_page
-    # Another user's address of the same name is in their own namespace, where nobody opened it.
+    # Another user's address of the same name is in their own namespace, where nobody wrote to it:
+    # empty, and reading it makes nothing.
     bob = Client()
     await database_sync_to_async(bob.force_login)(await database_sync_to_async(make_user)("bob"))
     theirs = await database_sync_to_async(bob.get)("/agents/parent-agent/p2/sub/child-agent/child-1/get-messages")
-    assert theirs.status_code == 404 and "alice" not in theirs.content.decode()
+    assert (theirs.status_code, theirs.json()) == (200, [])
+    assert await AgentInstance.objects.filter(name="child-1").acount() == 1
 
 
 async def test_a_malformed_or_unknown_sub_address_is_refused(ws, user):

@@ -58,6 +58,8 @@ function start(root) {
     touch: (message) => view.touch(message),
     showError: (text) => view.showError(text),
     awaitContinuation: () => conversation.awaitContinuation(),
+    subAgent: (agent, name) => subAgentLink(root, address, query, agent, name),
+    knownSubAgent: (name) => knownSubAgent(name),
   });
   const conversation = new Conversation({
     historyUrl,
@@ -169,6 +171,42 @@ function start(root) {
     view.scheduleRender();
     socket.connect();
   })();
+}
+
+/**
+ * The chat page of sub-agent <agent>/<name> of this conversation ({url, label}), linked from the
+ * page's "Sub-agents" list as soon as the page learns of it (a tool's progress names it while
+ * the parent's turn runs; the server lists the ones it had when the page was made).
+ */
+function subAgentLink(root, address, query, agent, name) {
+  const path = [...address, "sub", agent, name].map(encodeURIComponent).join("/");
+  const found = { url: `/chat/${path}/${query ? `?${query}` : ""}`, label: `${agent}/${name}` };
+  let nav = document.getElementById("sub-agents");
+  if (!nav) {
+    nav = document.createElement("nav");
+    nav.className = "sub-agents";
+    nav.id = "sub-agents";
+    nav.append("Sub-agents:");
+    root.append(nav);
+  }
+  nav.hidden = false;
+  const links = [...nav.querySelectorAll("a")];
+  if (!links.some((link) => link.dataset.agent === agent && link.dataset.name === name)) {
+    if (links.length) nav.append(" · ");
+    const link = document.createElement("a");
+    link.href = found.url;
+    link.dataset.agent = agent;
+    link.dataset.name = name;
+    link.textContent = found.label;
+    nav.append(link);
+  }
+  return found;
+}
+
+/** A sub-agent the page links to, by name ({url, label}), or null. */
+function knownSubAgent(name) {
+  const link = [...document.querySelectorAll("#sub-agents a")].find((a) => a.dataset.name === name);
+  return link ? { url: link.getAttribute("href"), label: `${link.dataset.agent}/${name}` } : null;
 }
 
 function findElements(root) {

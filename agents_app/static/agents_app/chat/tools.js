@@ -44,11 +44,32 @@ export class ToolCalls {
    *   touch(message)     mark a message for re-render
    *   showError(text)    the error banner
    *   awaitContinuation()  after an answer with autoContinue: follow the server's continuation
+   *   subAgent(agent, name)  the chat page of a sub-agent of this conversation, added to the
+   *                      page's sub-agent links if new
+   *   knownSubAgent(name)  the chat page of a sub-agent the page already links to, by name, or null
    */
   constructor(env) {
     this.env = env;
     /** Tool calls this page already answered (client tools) or responded to (approvals). */
     this.handled = new Set();
+    /** toolCallId -> chat page of the sub-agent that runs the call (agent tools). */
+    this.subAgents = new Map();
+  }
+
+  /**
+   * The chat page of the sub-agent an agent tool's call runs, or null: its progress names it
+   * ({agent, instance}, agents_app.agent_tools); after a reload (the final output is plain text)
+   * the page's links find it by the tool's default name, <tool>-<toolCallId>.
+   */
+  subAgentOf(part, toolName) {
+    const output = part.output;
+    if (part.state === "output-available" && output && typeof output === "object"
+        && typeof output.agent === "string" && typeof output.instance === "string" && output.agent && output.instance) {
+      if (!this.subAgents.has(part.toolCallId)) {
+        this.subAgents.set(part.toolCallId, this.env.subAgent(output.agent, output.instance));
+      }
+    }
+    return this.subAgents.get(part.toolCallId) || this.env.knownSubAgent(`${toolName}-${part.toolCallId}`);
   }
 
   // ---------------------------------------------------------------- client tools
@@ -149,6 +170,12 @@ export class ToolCalls {
       if (pause.executionId) card.append(el("small", "execution-id", pause.executionId));
     } else if (part.state === "output-available") {
       card.append(ioBlock(part.preliminary ? "progress" : "output", json(part.output)));
+    }
+    const subAgent = this.subAgentOf(part, toolName);
+    if (subAgent) {
+      const link = el("a", "sub-agent-link", `Open the sub-agent's conversation (${subAgent.label})`);
+      link.href = subAgent.url;
+      card.append(link);
     }
     if (part.state === "output-error") card.append(el("div", "tool-error", part.errorText || "Tool failed"));
     if (part.state === "output-denied") card.append(el("div", "tool-note", "The call was rejected."));
