@@ -1,11 +1,11 @@
 """Logging in and out as a newcomer does it, in Chromium against the live stack: a failed login keeps
-the username, the top bar says who is signed in, a conversation opened a moment ago was updated
+the username, the top bar says who is signed in, a conversation written to a moment ago was updated
 "just now", and logging out says so on the page it lands on."""
 
 import pytest
 from playwright.sync_api import BrowserContext, expect
 
-from tests.browser.pages import PASSWORD, SUPERUSER, USERNAME, Live, open_chat
+from tests.browser.pages import PASSWORD, SUPERUSER, USERNAME, Live, open_chat, send_message
 
 pytestmark = pytest.mark.browser
 
@@ -29,7 +29,10 @@ def test_a_newcomers_first_minutes_log_in_look_around_log_out(context: BrowserCo
     expect(page.locator("nav.account")).to_have_text(f"Signed in as {USERNAME} · Log out")
     expect(page.locator("#who")).to_be_visible()
 
+    # A conversation is stored by its first message (opening its page stores nothing).
     open_chat(page, live, room)
+    send_message(page, "hello")
+    expect(page.locator(".msg.assistant")).to_have_count(1)
     page.goto(f"{live.http}/")
     row = page.locator("#instances li").filter(has_text=room)
     expect(row.locator("small")).to_have_text("updated just now")
