@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.test import AsyncClient
 
-from agents_app.models import Turn
-from tests.support.frames import chat_request, is_done, receive_until, text_of, user_message
+from agents_app.models import ChatMessage, Turn
+from tests.support.frames import chat_request, follow_continuation, is_done, receive_until, text_of, user_message
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -110,3 +110,23 @@ async def test_the_senders_copy_without_the_mark_does_not_erase_it(ws: Any, user
     assert [m["role"] for m in after] == ["user", "assistant", "user", "assistant"]
     assert after[1]["metadata"] == marked
     assert "outcome" not in after[3].get("metadata", {})
+
+
+async def test_a_continuation_that_ends_normally_clears_the_mark(ws: Any, user: Any) -> None:
+    """A reply stopped while a client tool call waited, then continued with the tool's result and
+    finished: it is no longer a stopped reply."""
+    a = await ws("/agents/demo-agent/outcome-continued")
+    await skip_connect_frames(a)
+    await a.send_json_to(chat_request("r1", [user_message("u1", "/tool getBrowserInfo")]))
+    await receive_until(a, is_done("r1"))
+    # The stored reply as the end of a stopped turn leaves it (the call still waits for its result).
+    row = await ChatMessage.objects.aget(instance__name="outcome-continued", role="assistant")
+    row.data = {**row.data, "metadata": {**row.data.get("metadata", {}), "outcome": "aborted"}}
+    await row.asave(update_fields=["data"])
+    await a.send_json_to({"type": "cf_agent_tool_result", "toolCallId": "demo_0_0", "toolName": "getBrowserInfo",
+                          "output": {"language": "fr"}, "autoContinue": True})
+    await follow_continuation(a)
+    stored = (await rest_messages(user, "outcome-continued"))[-1]
+    assert stored["id"] == row.message_id
+    assert stored["parts"][-1]["type"] == "text"  # the continuation's summary
+    assert "outcome" not in stored.get("metadata", {})
