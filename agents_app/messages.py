@@ -262,6 +262,30 @@ def rewrite_finish(chunk: Chunk, default_reason: str) -> Chunk:
     return {"type": "finish", "messageMetadata": metadata}
 
 
+# How a reply's turn ended, kept in its stored ``metadata``: the terminal frame's ``outcome``
+# (``error`` or ``aborted``) and, for an error, its text under the error chunk's name.
+OUTCOME_KEYS = ("outcome", "errorText")
+
+
+def mark_outcome(message: UIMessage, outcome: str | None, error_text: str | None = None) -> None:
+    """Record in ``message``'s metadata that its turn failed or was stopped (``outcome``), or, with
+    None, that it ended normally after all (a continuation finished a stopped reply).
+
+    The terminal frame tells only the connections that were there; a reloaded page, the REST API
+    and a later connection read the stored message, so the mark is stored with it.
+    """
+    before = message.get("metadata")
+    before = before if isinstance(before, dict) else {}
+    if outcome is None and not any(k in before for k in OUTCOME_KEYS):
+        return  # nothing to clear: the message is left as it was
+    metadata = {k: v for k, v in before.items() if k not in OUTCOME_KEYS}
+    if outcome is not None:
+        metadata["outcome"] = outcome
+        if error_text is not None:
+            metadata["errorText"] = error_text
+    message["metadata"] = metadata
+
+
 def request_message_ids(messages: list[UIMessage]) -> list[str]:
     """Ids of the last run of user messages (skipping a trailing reply, for continuations).
 

@@ -18,7 +18,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import statements
-from .messages import UIMessage, is_tool_part, merge_user_messages
+from .messages import OUTCOME_KEYS, UIMessage, is_tool_part, merge_user_messages
 from .models import AgentInstance, ChatMessage, RequestContext
 from .sanitize import prepare_for_storage
 
@@ -141,7 +141,7 @@ def persist(
                 row.data = created[message_id].data = policy.prepare(message)
                 created[message_id].role = message["role"]
             else:
-                merged = _keep_server_tool_results(row.data, message)
+                merged = _keep_server_outcome(row.data, _keep_server_tool_results(row.data, message))
                 # Stored as prepared: an unchanged copy of a stored message is not prepared again.
                 if merged != row.data and (merged := policy.prepare(merged)) != row.data:
                     row.data = merged
@@ -175,6 +175,25 @@ def _keep_server_tool_results(stored: UIMessage, incoming: UIMessage) -> UIMessa
         return incoming
     parts = [settled.get(p.get("toolCallId"), p) if is_tool_part(p) else p for p in incoming.get("parts", [])]
     return {**incoming, "parts": parts}
+
+
+def _keep_server_outcome(stored: UIMessage, incoming: UIMessage) -> UIMessage:
+    """The incoming message, with how the stored reply's turn ended (``messages.mark_outcome``) as stored.
+
+    Only the server knows it: the client that sent a failed or stopped request holds a copy built
+    from the stream, without the mark, and sends it back with its next request; that copy must not
+    erase the mark (nor a stale copy bring back one a continuation cleared).
+    """
+    def marks(message: UIMessage) -> dict[str, Any]:
+        metadata = message.get("metadata")
+        return {k: metadata[k] for k in OUTCOME_KEYS if k in metadata} if isinstance(metadata, dict) else {}
+
+    kept = marks(stored)
+    if marks(incoming) == kept:
+        return incoming
+    metadata = incoming.get("metadata")
+    rest = {k: v for k, v in metadata.items() if k not in OUTCOME_KEYS} if isinstance(metadata, dict) else {}
+    return {**incoming, "metadata": {**rest, **kept}}
 
 
 def update_tool_part(instance: AgentInstance, matches: Callable[[dict[str, Any]], bool],

@@ -29,6 +29,7 @@ from ..messages import (
     builder_for_reply,
     denied_parts,
     is_replayed_chunk,
+    mark_outcome,
     new_message_id,
     ready_to_continue,
     request_message_ids,
@@ -643,9 +644,7 @@ class TurnRun:
                                    outcome=Outcome.COMPLETED, message_ids=turn.message_ids,
                                    continuation=turn.continuation)
         else:
-            outcome = Outcome.RECOVERING if self.stalled else {
-                Turn.Status.ERROR: Outcome.ERROR, Turn.Status.ABORTED: Outcome.ABORTED,
-            }.get(self.status)
+            outcome = Outcome.RECOVERING if self.stalled else self._marked_outcome()
             terminal = frames.done(request_id=turn.request_id, outcome=outcome,
                                    message_ids=turn.message_ids, continuation=turn.continuation)
         await self.publisher.send(terminal, request_id=turn.request_id, last_seq=self.seq - 1)
@@ -656,6 +655,11 @@ class TurnRun:
             # The drain's word that the queue ran dry (``drain``), in the reply's last group event.
             await self.publisher.send_item(ending.idle)
         await self.publisher.close()
+
+    def _marked_outcome(self) -> Outcome | None:
+        """How the turn ended, when that is not a plain completion: the terminal frame's ``outcome``
+        and the mark stored on the reply (``messages.mark_outcome``)."""
+        return {Turn.Status.ERROR: Outcome.ERROR, Turn.Status.ABORTED: Outcome.ABORTED}.get(self.status)
 
     def _persist_and_finish(self, instance: AgentInstance, rows: list[tuple[int, list[str]]]) -> _Ending:
         setup = self.setup
@@ -683,6 +687,12 @@ class TurnRun:
             # A clear during the turn wins: its partial reply is not written back.
             saved = self.builder.has_content() and current.generation <= self.turn.generation
             if saved:
+                # A failed or stopped reply says so after a reload too; a continuation that ends
+                # normally clears the mark of the reply it finished.
+                outcome = self._marked_outcome()
+                if outcome is not None or self.turn.continuation:
+                    mark_outcome(self.builder.message, outcome.value if outcome is not None else None,
+                                 (self.error or "Error") if failed else None)
                 # A recovery retry's reply goes right after the request it answers.
                 attempt = setup.attempt
                 after = attempt.history_end if attempt is not None and not self.turn.continuation else None

@@ -138,6 +138,10 @@ async function pollTranscript(name, done, timeoutMs = 3000) {
 const textOf = (message) =>
   (message?.parts ?? []).filter((p) => p.type === "text").map((p) => p.text).join("");
 
+// How a reply's turn ended, as the server stores it in the message's metadata (failed or stopped).
+const outcomeMark = (message) =>
+  Object.fromEntries(["outcome", "errorText"].filter((k) => message?.metadata?.[k] !== undefined).map((k) => [k, message.metadata[k]]));
+
 const summary = (messages) => messages.map((m) => ({ id: m.id, role: m.role, text: textOf(m) }));
 
 const userMessage = (id, text) => ({ id, role: "user", parts: [{ type: "text", text }] });
@@ -980,13 +984,21 @@ const scenarios = {
       `the partial reply must be persisted, got ${JSON.stringify(persisted)}`);
     expect(persisted.startsWith(partial), `persisted partial ${JSON.stringify(persisted)} must extend what the client kept ${JSON.stringify(partial)}`);
     expectEqual(stored[1].id, stream.messageId, "persisted assistant id equals start.messageId");
+    expectEqual(outcomeMark(stored[1]), { outcome: "aborted" }, "get-messages: the stopped reply's metadata");
 
     // The instance is idle again: the next turn runs normally.
     const next = await sendAndFinish(a, "after cancel");
     checkStream(a, next.id, { messageIds: trailingUserIds(next.body.messages) });
     expectOneAssistantPerTurn(a.chat.messages, 2, "A");
     expectEqual(textOf(a.chat.messages[3]), `${ECHO_PREFIX}after cancel`, "A: reply after the cancel");
-    expectOneAssistantPerTurn(await serverTranscript(name), 2, "get-messages after the next turn");
+    const after = await serverTranscript(name);
+    expectOneAssistantPerTurn(after, 2, "get-messages after the next turn");
+    // A's copy of the stopped reply (sent with its next request) has no mark; the stored one keeps it.
+    expectEqual(outcomeMark(after[1]), { outcome: "aborted" }, "get-messages after the next turn: the stopped reply's metadata");
+    await closeTab(a); // a reload: the page mounts again and loads the transcript
+    const b = await openTab("B", name);
+    expectEqual(summary(b.chat.messages), summary(after), "B: messages right after mount");
+    expectEqual(outcomeMark(b.chat.messages[1]), { outcome: "aborted" }, "B (mounted after a reload): the stopped reply's metadata");
     return { partialWords: partial.trim().split(/\s+/).length, persistedWords: persisted.trim().split(/\s+/).length };
   },
 
@@ -1110,6 +1122,8 @@ const scenarios = {
 
     const stored = await serverTranscript(name);
     expectEqual(summary(stored), summary(a.chat.messages), "get-messages after the failed turn (partial persisted)");
+    const mark = { outcome: "error", errorText: FAIL_TEXT };
+    expectEqual(outcomeMark(stored[1]), mark, "get-messages: the failed reply's metadata");
 
     // The chat recovers: the next turn succeeds and clears the error.
     const next = await sendAndFinish(a, "after the error");
@@ -1117,6 +1131,15 @@ const scenarios = {
     expect(!a.chat.error, `A: error still set after a successful turn: ${a.chat.error?.message}`);
     expectOneAssistantPerTurn(a.chat.messages, 2, "A");
     expectEqual(textOf(a.chat.messages[3]), `${ECHO_PREFIX}after the error`, "A: reply after the error");
+    // A's request carried its own copy of the failed reply, without the mark: the stored one keeps it,
+    // and a client that loads the conversation later has it in its transcript.
+    const after = await serverTranscript(name);
+    expectEqual(outcomeMark(after[1]), mark, "get-messages after the next turn: the failed reply's metadata");
+    expectEqual(outcomeMark(after[3]), {}, "get-messages: the next reply has no mark");
+    await closeTab(a); // a reload: the page mounts again and loads the transcript
+    const b = await openTab("B", name);
+    expectEqual(summary(b.chat.messages), summary(after), "B: messages right after mount");
+    expectEqual(outcomeMark(b.chat.messages[1]), mark, "B (mounted after a reload): the failed reply's metadata");
     return { error: FAIL_TEXT };
   },
 

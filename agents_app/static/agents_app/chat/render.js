@@ -179,11 +179,15 @@ export class ChatView {
       if (!hasContent(message)) body.append(el("span", "typing", "…"));
     }
     li.append(body);
-    if (this.conversation.stopped.has(message.id) && !s) {
+    // How the reply ended: as this page saw it, else as stored with the message (a reload, or a
+    // tab that was away, knows of a failed or stopped reply only from its metadata).
+    const ended = s ? undefined : message.metadata?.outcome;
+    if ((this.conversation.stopped.has(message.id) || ended === "aborted") && !s) {
       li.dataset.stopped = "true";
       li.append(el("div", "msg-stopped", "Stopped before the end of the reply"));
     }
-    const error = this.conversation.messageErrors.get(message.id);
+    const stored = ended === "error" ? String(message.metadata.errorText || "The reply failed.") : null;
+    const error = this.conversation.messageErrors.get(message.id) || stored;
     if (error) li.append(el("div", "msg-error", error));
     return li;
   }
