@@ -42,6 +42,15 @@ class Live:
         return f"{self.http}/chat/{agent}/{name}/{query}"
 
 
+# What the offline demo model says before echoing the user's text.
+ECHO = "(demo model, offline) You said: "
+# JS: the concatenated text of the last assistant message.
+LAST_ASSISTANT_TEXT = """() => {
+  const msgs = document.querySelectorAll('.msg.assistant');
+  const last = msgs[msgs.length - 1];
+  return last ? [...last.querySelectorAll('.part.text')].map(t => t.textContent).join('') : '';
+}"""
+
 def create_approver(stack: LiveStack, username: str = APPROVER, password: str = PASSWORD) -> None:
     """Create the staff approver in the live stack's database (one ``manage.py shell``)."""
     code = (

@@ -7,6 +7,8 @@ from playwright.sync_api import BrowserContext, Dialog, Page, expect
 
 from tests.browser.pages import (
     AGENT,
+    ECHO,
+    LAST_ASSISTANT_TEXT,
     USERNAME,
     FrameTap,
     Live,
@@ -20,13 +22,6 @@ from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.browser
 
-ECHO = "(demo model, offline) You said: "
-# JS: the concatenated text of the last assistant message.
-LAST_ASSISTANT_TEXT = """() => {
-  const msgs = document.querySelectorAll('.msg.assistant');
-  const last = msgs[msgs.length - 1];
-  return last ? [...last.querySelectorAll('.part.text')].map(t => t.textContent).join('') : '';
-}"""
 
 
 def slow_words(count: int) -> str:

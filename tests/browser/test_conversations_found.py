@@ -8,11 +8,10 @@ import uuid
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
-from tests.browser.pages import AGENT, Live, assistant_texts, open_chat, send_message
+from tests.browser.pages import AGENT, ECHO, Live, assistant_texts, open_chat, send_message
 
 pytestmark = pytest.mark.browser
 
-ECHO = "(demo model, offline) You said: "
 CHILD = "research-agent"
 
 

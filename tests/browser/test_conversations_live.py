@@ -9,11 +9,10 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, WebSocketRoute, expect
 
 from agents_app.demo.agents import DemoAgent
-from tests.browser.pages import AGENT, FakeAgentServer, Live, assistant_texts, open_chat, send_message, user_texts
+from tests.browser.pages import AGENT, ECHO, FakeAgentServer, Live, assistant_texts, open_chat, send_message, user_texts
 
 pytestmark = pytest.mark.browser
 
-ECHO = "(demo model, offline) You said: "
 DEPLOYED = "Deployed 1.4.2 to production."
 # What a paused call's envelope (the model's, not the user's) would show if it leaked onto the page.
 ENVELOPE_MARKS = ('"status"', "executionId", "Stop and wait", "awaiting human approval", "{")

@@ -7,18 +7,11 @@ stored transcript, so the mark comes from the stored message's metadata.
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.pages import FrameTap, Live, assistant_texts, open_chat, send_message
+from tests.browser.pages import ECHO, LAST_ASSISTANT_TEXT, FrameTap, Live, assistant_texts, open_chat, send_message
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.browser
 
-ECHO = "(demo model, offline) You said: "
-# JS: the concatenated text of the last assistant message.
-LAST_ASSISTANT_TEXT = """() => {
-  const msgs = document.querySelectorAll('.msg.assistant');
-  const last = msgs[msgs.length - 1];
-  return last ? [...last.querySelectorAll('.part.text')].map(t => t.textContent).join('') : '';
-}"""
 
 
 def wait_for_terminal(tap: FrameTap, page: Page) -> dict[str, object]:
