@@ -1,18 +1,10 @@
 """Admin of scheduled prompts: what operators use to run prompts on agents on a schedule.
 
-An operator needs staff status and the ``agents_app.manage_schedules`` permission, nothing more
-(``definitions.can_manage``). They add a prompt for an agent instance (an existing one or a new
-name) with a schedule in the schedule language or cron, and see its next run in their own zone,
-its last run (status, turn, conversation, error) and its failures in a row; they run it now,
-pause it or resume it. Schedules declared in code (``get_scheduled_tasks()``) and by agents
-(``agent.schedule()``) are listed too and may be paused, resumed or run, not edited; Celery
-beat's system tasks are shown below the list, read-only. Every change goes through
-``schedules.definitions``, ``schedules.runs``, as the REST API's do.
-
-While an operator types a schedule, the form shows what it means and its next three runs (or
-what was not understood), from ``preview_view``. The lists fit a 1280 px window with the
-navigation and the filters open: few columns, long values cut (all of them in the title), and a
-schedule's page has its actions (run now, pause or resume) at the top.
+Operators need staff status and ``agents_app.manage_schedules`` (``definitions.can_manage``). They
+add a prompt for an agent instance with a schedule (the schedule language or cron), see its next
+and last runs, run it now, pause or resume it; schedules declared in code or by agents may be
+paused, resumed or run, not edited. Every change goes through ``definitions`` and ``runs``, as the
+REST API's do. While an operator types, the form previews the next three runs (``preview_view``).
 """
 
 from typing import Any

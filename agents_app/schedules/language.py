@@ -1,22 +1,11 @@
 """The schedule language of scheduled prompts, cron, and occurrences (docs/architecture.md#schedule-language).
 
-Pure (unit-tested without a database). ``parse()`` makes a ``Schedule``, ``next_occurrence()`` says
-when it runs next, ``occurrence_key()`` names one run. The grammar, after trimming and collapsing
-whitespace, in any case::
-
-    interval  := "every " N (" minute" | " minutes" | " hour" | " hours")   N ≥ 1, singular iff N == 1
-               | "every minute" | "every hour"
-    wallclock := "every " DAYS " at " TIME
-    DAYS      := "day" | "weekday" | "weekend" | "week on " DAYLIST | DAYLIST
-    DAYLIST   := DAY (("," | " and ") DAY)*                                  DAY: sun|sunday|mon|monday|...
-    TIME      := H:MM | HH:MM (24-hour) | H[:MM]am | H[:MM]pm                 "9am", "9:30 pm", "21:30"
-    schedule  := interval | wallclock [" in " IANA_TZ] | cron [" in " IANA_TZ]
-
-Cron has five fields and runs in UTC without a zone; ``schedule_every()`` makes sub-minute
-intervals directly. The expression is read before any zone is looked for, so a typo is reported
-as the word not understood (with a suggestion and two valid examples), not as a missing zone; a
-misspelt zone is echoed as typed, with the closest real one. Wall-clock times come from ``cronsim``
-with Debian cron's DST rules; intervals count from the previous occurrence, in UTC.
+Pure (unit-tested without a database). ``parse()`` makes a ``Schedule`` (its docstring has the
+grammar), ``next_occurrence()`` says when it runs next, ``occurrence_key()`` names one run. The
+expression is read before any zone, so a typo is reported as the word not understood (with a
+suggestion and two valid examples), not as a missing zone; a misspelt zone is echoed as typed,
+with the closest real one. Cron has five fields and runs in UTC without a zone. Wall-clock times
+come from ``cronsim`` with Debian cron's DST rules; intervals count from the previous occurrence.
 """
 
 import re
@@ -332,7 +321,19 @@ def check_expression(raw: str) -> str:
 
 
 def parse(raw: str, *, timezone: str | None = None, default_timezone: str | None = None) -> Schedule:
-    """The schedule ``raw`` names (module docstring), or ``ScheduleError`` saying what is wrong.
+    """The schedule ``raw`` names, or ``ScheduleError`` saying what is wrong.
+
+    The grammar, after trimming and collapsing whitespace, in any case::
+
+        interval  := "every " N (" minute" | " minutes" | " hour" | " hours")   N ≥ 1, singular iff N == 1
+                   | "every minute" | "every hour"
+        wallclock := "every " DAYS " at " TIME
+        DAYS      := "day" | "weekday" | "weekend" | "week on " DAYLIST | DAYLIST
+        DAYLIST   := DAY (("," | " and ") DAY)*                                  DAY: sun|sunday|mon|monday|...
+        TIME      := H:MM | HH:MM (24-hour) | H[:MM]am | H[:MM]pm                 "9am", "9:30 pm", "21:30"
+        schedule  := interval | wallclock [" in " IANA_TZ] | cron [" in " IANA_TZ]
+
+    ``schedule_every()`` makes sub-minute intervals directly.
 
     The expression is read first (a typo is reported whatever the zones), then its zone:
     ``raw``'s own "in …", else ``timezone`` (the task's, an operator's choice), else
