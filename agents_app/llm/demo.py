@@ -159,6 +159,8 @@ def _plain(value: Any) -> str:
 
 
 def _sentence(text: str) -> str:
+    """``text`` ending in one full stop (a result streamed word by word ends in a space)."""
+    text = text.rstrip()
     return text if text.endswith((".", "!", "?")) else text + "."
 
 

@@ -97,10 +97,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def join(self, instance: AgentInstance, *, catch_up: bool = False) -> None:
         """Follow a stored instance: its group, and the resume handshake of this connection.
 
-        ``catch_up``: the row was made while this connection waited on its address. The
-        transcript goes out instead of a resume announcement (whose ACK would hold back the
-        frames that lead the first turn): read after joining the group, it holds what came
-        before, and a turn's stream it joins midway is replayed as any gap is (``handshake``).
+        ``catch_up``: the row was made while this connection waited on its address (by another
+        connection, or by this one's first message). The transcript goes out instead of a resume
+        announcement (whose ACK would hold back the frames that lead the first turn): read after
+        joining the group, it holds what came before, and a turn's stream it joins midway is
+        replayed as any gap is (``handshake``).
         """
         self.instance = instance
         await self.channel_layer.group_add(fanout.group_name(instance.pk), self.channel_name)
@@ -167,7 +168,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
                     return
                 case parse.ResumeAck() | parse.Cancel() | parse.Clear() | parse.Ignored():
                     return
-            await self.adopt(await database_sync_to_async(registry.materialize)(instance))
+            # Caught up like a waiting tab: another process may have made the row and started its
+            # first turn meanwhile, and a resume announcement would hold this socket's frames,
+            # its own request's answer included, until an ACK the sender never owes.
+            await self.adopt(await database_sync_to_async(registry.materialize)(instance), catch_up=True)
             instance = self.instance
         match event:
             case parse.ChatRequest():

@@ -179,6 +179,9 @@ export class ChatView {
       if (!hasContent(message)) body.append(el("span", "typing", "…"));
     }
     li.append(body);
+    // A note the server wrote for the model (which earlier call a staff decision's reply is about):
+    // the reply after it tells the person, so the page does not show the instruction itself.
+    if (role === "system" && message.metadata?.continuationOf) li.hidden = true;
     // How the reply ended: as this page saw it, else as stored with the message (a reload, or a
     // tab that was away, knows of a failed or stopped reply only from its metadata).
     const ended = s ? undefined : message.metadata?.outcome;
