@@ -20,9 +20,10 @@ from ..protocol import frames
 
 logger = logging.getLogger("agents_app.connections")
 
-# The close code a connection gets when ``on_connect`` closes it without naming one: a policy
-# refusal, which the npm client does not retry (1008 is terminal for it, as 4000-4999 are).
-POLICY_VIOLATION = 1008
+# The close code a connection gets when ``on_connect`` closes it without naming one: the code our
+# refused connections get (docs/protocol.md#close-codes), which the npm client does not retry
+# (4000-4999 are terminal for it). Daphne sends only 1000 and 3000-4999, so 1008 is not one to use.
+REFUSED = 4403
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class Connection:
         if not self.closed:
             await self._send(frame if isinstance(frame, str) else frames.encode(dict(frame)))
 
-    async def close(self, code: int = POLICY_VIOLATION, reason: str = "") -> None:
+    async def close(self, code: int = REFUSED, reason: str = "") -> None:
         """Close this socket with ``code`` and ``reason``; in ``on_connect``, this refuses it."""
         if not self.closed:
             self.closed, self.close_code, self.close_reason = True, code, reason

@@ -27,8 +27,9 @@ logger = logging.getLogger("agents_app.lifecycle.service")
 
 # The channel-layer event that closes the sockets of a destroyed instance (``ChatConsumer.agent_destroyed``).
 DESTROYED_EVENT = "agent.destroyed"
-# 1001 "going away": the npm client reconnects, and meets the empty conversation the address now names.
-DESTROYED_CLOSE_CODE = 1001
+# A normal close: the npm client reconnects, and meets the empty conversation the address now names
+# (1001 "going away" would say the same, but Daphne sends only 1000 and 3000-4999).
+DESTROYED_CLOSE_CODE = 1000
 DESTROYED_REASON = "destroyed"
 # How long running turns get to end after their cancel before their rows go anyway (a turn of a
 # dead process never ends by itself).

@@ -177,7 +177,7 @@ async def test_destroy_cancels_the_running_turn_then_deletes_all_the_instance_st
     assert [row.scope async for row in LedgerEntry.objects.all()] == ["other"]
     frames = await receive_until(observer, lambda f: f["type"] == "cf_agent_chat_clear", timeout=PATIENCE)
     assert frames[-1] == {"type": "cf_agent_chat_clear"}
-    assert await observer.receive_output(timeout=5) == {"type": "websocket.close", "code": 1001, "reason": "destroyed"}
+    assert await observer.receive_output(timeout=5) == {"type": "websocket.close", "code": 1000, "reason": "destroyed"}
     # The address now names a new, empty conversation, which works as any other.
     again = await SlowStreamAgent.aget("doomed", owner=user)
     assert again.instance.pk != pk and await again.get_messages() == []
