@@ -2,9 +2,8 @@
 
 from typing import Any
 
-from agents_app import ChatResponseResult, callable
+from agents_app import ChatResponseResult, Connection, ConnectionRequest, callable
 from agents_app.demo.agents import DemoAgent
-from agents_app.lifecycle.connections import Connection, ConnectionRequest
 
 # What the hooks saw, per instance name, in order (tests read and clear it).
 SEEN: dict[str, list[tuple[Any, ...]]] = {}

@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl
 from .. import registry
 from ..actions import call_maybe_async
 from ..agent import ChatAgent
+from ..errors import UnknownAgent
 from ..models import AgentInstance
 from ..protocol import frames
 
@@ -78,8 +79,12 @@ class Connection:
 
 
 def _overrides(instance: AgentInstance, hook: str) -> ChatAgent | None:
-    """An agent object of the instance when its class overrides ``hook``, else None."""
-    agent = registry.agent_for(instance)
+    """An agent object of the instance when its class overrides ``hook``, else None (also when the
+    class is no longer served: a socket opened before a deploy that removed it closes after)."""
+    try:
+        agent = registry.agent_for(instance)
+    except UnknownAgent:
+        return None
     return agent if getattr(type(agent), hook) is not getattr(ChatAgent, hook) else None
 
 

@@ -266,3 +266,19 @@ async def test_continue_last_turn_default_writes_a_new_message_as_think_does(ws,
     assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
     assert start["messageId"] == messages[2]["id"] != messages[1]["id"]
     assert messages[2]["metadata"]["continuation"] is True
+
+
+# ------------------------------------------------------------------------------- the README's example
+async def test_the_readme_connection_example_runs_as_written(ws, user):
+    """README "Connections, messages outside a turn, destroy": the refusal and the welcome frame."""
+    from tests.integration.test_readme_example import readme_module
+
+    with readme_module("### Connections, `messages` outside a turn, destroy", "readme_connections", "SupportAgent"):
+        communicator, connected, _ = await connect("/agents/support-agent/shop?plan=expired", user)
+        assert connected
+        closed = await communicator.receive_output(timeout=5)
+        assert closed == {"type": "websocket.close", "code": 4402, "reason": "Your plan has expired"}
+        await communicator.disconnect()
+        a = await ws("/agents/support-agent/shop")
+        assert (await connect_frames(a))[0] == {"type": "welcome", "messages": 0}
+        await a.disconnect()
