@@ -66,6 +66,8 @@ async def test_on_connect_refuses_with_its_code_and_reason_and_nothing_of_the_co
     await communicator.disconnect()
     await eventually(lambda: _closes("closed-door"), "on_close of the refused socket", timeout=PATIENCE)
     assert not await AgentInstance.objects.filter(name="closed-door").aexists()
+    # An address nobody wrote to has no stored conversation: its messages are empty.
+    assert SEEN["closed-door"][0][2] == []
 
 
 async def _closes(name: str) -> list[tuple[Any, ...]]:
