@@ -21,7 +21,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.usage import UsageLimits
 
-from . import conf, llm
+from . import conf, llm, transcript
 from .abort import AbortSignal
 from .actions import Action, call_maybe_async, compile_actions
 from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext, TurnState
@@ -38,6 +38,7 @@ from .schedules.language import ScheduledTask
 from .tools import ApprovalGate, ToolPolicy, Toolset, client_tools_from_schemas, compile_tools
 
 if TYPE_CHECKING:
+    from .lifecycle.connections import Connection, ConnectionRequest
     from .models import AgentInstance
 
 # What on_chat_message may return: UI message chunks (dicts), plain-text pieces (str), a whole
@@ -219,6 +220,9 @@ class ChatAgent:
     # Read-only views of the turn for hooks (``on_chat_message``...); empty outside a turn.
     @property
     def messages(self) -> list[UIMessage]:
+        """The turn's messages; outside a turn, the transcript ``load_messages()`` read (else empty)."""
+        if self._transcript is not None:
+            return self._transcript
         return self._turn.messages if self._turn is not None else []
 
     @property
@@ -363,6 +367,31 @@ class ChatAgent:
     async def stash(self, data: Any) -> None:
         """Keep ``data`` (JSON) with the running turn: ``on_chat_recovery`` gets it if the turn is cut."""
         await self.turn.stash(data)
+
+    # --- connections and the transcript outside a turn (docs/architecture.md#connection-hooks) ---------
+    # The transcript ``load_messages()`` read: what ``messages`` shows hooks that run outside a turn.
+    _transcript: list[UIMessage] | None = None
+
+    async def load_messages(self) -> list[UIMessage]:
+        """Read the stored transcript into ``self.messages``, as the reference's ``this.messages``
+        is outside a turn; the engine calls it before ``on_chat_response``, a scheduled handler, a
+        callable method, ``on_connect`` and ``on_close`` (empty for a conversation not stored yet)."""
+        if self.instance.pk is None:
+            self._transcript = []
+        else:
+            self._transcript = await database_sync_to_async(transcript.load)(self.instance)
+        return self._transcript
+
+    async def on_connect(self, connection: "Connection", request: "ConnectionRequest") -> None:
+        """A WebSocket connected to this instance (``agents_app.lifecycle.connections``).
+
+        ``await connection.send(frame)`` sends it a frame of yours; ``await connection.close(code,
+        reason)`` refuses it (use 4000-4999 so the npm client does not reconnect). Runs after the
+        address check and before the conversation's frames; a raise is logged and the socket stays.
+        """
+
+    async def on_close(self, connection: "Connection", code: int, reason: str) -> None:
+        """A WebSocket of this instance closed, with the close ``code`` and ``reason`` (errors are logged)."""
 
     # --- the default model turn -----------------------------------------------------------------
     def build_pydantic_agent(self) -> Agent[TurnState[Any], Any]:
