@@ -12,6 +12,7 @@ import contextlib
 import functools
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from channels.db import database_sync_to_async
@@ -26,6 +27,7 @@ from .abort import AbortSignal
 from .actions import Action, call_maybe_async, compile_actions
 from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext, TurnState
 from .actions.envelopes import missing_permission_message
+from .actions.ledger import USE_SETTING, UseSetting
 from .actions.pipeline import action_tool, needs_approval
 from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
@@ -149,6 +151,9 @@ class ChatAgent:
       stream is cut and recovered (0, the default: never).
     * ``starter_prompts``: ``(label, prompt)`` pairs the chat page offers while a conversation is
       empty; a click puts the prompt in the message box (the demo agent lists its demos).
+    * ``action_ledger_pending_retry_lease``: how old a pending ledger row of this agent's actions
+      must be before a retry may run it again (a timedelta; None: never). Default: the setting
+      ``AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE`` (docs/architecture.md#ledger).
     """
 
     shared: ClassVar[bool] = False
@@ -160,6 +165,7 @@ class ChatAgent:
     chat_recovery: ClassVar[ChatRecovery | dict[str, Any] | bool] = True
     chat_stream_stall_timeout: ClassVar[float] = 0
     starter_prompts: ClassVar[tuple[tuple[str, str], ...]] = ()
+    action_ledger_pending_retry_lease: ClassVar[timedelta | UseSetting | None] = USE_SETTING
 
     def __init__(self, instance: "AgentInstance") -> None:
         self.instance = instance

@@ -24,6 +24,7 @@ __all__ = [
     "ACTION_KINDS",
     "APPROVAL_RISKS",
     "DEFAULT_ACTION_TIMEOUT_MS",
+    "UNSUPPORTED_ACTION_KINDS",
     "Action",
     "ActionKind",
     "ApprovalRisk",
@@ -42,8 +43,22 @@ __all__ = [
 # ``action(timeout_ms=...)``; ``<= 0`` disables the timer.
 DEFAULT_ACTION_TIMEOUT_MS: Final = 30_000
 
-ActionKind: TypeAlias = Literal["server", "client", "approval-gated", "durable-pause", "delegated-agent"]
-ACTION_KINDS: Final[tuple[ActionKind, ...]] = ("server", "client", "approval-gated", "durable-pause", "delegated-agent")
+ActionKind: TypeAlias = Literal["server", "approval-gated", "durable-pause"]
+ACTION_KINDS: Final[tuple[ActionKind, ...]] = ("server", "approval-gated", "durable-pause")
+# The reference's design lists two more kinds that its code runs as ``server``. We refuse them
+# at definition rather than run a silent stand-in, and say what to write instead
+# (docs/architecture.md#declaring-an-action).
+UNSUPPORTED_ACTION_KINDS: Final[dict[str, str]] = {
+    "client": (
+        'kind "client" is not supported: a call the browser resolves is a client tool. Declare it as '
+        "ClientTool(name, description, parameters) in get_tools() (or let the client send it in clientTools); "
+        "the ledger and server-side approval do not apply to a call the server never runs."
+    ),
+    "delegated-agent": (
+        'kind "delegated-agent" is not supported: a call that runs a sub-agent is agent_tool(ChildAgent, ...) '
+        "in get_tools(), or a server action whose execute calls ctx.agent.sub_agent(...) and chat()."
+    ),
+}
 ApprovalRisk: TypeAlias = Literal["low", "medium", "high"]
 APPROVAL_RISKS: Final[tuple[ApprovalRisk, ...]] = ("low", "medium", "high")
 
@@ -172,8 +187,8 @@ def action(
     """Declare an action; raises ``AgentConfigurationError`` if the declaration is wrong.
 
     ``kind`` defaults by the truthiness of ``approval``, as the reference infers it:
-    ``"approval-gated"`` for ``True`` or a predicate, ``"server"`` otherwise; ``client`` and
-    ``delegated-agent`` are never inferred and behave like ``server``.
+    ``"approval-gated"`` for ``True`` or a predicate, ``"server"`` otherwise. The reference's
+    ``client`` and ``delegated-agent`` are refused (``UNSUPPORTED_ACTION_KINDS`` says what to use).
     ``kind="durable-pause"`` with ``approval=False`` is refused, since it could never park;
     without ``approval`` it always parks (docs/architecture.md#reference-discrepancies).
 
@@ -239,6 +254,8 @@ def _check_declaration(shown: str, **config: Any) -> None:
     timeout_ms = config["timeout_ms"]
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int | float):
         raise fail("timeout_ms must be a number of milliseconds (<= 0 disables the timeout).")
+    if isinstance(kind, str) and kind in UNSUPPORTED_ACTION_KINDS:
+        raise fail(UNSUPPORTED_ACTION_KINDS[kind])
     if kind is not None and kind not in ACTION_KINDS:
         raise fail(f"kind must be one of {', '.join(ACTION_KINDS)}.")
     if kind == "durable-pause" and approval is False:

@@ -191,7 +191,7 @@ async def _run_ledgered(action: Action[Any], input: Any, ctx: ActionContext) -> 
             key, scope=str(ctx.agent.instance.pk), action_name=action.name,
             input_hash=ledger.input_hash(input_json(input)),
             request_id=ctx.request_id, tool_call_id=ctx.tool_call_id, retryable=explicit is not None,
-            execute=execute,
+            lease=ledger.lease_of(ctx.agent), execute=execute,
         )
     except _Unrecorded as unrecorded:
         # The action ran, but its result cannot be stored for replays: its row is released

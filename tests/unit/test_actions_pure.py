@@ -87,8 +87,6 @@ def allow_when_hello(input: EchoInput, ctx: Any) -> bool:
         (True, "server", "server", True),
         # An explicit approval-gated kind without a policy never prompts (docs/architecture.md#declaring-an-action).
         (None, "approval-gated", "approval-gated", False),
-        (None, "client", "client", False),
-        (None, "delegated-agent", "delegated-agent", False),
         (None, "durable-pause", "durable-pause", False),
         (True, "durable-pause", "durable-pause", False),
         (allow_when_hello, "durable-pause", "durable-pause", False),
@@ -112,6 +110,19 @@ def test_durable_pause_with_approval_false_is_refused_with_the_reference_message
     assert str(anonymous.value).startswith('Action "(anonymous)": ')
 
 
+@pytest.mark.parametrize(("kind", "instead"), [("client", "ClientTool"), ("delegated-agent", "agent_tool")])
+def test_the_rfc_kinds_the_reference_runs_as_server_are_refused_at_definition(kind: str, instead: str) -> None:
+    """The reference's design names ``client`` and ``delegated-agent`` kinds, but its code runs both like a
+    server action. We refuse them when the action is declared, naming what to write instead, rather
+    than run a call the developer meant for the browser or a sub-agent on the server.
+    """
+    with pytest.raises(AgentConfigurationError) as refused:
+        make(name="remote", kind=kind)
+    message = str(refused.value)
+    assert message.startswith(f'Action "remote": kind "{kind}" is not supported')
+    assert instead in message
+
+
 def test_durable_pause_without_approval_is_valid_and_always_parks() -> None:
     assert make(kind="durable-pause").kind == "durable-pause"
 
@@ -121,7 +132,7 @@ def test_durable_pause_without_approval_is_valid_and_always_parks() -> None:
     [
         ({"input_schema": dict}, "input_schema must be a pydantic BaseModel subclass"),
         ({"output_schema": {"type": "object"}}, "output_schema must be a pydantic BaseModel subclass"),
-        ({"kind": "robot"}, "kind must be one of server, client, approval-gated, durable-pause, delegated-agent"),
+        ({"kind": "robot"}, "kind must be one of server, approval-gated, durable-pause"),
         ({"approval_risk": "extreme"}, "approval_risk must be one of low, medium, high"),
         ({"approval": "yes"}, "approval must be True, False or a function"),
         ({"permissions": "echo:run"}, "permissions must be a list of strings"),
