@@ -37,6 +37,7 @@ from .messages import UIMessage
 from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
 from .recovery.policy import ChatRecovery, ChatRecoveryContext
 from .schedules.language import ScheduledTask
+from .steps import BeforeStep, StepConfig, StepContext
 from .tools import ApprovalGate, ToolPolicy, Toolset, client_tools_from_schemas, compile_tools
 
 if TYPE_CHECKING:
@@ -370,6 +371,20 @@ class ChatAgent:
         """Keep ``data`` (JSON) with the running turn: ``on_chat_recovery`` gets it if the turn is cut."""
         await self.turn.stash(data)
 
+    async def before_step(self, ctx: StepContext) -> StepConfig | None:
+        """Change one model request of the turn (Think's ``beforeStep``; docs/architecture.md#pruning).
+
+        Called before every request of the model run, with ``ctx.step_number`` (0 first) and the
+        ``ctx.messages`` about to be sent; return ``StepConfig(messages=…, model=…, active_tools=…)``
+        to send other messages (``agents_app.pruning.prune_messages``), use another model, or offer
+        fewer tools, for that request only. None (the default) changes nothing.
+        """
+        return None
+
+    def _steps_prepared(self) -> bool:
+        """Whether ``before_step`` is overridden: then every request goes through the agent run that calls it."""
+        return type(self).before_step is not ChatAgent.before_step
+
     # --- the default model turn -----------------------------------------------------------------
     def build_pydantic_agent(self) -> Agent[TurnState[Any], Any]:
         """The pydantic-ai agent of this turn: model, instructions, tools, actions and client tools.
@@ -402,7 +417,7 @@ class ChatAgent:
             output_type=[str, DeferredToolRequests],
             capabilities=[ToolPolicy(
                 agent=self, approval_gates=toolset.approval_gates, emit=self.turn.write, models=plan.action_models,
-            )],
+            ), BeforeStep(agent=self)],
         )
 
     async def _authorize_turn(self, model: Model | str | None) -> None:
@@ -450,7 +465,7 @@ class ChatAgent:
             history = [*history, ModelRequest(parts=[])]
         step = None
         # Only a new reply's first request: a continuation resumes one, in the agent run it left.
-        if (first is not None and isinstance(model, Model) and not turn.continuation
+        if (first is not None and isinstance(model, Model) and not turn.continuation and not self._steps_prepared()
                 and direct.FirstStep.can_start(history) and self.get_max_steps() >= 1
                 and conf.get("AGENT_DIRECT_FIRST_STEP")):
             step = direct.FirstStep(model, history, first)
