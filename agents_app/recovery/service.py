@@ -10,6 +10,7 @@ streams as a *retry* or a *continuation*. A turn waiting on the user is parked, 
 later cut of it starts a fresh budget.
 """
 
+import asyncio
 import inspect
 import json
 import logging
@@ -34,7 +35,15 @@ from ..streaming import buffer, fanout
 from ..streaming.items import Item
 from . import liveness
 from . import policy as chat_recovery
-from .policy import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext, Kind, Reason, Status
+from .policy import (
+    ChatRecovery,
+    ChatRecoveryContext,
+    ChatRecoveryExhaustedContext,
+    ChatRecoveryProgressContext,
+    Kind,
+    Reason,
+    Status,
+)
 
 logger = logging.getLogger("agents_app.turns")
 
@@ -369,7 +378,7 @@ async def begin_attempt(attempt: Turn) -> Attempt:
         partial_text="".join(p.get("text", "") for p in message.get("parts", []) if p.get("type") == "text"),
         partial_parts=clone(message).get("parts", []), recovery_data=attempt.recovery_data,
         messages=s.messages, last_body=cut_turn.body, last_client_tools=cut_turn.client_tools,
-        created_at=incident.created_at,
+        created_at=cut_turn.started_at or cut_turn.created_at,
     )
     after = _request_of(cut_turn)
     repaired = await database_sync_to_async(_repair)(message, str(instance.pk), client_tools)
@@ -382,7 +391,7 @@ async def begin_attempt(attempt: Turn) -> Attempt:
         return Attempt(run=False, status=Turn.Status.SKIPPED)
     reason = chat_recovery.exhausted_by(config, budget, now=now)
     if (reason is None and budget.attempt >= 2 and config.should_keep_recovering is not None
-            and not await _keep_recovering(config, ctx)):
+            and not await _keep_recovering(config, _progress(ctx, incident, now))):
         reason = Reason.ABORTED
     if reason is not None:
         return await _give_up(s, attempt, agent, config, Status.EXHAUSTED, reason, "", ctx=ctx, message=repaired)
@@ -399,6 +408,12 @@ async def begin_attempt(attempt: Turn) -> Attempt:
             incident, status=Status.SKIPPED, reason=CONTINUE_DISABLED, finished_at=now)
         await _ended(instance, incident, events.RECOVERY_SKIPPED, stored, reason=CONTINUE_DISABLED)
         return Attempt(run=False, status=Turn.Status.SKIPPED)
+    if not await _stable(instance, config, client_tools):
+        # Another message still waits on the user after ``stable_timeout``: parked, as the reference does.
+        await database_sync_to_async(_update_incident)(
+            incident, status=Status.SKIPPED, reason=AWAITING_INTERACTION, finished_at=timezone.now())
+        await _ended(instance, incident, events.RECOVERY_SKIPPED, stored, reason=AWAITING_INTERACTION)
+        return Attempt(run=False, status=Turn.Status.SKIPPED)
     kept = next((m for m in stored if m.get("id") == message.get("id")), None) if message.get("id") else None
     kind = Kind.CONTINUE if kept is not None and kept.get("role") == "assistant" else Kind.RETRY
     continuation = kind == Kind.CONTINUE or cut_turn.continuation
@@ -414,7 +429,41 @@ async def begin_attempt(attempt: Turn) -> Attempt:
     )
 
 
-async def _keep_recovering(config: ChatRecovery, ctx: ChatRecoveryContext) -> bool:
+# How often an attempt waiting for a stable conversation looks again (seconds).
+STABLE_POLL_SECONDS = 0.1
+
+
+async def _stable(instance: AgentInstance, config: ChatRecovery, client_tools: set[str]) -> bool:
+    """Wait up to ``stable_timeout`` until no stored message waits on the user; whether it came to that.
+
+    The reference's recovery waits for a stable conversation (``waitUntilStable``) and parks on a
+    client interaction still pending then. Our attempt holds the instance, so no other turn runs
+    or starts meanwhile; what can still change is the user answering an earlier approval or client
+    tool call (docs/architecture.md#attempt).
+    """
+    deadline = asyncio.get_running_loop().time() + config.stable_timeout
+    while await database_sync_to_async(_awaits_an_answer)(instance, client_tools):
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(STABLE_POLL_SECONDS)
+    return True
+
+
+def _awaits_an_answer(instance: AgentInstance, client_tools: set[str]) -> bool:
+    return any(_awaits_user(part, client_tools) for message in transcript.load(instance)
+               if message.get("role") == "assistant" for part in message.get("parts", []))
+
+
+def _progress(ctx: ChatRecoveryContext, incident: RecoveryIncident, now: datetime) -> ChatRecoveryProgressContext:
+    """What ``should_keep_recovering`` is told: the attempt, the work done and the incident's age."""
+    return ChatRecoveryProgressContext(
+        incident_id=ctx.incident_id, request_id=ctx.request_id, recovery_root_request_id=ctx.recovery_root_request_id,
+        attempt=ctx.attempt, max_attempts=ctx.max_attempts, recovery_kind=ctx.recovery_kind, work=incident.work,
+        age=(now - incident.created_at).total_seconds(),
+    )
+
+
+async def _keep_recovering(config: ChatRecovery, ctx: ChatRecoveryProgressContext) -> bool:
     """``should_keep_recovering``: False gives up; raising means keep going (docs/architecture.md#recovery-budget)."""
     assert config.should_keep_recovering is not None
     try:
