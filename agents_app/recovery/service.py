@@ -33,7 +33,7 @@ from ..protocol import frames
 from ..protocol.types import Outcome
 from ..streaming import buffer, fanout
 from ..streaming.items import Item
-from . import liveness
+from . import liveness, memory
 from . import policy as chat_recovery
 from .policy import (
     ChatRecovery,
@@ -48,6 +48,8 @@ from .policy import (
 logger = logging.getLogger("agents_app.turns")
 
 INTERRUPTED = "Interrupted: the process running this turn stopped"
+# The same, when the platform says its process was killed for lack of memory (``memory``).
+OUT_OF_MEMORY = "Interrupted: the process running this turn was killed for lack of memory"
 STALLED = "Interrupted: the model stream stalled"
 # What a server tool call cut mid-way answers (the model sees it and may call again).
 INTERRUPTED_TOOL_CALL = "The tool call was interrupted before it finished"
@@ -106,7 +108,11 @@ def schedule(turn: Turn) -> Cut:
         if cancelled and stream is not None:
             _store_as_is(turn, stream)
         return Cut(turn, None, root, last_seq)
-    incident = _open_incident(turn, root, _produced(stream) if stream is not None else 0)
+    out_of_memory = _killed_by_oom(turn)
+    if out_of_memory:
+        Turn.objects.filter(pk=turn.pk).update(error=OUT_OF_MEMORY)
+        turn.error = OUT_OF_MEMORY
+    incident = _open_incident(turn, root, _produced(stream) if stream is not None else 0, out_of_memory)
     Turn.objects.filter(pk=turn.pk).update(incident=incident)
     attempt = Turn.objects.create(
         instance_id=turn.instance_id, request_id=new_request_id(), kind=Turn.Kind.RECOVERY,
@@ -125,7 +131,13 @@ def _last_stored_index(stream: StreamRecord) -> int:
     return -1 if segment is None else segment.first_index + len(json.loads(segment.bodies)) - 1
 
 
-def _open_incident(turn: Turn, root: str, produced: int) -> RecoveryIncident:
+def _killed_by_oom(turn: Turn) -> bool:
+    """Whether the turn's process is gone and the OOM killer took it (docs/architecture.md#out-of-memory)."""
+    return (turn.error == INTERRUPTED and not liveness.process_exists(turn.worker)
+            and memory.killed_by_oom(turn.memory_watch))
+
+
+def _open_incident(turn: Turn, root: str, produced: int, out_of_memory: bool = False) -> RecoveryIncident:
     """The incident of a cut turn (an attempt's own, or the one its request and user message
     name), charged for the cut: every cut is an attempt, even one that died before it began."""
     now = timezone.now()
@@ -141,9 +153,11 @@ def _open_incident(turn: Turn, root: str, produced: int) -> RecoveryIncident:
         if not created and not incident.is_open:
             # The same request cut again after its incident ended: a fresh budget.
             incident.attempt, incident.reason, incident.error, incident.finished_at = 0, "", "", None
+            incident.oom_attempts = 0
     spent = None if incident.attempt == 0 else _budget(incident)
-    budget = chat_recovery.charge(spent, produced, now=now, started_at=started)
+    budget = chat_recovery.charge(spent, produced, now=now, started_at=started, out_of_memory=out_of_memory)
     incident.attempt, incident.work, incident.last_progress_at = budget.attempt, budget.work, budget.last_progress_at
+    incident.oom_attempts = budget.oom_attempts
     incident.attempts_total += 1
     incident.status = Status.SCHEDULED
     incident.save()
@@ -152,7 +166,7 @@ def _open_incident(turn: Turn, root: str, produced: int) -> RecoveryIncident:
 
 def _budget(incident: RecoveryIncident) -> chat_recovery.Budget:
     return chat_recovery.Budget(attempt=incident.attempt, work=incident.work,
-                                last_progress_at=incident.last_progress_at)
+                                last_progress_at=incident.last_progress_at, oom_attempts=incident.oom_attempts)
 
 
 def _produced(stream: StreamRecord) -> int:
