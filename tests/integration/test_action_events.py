@@ -9,23 +9,23 @@ from typing import Any
 import pytest
 
 from agents_app import events
-from tests.action_agents import PROBES, SETUP, ActionTestAgent, probe
-from tests.integration.test_actions import APPROVAL, answer, ask, configure, opened, seed, turn
+from tests.action_agents import ActionTestAgent, probe
+from tests.integration.test_actions import (
+    APPROVAL,
+    answer,
+    ask,
+    configure,
+    fresh_probes,  # noqa: F401 (autouse: empties SETUP and PROBES)
+    opened,
+    seed,
+    turn,
+)
 from tests.support.events import Events, names
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.emitted(prefixes=["action:"])]
 
 LIFE = ("action:invoked", "action:authorized", "action:denied", "action:approval-requested",
         "action:approval-resolved", "action:settled", "action:replayed", "action:timed-out", "action:error")
-
-
-@pytest.fixture(autouse=True)
-def fresh_probes() -> Any:
-    SETUP.clear()
-    PROBES.clear()
-    yield
-    SETUP.clear()
-    PROBES.clear()
 
 
 def life(emitted: Events) -> Events:

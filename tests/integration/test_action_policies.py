@@ -17,19 +17,15 @@ from agents_app.actions import ledger
 from agents_app.actions.context import ActionAuthorizationContext, AuthorizationDecision
 from agents_app.actions.pipeline import execute_action
 from agents_app.models import LedgerEntry
-from tests.action_agents import PROBES, SETUP, ActionTestAgent, Setup, probe
-from tests.integration.test_actions import PENDING, part, turn
+from tests.action_agents import SETUP, ActionTestAgent, Setup, probe
+from tests.integration.test_actions import (
+    PENDING,
+    fresh_probes,  # noqa: F401 (autouse: empties SETUP and PROBES)
+    part,
+    turn,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def fresh_probes() -> Any:
-    SETUP.clear()
-    PROBES.clear()
-    yield
-    SETUP.clear()
-    PROBES.clear()
 
 
 # ------------------------------------------------------------------ authorize_action overridden
