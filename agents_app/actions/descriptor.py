@@ -43,10 +43,10 @@ __all__ = [
 # ``action(timeout_ms=...)``; ``<= 0`` disables the timer.
 DEFAULT_ACTION_TIMEOUT_MS: Final = 30_000
 
-ActionKind: TypeAlias = Literal["server", "approval-gated", "durable-pause"]
-ACTION_KINDS: Final[tuple[ActionKind, ...]] = ("server", "approval-gated", "durable-pause")
-# The reference's design lists two more kinds that its code runs as ``server``. We refuse them
-# at definition rather than run a silent stand-in, and say what to write instead
+ActionKind: TypeAlias = Literal["server", "approval-gated", "durable-pause", "delegated-agent"]
+ACTION_KINDS: Final[tuple[ActionKind, ...]] = ("server", "approval-gated", "durable-pause", "delegated-agent")
+# The reference's design lists one more kind, which its code runs as ``server``. We refuse it at
+# definition rather than run a silent stand-in, and say what to write instead
 # (docs/architecture.md#declaring-an-action).
 UNSUPPORTED_ACTION_KINDS: Final[dict[str, str]] = {
     "client": (
@@ -54,11 +54,12 @@ UNSUPPORTED_ACTION_KINDS: Final[dict[str, str]] = {
         "ClientTool(name, description, parameters) in get_tools() (or let the client send it in clientTools); "
         "the ledger and server-side approval do not apply to a call the server never runs."
     ),
-    "delegated-agent": (
-        'kind "delegated-agent" is not supported: a call that runs a sub-agent is agent_tool(ChildAgent, ...) '
-        "in get_tools(), or a server action whose execute calls ctx.agent.sub_agent(...) and chat()."
-    ),
 }
+# What a ``delegated-agent`` action without a delegation is told.
+_DELEGATED_NEEDS_AGENT = (
+    'Action "{name}": kind "delegated-agent" runs a sub-agent turn: give it execute=delegate_to(ChildAgent, ...) '
+    "(agents_app.agent_tools), not a function of your own."
+)
 ApprovalRisk: TypeAlias = Literal["low", "medium", "high"]
 APPROVAL_RISKS: Final[tuple[ApprovalRisk, ...]] = ("low", "medium", "high")
 
@@ -187,8 +188,10 @@ def action(
     """Declare an action; raises ``AgentConfigurationError`` if the declaration is wrong.
 
     ``kind`` defaults by the truthiness of ``approval``, as the reference infers it:
-    ``"approval-gated"`` for ``True`` or a predicate, ``"server"`` otherwise. The reference's
-    ``client`` and ``delegated-agent`` are refused (``UNSUPPORTED_ACTION_KINDS`` says what to use).
+    ``"approval-gated"`` for ``True`` or a predicate, ``"server"`` otherwise, and
+    ``"delegated-agent"`` for an ``execute`` made by ``agent_tools.delegate_to(...)`` (a sub-agent
+    turn), which that kind requires.
+    The reference's ``client`` is refused (``UNSUPPORTED_ACTION_KINDS`` says what to use).
     ``kind="durable-pause"`` with ``approval=False`` is refused, since it could never park;
     without ``approval`` it always parks (docs/architecture.md#reference-discrepancies).
 
@@ -210,11 +213,17 @@ def action(
     def build(function: ExecuteFn) -> Action[InputT]:
         if not callable(function):
             raise AgentConfigurationError(f'Action "{shown}": execute must be callable, not {function!r}.')
+        delegates = getattr(function, "delegates_to", None) is not None
+        if kind == "delegated-agent" and not delegates:
+            raise AgentConfigurationError(_DELEGATED_NEEDS_AGENT.format(name=shown))
+        if delegates and kind not in (None, "delegated-agent"):
+            raise AgentConfigurationError(f'Action "{shown}": execute=delegate_to(...) is kind "delegated-agent", '
+                                          f'not "{kind}".')
         return Action(
             name=name, description=description, input_schema=input_schema, output_schema=output_schema,
             permissions=permissions if callable(permissions) else tuple(permissions), approval=approval,
             approval_summary=approval_summary, approval_risk=approval_risk, idempotency_key=idempotency_key,
-            timeout_ms=timeout_ms, kind=resolved_kind, execute=function,
+            timeout_ms=timeout_ms, kind="delegated-agent" if delegates else resolved_kind, execute=function,
         )
 
     return build if execute is None else build(execute)

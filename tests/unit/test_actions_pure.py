@@ -110,17 +110,31 @@ def test_durable_pause_with_approval_false_is_refused_with_the_reference_message
     assert str(anonymous.value).startswith('Action "(anonymous)": ')
 
 
-@pytest.mark.parametrize(("kind", "instead"), [("client", "ClientTool"), ("delegated-agent", "agent_tool")])
-def test_the_rfc_kinds_the_reference_runs_as_server_are_refused_at_definition(kind: str, instead: str) -> None:
-    """The reference's design names ``client`` and ``delegated-agent`` kinds, but its code runs both like a
-    server action. We refuse them when the action is declared, naming what to write instead, rather
-    than run a call the developer meant for the browser or a sub-agent on the server.
+def test_the_client_kind_the_reference_runs_as_server_is_refused_at_definition() -> None:
+    """The reference's design names a ``client`` kind, but its code runs it like a server action. We refuse it
+    when the action is declared, naming what to write instead, rather than run on the server a call the
+    developer meant for the browser.
     """
     with pytest.raises(AgentConfigurationError) as refused:
-        make(name="remote", kind=kind)
+        make(name="remote", kind="client")
     message = str(refused.value)
-    assert message.startswith(f'Action "remote": kind "{kind}" is not supported')
-    assert instead in message
+    assert message.startswith('Action "remote": kind "client" is not supported') and "ClientTool" in message
+
+
+def test_a_delegated_agent_action_needs_a_delegation_and_a_delegation_is_that_kind() -> None:
+    """A ``delegated-agent`` action runs a sub-agent turn: declared with a function of its own it is refused (no
+    silent stand-in), a ``delegate_to`` execute makes the kind without saying so, and says no other kind.
+    """
+    from agents_app.agent_tools import delegate_to
+    from tests.agents import ChildAgent
+
+    with pytest.raises(AgentConfigurationError, match='kind "delegated-agent" runs a sub-agent turn'):
+        make(name="research", kind="delegated-agent")
+    delegation = delegate_to(ChildAgent)
+    assert make(execute=delegation).kind == "delegated-agent"
+    assert make(execute=delegation, kind="delegated-agent", approval=True).approval_configured
+    with pytest.raises(AgentConfigurationError, match='is kind "delegated-agent", not "server"'):
+        make(execute=delegation, kind="server")
 
 
 def test_durable_pause_without_approval_is_valid_and_always_parks() -> None:
@@ -132,7 +146,7 @@ def test_durable_pause_without_approval_is_valid_and_always_parks() -> None:
     [
         ({"input_schema": dict}, "input_schema must be a pydantic BaseModel subclass"),
         ({"output_schema": {"type": "object"}}, "output_schema must be a pydantic BaseModel subclass"),
-        ({"kind": "robot"}, "kind must be one of server, approval-gated, durable-pause"),
+        ({"kind": "robot"}, "kind must be one of server, approval-gated, durable-pause, delegated-agent"),
         ({"approval_risk": "extreme"}, "approval_risk must be one of low, medium, high"),
         ({"approval": "yes"}, "approval must be True, False or a function"),
         ({"permissions": "echo:run"}, "permissions must be a list of strings"),
