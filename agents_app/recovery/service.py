@@ -422,7 +422,7 @@ async def begin_attempt(attempt: Turn) -> Attempt:
             incident, status=Status.SKIPPED, reason=CONTINUE_DISABLED, finished_at=now)
         await _ended(instance, incident, events.RECOVERY_SKIPPED, stored, reason=CONTINUE_DISABLED)
         return Attempt(run=False, status=Turn.Status.SKIPPED)
-    if not await _stable(instance, config, client_tools):
+    if _awaits_an_answer(stored, client_tools) and not await _stable(instance, config, client_tools):
         # Another message still waits on the user after ``stable_timeout``: parked, as the reference does.
         await database_sync_to_async(_update_incident)(
             incident, status=Status.SKIPPED, reason=AWAITING_INTERACTION, finished_at=timezone.now())
@@ -456,15 +456,16 @@ async def _stable(instance: AgentInstance, config: ChatRecovery, client_tools: s
     tool call (docs/architecture.md#attempt).
     """
     deadline = asyncio.get_running_loop().time() + config.stable_timeout
-    while await database_sync_to_async(_awaits_an_answer)(instance, client_tools):
-        if asyncio.get_running_loop().time() >= deadline:
-            return False
+    while asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(STABLE_POLL_SECONDS)
-    return True
+        if not _awaits_an_answer(await database_sync_to_async(transcript.load)(instance), client_tools):
+            return True
+    return False
 
 
-def _awaits_an_answer(instance: AgentInstance, client_tools: set[str]) -> bool:
-    return any(_awaits_user(part, client_tools) for message in transcript.load(instance)
+def _awaits_an_answer(messages: list[UIMessage], client_tools: set[str]) -> bool:
+    """Whether a stored reply still waits on the user (an approval, a client tool call)."""
+    return any(_awaits_user(part, client_tools) for message in messages
                if message.get("role") == "assistant" for part in message.get("parts", []))
 
 
