@@ -326,6 +326,20 @@ class ChatAgent:
     def get_max_steps(self) -> int:
         return self.max_steps if self.max_steps is not None else int(conf.get("AGENT_MAX_STEPS"))
 
+    async def before_step(self, ctx: StepContext) -> StepConfig | None:
+        """Change one model request of the turn (Think's ``beforeStep``; docs/architecture.md#pruning).
+
+        Called before every request of the model run, with ``ctx.step_number`` (0 first) and the
+        ``ctx.messages`` about to be sent; return ``StepConfig(messages=…, model=…, active_tools=…)``
+        to send other messages (``agents_app.pruning.prune_messages``), use another model, or offer
+        fewer tools, for that request only. None (the default) changes nothing.
+        """
+        return None
+
+    def _steps_prepared(self) -> bool:
+        """Whether ``before_step`` is overridden: then every request goes through the agent run that calls it."""
+        return type(self).before_step is not ChatAgent.before_step
+
     def sanitize_message_for_persistence(self, message: UIMessage) -> UIMessage:
         """Change a message before it is stored (after the built-in sanitizer, before the row-size guard).
 
@@ -370,20 +384,6 @@ class ChatAgent:
     async def stash(self, data: Any) -> None:
         """Keep ``data`` (JSON) with the running turn: ``on_chat_recovery`` gets it if the turn is cut."""
         await self.turn.stash(data)
-
-    async def before_step(self, ctx: StepContext) -> StepConfig | None:
-        """Change one model request of the turn (Think's ``beforeStep``; docs/architecture.md#pruning).
-
-        Called before every request of the model run, with ``ctx.step_number`` (0 first) and the
-        ``ctx.messages`` about to be sent; return ``StepConfig(messages=…, model=…, active_tools=…)``
-        to send other messages (``agents_app.pruning.prune_messages``), use another model, or offer
-        fewer tools, for that request only. None (the default) changes nothing.
-        """
-        return None
-
-    def _steps_prepared(self) -> bool:
-        """Whether ``before_step`` is overridden: then every request goes through the agent run that calls it."""
-        return type(self).before_step is not ChatAgent.before_step
 
     # --- the default model turn -----------------------------------------------------------------
     def build_pydantic_agent(self) -> Agent[TurnState[Any], Any]:
