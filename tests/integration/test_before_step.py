@@ -97,3 +97,16 @@ async def test_a_hook_that_returns_something_else_fails_the_turn_with_a_clear_er
     ANSWERS["s4"] = lambda ctx: {"messages": []}
     result = await (await StepAgent.aget("s4")).save_messages(["hello"])
     assert result.status == "error" and "before_step returns a StepConfig or None" in (result.error or "")
+
+
+async def test_the_readme_example_runs_as_written(user):
+    """The README's ``before_step`` example, as written, prunes and answers."""
+    from tests.integration.test_readme_example import readme_module
+
+    with readme_module("What the model is sent can be less than what is stored", "readme_pruning",
+                       "PruningAgent") as module:
+        handle = await module.PruningAgent.aget("readme", owner=user)
+        for prompt in ("hello", "and again"):
+            assert (await handle.save_messages([prompt])).status == "completed"
+        stored = await database_sync_to_async(transcript.load)(handle.instance)
+        assert [m["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
