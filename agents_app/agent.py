@@ -417,7 +417,7 @@ class ChatAgent:
             output_type=[str, DeferredToolRequests],
             capabilities=[ToolPolicy(
                 agent=self, approval_gates=toolset.approval_gates, emit=self.turn.write, models=plan.action_models,
-            ), BeforeStep(agent=self)],
+            ), *([BeforeStep(agent=self)] if self._steps_prepared() else [])],
         )
 
     async def _authorize_turn(self, model: Model | str | None) -> None:
