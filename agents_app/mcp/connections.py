@@ -105,8 +105,10 @@ class Connection:
         return self.state == State.READY and self.toolset is not None
 
     def close(self) -> None:
-        """Ask the keeper to close the session (once no turn uses it)."""
+        """Ask the keeper to close the session (once no turn uses it); one still connecting stops now."""
         self._closing.set()
+        if not self.settled.is_set():
+            self.task.cancel()
 
     def _toolset(self) -> MCPToolset[Any]:
         return MCPToolset(_transport(self.server), id=f"mcp-{self.server.name}", tool_error_behavior="failed",
@@ -147,7 +149,7 @@ class Connection:
             self.settled.set()
             if self.state != State.FAILED:
                 self.pool.discard(self)
-                events.emit(events.MCP_CLOSE, serverId=server.name, url=server.server_url, state=self.state)
+                events.emit(events.MCP_CLOSE, serverId=server.name, url=server.server_url, state=str(self.state))
 
     async def _discover(self, toolset: MCPToolset[Any]) -> state.Report:
         """What the server offers: tools always, prompts and resources when it says it has them."""

@@ -1,0 +1,44 @@
+"""Agent classes of the MCP tests (listed in thinkproject/settings_test.py and tests/support/settings_live.py).
+
+Their servers' addresses come from the environment, read when a turn starts: a test starts the
+server (``tests/support/mcp_server.py``) and sets ``TEST_MCP_URL``, or the test settings of a live
+stack pass it to the server processes.
+"""
+
+import os
+
+from agents_app import ChatAgent
+from agents_app.mcp.servers import MCPServer, env
+from tests.support.mcp_server import stdio_command
+
+
+class McpHttpAgent(ChatAgent):
+    """The test server over streamable HTTP, with a bearer token from the environment; ``deploy``
+    waits for the user's approval."""
+
+    def get_mcp_servers(self) -> list[MCPServer]:
+        return [MCPServer(name="tools", url=os.environ.get("TEST_MCP_URL", "http://127.0.0.1:9/mcp"),
+                          headers={"Authorization": env("TEST_MCP_TOKEN", prefix="Bearer ")},
+                          needs_approval={"deploy"})]
+
+
+class McpStdioAgent(ChatAgent):
+    """The test server as a subprocess over stdio."""
+
+    def get_mcp_servers(self) -> list[MCPServer]:
+        command, args = stdio_command()
+        return [MCPServer(name="local", command=command, args=tuple(args), needs_approval={"deploy"})]
+
+
+class McpWaitingAgent(ChatAgent):
+    """A server at ``TEST_MCP_URL`` that may never answer: its turns wait for it one second at most."""
+
+    wait_for_mcp_connections = {"timeout": 1}
+
+    def get_mcp_servers(self) -> list[MCPServer]:
+        return [MCPServer(name="hanging", url=os.environ.get("TEST_MCP_URL", "http://127.0.0.1:9/mcp"),
+                          connect_timeout=60)]
+
+
+class McpRuntimeAgent(ChatAgent):
+    """No server of its own: the tests add them at runtime (``handle.add_mcp_server``)."""
