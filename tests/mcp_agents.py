@@ -6,8 +6,9 @@ stack pass it to the server processes.
 """
 
 import os
+from typing import Any
 
-from agents_app import ChatAgent
+from agents_app import ChatAgent, callable
 from agents_app.mcp.servers import MCPServer, env
 from tests.support.mcp_server import stdio_command
 
@@ -41,4 +42,10 @@ class McpWaitingAgent(ChatAgent):
 
 
 class McpRuntimeAgent(ChatAgent):
-    """No server of its own: the tests add them at runtime (``handle.add_mcp_server``)."""
+    """No server of its own: the tests add them at runtime (``handle.add_mcp_server``), in process
+    or through this callable on a server process, with the token of ``TEST_MCP_TOKEN``."""
+
+    @callable
+    async def add_server(self, name: str, url: str) -> dict[str, Any]:
+        return await self.handle.add_mcp_server(name, url, headers={"Authorization": env("TEST_MCP_TOKEN",
+                                                                                         prefix="Bearer ")})
