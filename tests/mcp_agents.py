@@ -8,7 +8,7 @@ stack pass it to the server processes.
 import os
 from typing import Any
 
-from agents_app import ChatAgent, callable
+from agents_app import ChatAgent, ToolCall, ToolCallDecision, callable
 from agents_app.mcp.servers import MCPServer, env
 from tests.support.mcp_server import stdio_command
 
@@ -49,3 +49,45 @@ class McpRuntimeAgent(ChatAgent):
     async def add_server(self, name: str, url: str) -> dict[str, Any]:
         return await self.handle.add_mcp_server(name, url, headers={"Authorization": env("TEST_MCP_TOKEN",
                                                                                          prefix="Bearer ")})
+
+
+def add(a: int, b: int) -> str:
+    """Add two integers, here in Python."""
+    return f"local {a + b}"
+
+
+# What after_tool_call saw, per tool name, in order (tests read and clear it).
+AFTER_CALLS: list[tuple[str, object]] = []
+
+
+class McpHookAgent(McpHttpAgent):
+    """The HTTP server's tools beside a Python ``add`` of the same name (the declared server's
+    replaces it), with hooks that block one call and record every output."""
+
+    def get_tools(self) -> list[object]:
+        return [add]
+
+    async def before_tool_call(self, call: ToolCall) -> ToolCallDecision | None:
+        if call.tool_name == "add" and call.input.get("a") == 13:
+            return ToolCallDecision.block("13 is unlucky")
+        return None
+
+    async def after_tool_call(self, call: ToolCall, output: object) -> None:
+        AFTER_CALLS.append((call.tool_name, output))
+
+
+class McpLocalAgent(McpRuntimeAgent):
+    """A Python ``add`` that a runtime server's ``add`` may not replace."""
+
+    def get_tools(self) -> list[object]:
+        return [add]
+
+
+class McpClashAgent(ChatAgent):
+    """Not served: a declaration the system check warns about (its approval names its own tool)."""
+
+    def get_tools(self) -> list[object]:
+        return [add]
+
+    def get_mcp_servers(self) -> list[MCPServer]:
+        return [MCPServer(name="tools", url="http://127.0.0.1:9/mcp", needs_approval={"add"})]

@@ -29,6 +29,8 @@ AGENT_CLASSES = [
     "tests.mcp_agents.McpStdioAgent",
     "tests.mcp_agents.McpWaitingAgent",
     "tests.mcp_agents.McpRuntimeAgent",
+    "tests.mcp_agents.McpHookAgent",
+    "tests.mcp_agents.McpLocalAgent",
     "tests.agents.SilentAgent",
     "tests.agents.BrokenAgent",
     "tests.agents.ChunkAgent",

@@ -16,7 +16,7 @@ from agents_app import events, transcript
 from agents_app.mcp import connections
 from agents_app.mcp.servers import MCPConfigurationError, env
 from agents_app.models import AgentInstance, MCPServerConfig
-from tests.mcp_agents import McpRuntimeAgent
+from tests.mcp_agents import McpLocalAgent, McpRuntimeAgent
 from tests.support.frames import (
     chat_request,
     chunks,
@@ -210,3 +210,58 @@ async def test_runtime_server_headers_are_references_never_values(user):
 async def test_the_system_checks_accept_the_test_agents_declarations():
     found = [m for m in django_checks.run_checks() if m.id.startswith("agents_app.") and "mcp" in m.msg.lower()]
     assert found == []
+
+
+async def test_the_readme_mcp_example_runs_as_written(ws, monkeypatch, tmp_path):
+    """The README's calculator: its server file written out, the agent run from the project root."""
+    import re
+
+    from tests.integration.test_readme_example import README, readme_module
+
+    section = README.read_text().split("### MCP servers", 1)[1]
+    server_code = re.findall(r"```python\n(.*?)```", section, re.S)[1]
+    (tmp_path / "mcp_calc.py").write_text(server_code)
+    monkeypatch.chdir(tmp_path)
+    with readme_module("### MCP servers", "calc", "CalcAgent"):
+        a, _ = await opened(ws, "/agents/calc-agent/default")
+        await a.send_json_to(chat_request("r1", [user_message("u1", '/tool add {"a": 2, "b": 3}')]))
+        assert text_of(await receive_until(a, is_done("r1"), timeout=30)) == "add returned 5."
+
+
+async def test_mcp_calls_go_through_the_tool_hooks_and_a_declared_server_replaces_a_python_tool(ws, mcp_http):
+    from tests.mcp_agents import AFTER_CALLS
+
+    AFTER_CALLS.clear()
+    a, _ = await opened(ws, "/agents/mcp-hook-agent/hooks")
+    await a.send_json_to(chat_request("r1", [user_message("u1", '/tool add {"a": 2, "b": 3}')]))
+    assert text_of(await receive_until(a, is_done("r1"), timeout=30)) == "add returned 5."
+    await a.send_json_to(chat_request("r2", [user_message("u1", '/tool add {"a": 2, "b": 3}'),
+                                             user_message("u2", '/tool add {"a": 13, "b": 1}')]))
+    frames = await receive_until(a, is_done("r2"), timeout=30)
+    assert next(c for c in chunks(frames) if c["type"] == "tool-output-available")["output"] == "13 is unlucky"
+    assert AFTER_CALLS == [("add", 5), ("add", "13 is unlucky")]
+
+
+async def test_a_runtime_servers_tool_never_replaces_the_agents_own(ws, mcp_http, user):
+    a, _ = await opened(ws, "/agents/mcp-local-agent/mine")
+    handle = await McpLocalAgent.aget("mine", owner=user)
+    added = await handle.add_mcp_server("calc", mcp_http.url,
+                                        headers={"Authorization": env("TEST_MCP_TOKEN", prefix="Bearer ")})
+    assert added["state"] == "ready"
+    await a.send_json_to(chat_request("r1", [user_message("u1", '/tool add {"a": 1, "b": 2}')]))
+    frames = await receive_until(a, is_done("r1"), timeout=30)
+    assert next(c for c in chunks(frames) if c["type"] == "tool-output-available")["output"] == "local 3"
+    # The server's other tools did join the turn.
+    await a.send_json_to(chat_request("r2", [user_message("u1", '/tool add {"a": 1, "b": 2}'),
+                                             user_message("u2", '/tool deploy {"version": "2"}')]))
+    frames = await receive_until(a, is_done("r2"), timeout=30)
+    assert next(c for c in chunks(frames) if c["type"] == "tool-output-available")["output"] == "deployed 2"
+
+
+def test_the_system_check_warns_when_a_declared_mcp_tool_replaces_the_agents_own(settings):
+    from agents_app.mcp.checks import W003, check_mcp_servers
+
+    settings.AGENT_CLASSES = [*settings.AGENT_CLASSES, "tests.mcp_agents.McpClashAgent"]
+    [warning] = [m for m in check_mcp_servers(None) if "McpClashAgent" in m.msg]
+    assert warning.id == W003
+    assert "'add'" in warning.msg
