@@ -129,21 +129,24 @@ class Connection:
                     await stack.enter_async_context(toolset)
                     report = await self._discover(toolset)
                 self.toolset, self.state = toolset, State.READY
-                self.settled.set()
                 events.emit(events.MCP_CONNECT, serverId=server.name, url=server.server_url, transport=server.kind,
                             state=State.READY.value)
+                # Stored and broadcast before a waiting turn goes on: clients learn of it first.
                 await self._report(report)
+                self.settled.set()
                 await self._hold()
                 self.toolset = None
         except Exception as exc:  # noqa: BLE001 - whatever the server or transport did, it is this server's failure
+            if self._closing.is_set():
+                return  # closed while connecting (the SDK turns the cancel into an error): no failure of the server's
             self.state, self.error = State.FAILED, describe(exc)
             self.failed_at = asyncio.get_running_loop().time()
             self.toolset = None
-            self.settled.set()
             logger.warning("MCP server %s of instance %s failed: %s", server.name, self.instance_pk, self.error)
             events.emit(events.MCP_CONNECT, serverId=server.name, url=server.server_url, transport=server.kind,
                         state=State.FAILED.value, error=self.error)
             await self._report(state.Report(state=State.FAILED, error=self.error))
+            self.settled.set()
         finally:
             self.toolset = None
             self.settled.set()
@@ -269,7 +272,7 @@ class Pool:
         for connection in connections:
             connection.close()
         for connection in connections:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await connection.task
 
 
@@ -329,6 +332,6 @@ async def probe(instance_pk: int, server: MCPServer, *, declared: Sequence[MCPSe
     await connection.settled.wait()
     reached = connection.state
     connection.close()
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception, asyncio.CancelledError):
         await connection.task
     return reached
