@@ -194,6 +194,20 @@ async def _alice() -> Any:
     return await get_user_model().objects.aget(username="alice")
 
 
+async def test_a_runtime_server_over_sse(ws, user, monkeypatch):
+    monkeypatch.setenv("TEST_MCP_TOKEN", TOKEN)
+    with McpHttpServer(token=TOKEN, sse=True) as server:
+        a, _ = await opened(ws, "/agents/mcp-runtime-agent/sse")
+        handle = await McpRuntimeAgent.aget("sse", owner=user)
+        added = await handle.add_mcp_server("calc", server.url, headers={"Authorization": env("TEST_MCP_TOKEN",
+                                                                                                 prefix="Bearer ")})
+        assert added["state"] == "ready", added
+        assert (await handle.get_mcp_servers())["servers"]["calc"]["server_url"] == server.url
+        await a.send_json_to(chat_request("r1", [user_message("u1", '/tool add {"a": 7, "b": 8}')]))
+        assert text_of(await receive_until(a, is_done("r1"), timeout=30)) == "add returned 15."
+        await connections.close_loop()
+
+
 async def test_runtime_server_headers_are_references_never_values(user):
     handle = await McpRuntimeAgent.aget("refs", owner=user)
     with pytest.raises(MCPConfigurationError, match="references, never the secret"):
