@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .handles import AgentHandle
     from .hooks import ToolCall, ToolCallDecision
     from .lifecycle.connections import Connection, ConnectionRequest
+    from .mcp.servers import MCPServer
     from .recovery.policy import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext
     from .rpc import callable
     from .schedules.declared import ScheduleEntry
@@ -51,6 +52,7 @@ _EXPORTS = {
     "ChatResponseResult": ".agent",
     "Connection": ".lifecycle.connections",
     "ConnectionRequest": ".lifecycle.connections",
+    "MCPServer": ".mcp.servers",
     "Debounce": ".concurrency",
     "SaveMessagesResult": ".agent",
     "ScheduleEntry": ".schedules.declared",
@@ -82,6 +84,7 @@ __all__ = [
     "Connection",
     "ConnectionRequest",
     "Debounce",
+    "MCPServer",
     "SaveMessagesResult",
     "ScheduleEntry",
     "ScheduledTaskContext",
