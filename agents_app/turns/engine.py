@@ -43,6 +43,7 @@ from ..recovery import service as recovery
 from ..streaming import buffer, fanout
 from ..streaming.fanout import Publisher
 from ..streaming.items import Event, Item
+from ..usage import service as usage
 from . import admission, control, database, lock
 
 logger = logging.getLogger("agents_app.turns")
@@ -669,6 +670,7 @@ class TurnRun:
             # The partial reply stays in the stream buffer: the recovery attempt stores it.
             with transaction.atomic():
                 buffer.write_rows(setup.stream_pk, rows)
+                usage.record(self.turn, instance.slug, setup.agent.turn.metered)
                 lock.finish(self.turn, Turn.Status.ABORTED, recovery.STALLED)
                 recovering = recovery.schedule(self.turn)
             return _Ending(recovering=recovering)
@@ -684,6 +686,7 @@ class TurnRun:
                 terminal_error=(self.error or "Error") if failed else "",
             )
             buffer.write_rows(setup.stream_pk, rows)
+            usage.record(self.turn, instance.slug, setup.agent.turn.metered)
             # A clear during the turn wins: its partial reply is not written back.
             saved = self.builder.has_content() and current.generation <= self.turn.generation
             if saved:

@@ -1,0 +1,114 @@
+"""Store each turn's usage, price it, and check the quotas before a turn's first model request.
+
+Quotas count input + output tokens of ``TurnUsage`` rows by UTC day and calendar month; the sums
+read one index each (``turn_usage_user_day``, ``turn_usage_agent_day``). A quota is checked when
+a turn starts: a turn that starts under its limit runs to its end, so usage may pass a limit by
+what one turn (or the user's concurrent turns) uses (docs/operations.md#usage-and-quotas).
+"""
+
+import dataclasses
+import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from .. import conf
+from ..models import Turn, TurnUsage, UsageQuota
+from .metered import Metered
+
+MILLION = Decimal(1_000_000)
+
+
+def record(turn: Turn, agent: str, metered: Metered) -> None:
+    """Store what the turn used (in the caller's transaction, the one that ends the turn)."""
+    if not metered.worth_storing:
+        return
+    usage = metered.usage
+    TurnUsage.objects.update_or_create(
+        turn_id=turn.pk,
+        defaults={
+            "agent": agent,
+            "user_id": turn.user_id,
+            "day": today(),
+            "model": metered.model[:200],
+            "requests": usage.requests,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost": cost(metered.model, usage.input_tokens, usage.output_tokens),
+            "limit": metered.limit,
+        },
+    )
+
+
+def today() -> datetime.date:
+    return timezone.now().astimezone(datetime.UTC).date()
+
+
+def cost(model: str, input_tokens: int, output_tokens: int) -> Decimal | None:
+    """The price of the tokens by ``AGENT_MODEL_PRICES`` (per million tokens), or None for a model it does not list."""
+    price = conf.get("AGENT_MODEL_PRICES").get(model)
+    if price is None:
+        return None
+    return (
+        Decimal(str(price.get("input", 0))) * input_tokens + Decimal(str(price.get("output", 0))) * output_tokens
+    ) / MILLION
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """The quota a turn is over: ``limit`` names it for staff, ``message`` is what the user reads."""
+
+    limit: str
+    message: str
+
+
+def refusal(user: Any, agent: str) -> Refusal | None:
+    """The first quota the user's turn with ``agent`` is at or over, or None when it may run."""
+    day = today()
+    month = day.replace(day=1)
+    user_pk = getattr(user, "pk", None)
+    for scope, limit, since in _limits(user_pk, agent, day, month):
+        used = _used(scope, user_pk, agent, since)
+        if used >= limit:
+            return _refusal(scope, limit, used, since == month)
+    return None
+
+
+def _limits(
+    user_pk: int | None, agent: str, day: datetime.date, month: datetime.date
+) -> list[tuple[str, int, datetime.date]]:
+    """(scope, tokens, since) of every limit that applies: the user's, then the agent's."""
+    quotas = conf.get("AGENT_USAGE_QUOTAS")
+    limits: list[tuple[str, int | None, datetime.date]] = []
+    if user_pk is not None:
+        own = UsageQuota.objects.filter(user_id=user_pk).first()
+        per_day, per_month = (
+            (own.tokens_per_day, own.tokens_per_month)
+            if own is not None
+            else (quotas.get("user_per_day"), quotas.get("user_per_month"))
+        )
+        limits += [("user", per_day, day), ("user", per_month, month)]
+    for key, since in (("agent_per_day", day), ("agent_per_month", month)):
+        by_agent = quotas.get(key) or {}
+        limits.append(("agent", by_agent.get(agent, by_agent.get("*")), since))
+    return [(scope, int(limit), since) for scope, limit, since in limits if limit is not None]
+
+
+def _used(scope: str, user_pk: int | None, agent: str, since: datetime.date) -> int:
+    rows = TurnUsage.objects.filter(day__gte=since)
+    rows = rows.filter(user_id=user_pk) if scope == "user" else rows.filter(agent=agent)
+    return rows.aggregate(total=Sum(F("input_tokens") + F("output_tokens")))["total"] or 0
+
+
+def _refusal(scope: str, limit: int, used: int, monthly: bool) -> Refusal:
+    period = "month" if monthly else "day"
+    resets = "on the 1st of next month" if monthly else "at midnight"
+    who = "you have used" if scope == "user" else "this agent has used"
+    whose = "your" if scope == "user" else "its"
+    return Refusal(
+        limit=f"{scope} per {period}",
+        message=f"Usage quota reached: {who} {used:,} of {whose} {limit:,} tokens this {period}. "
+        f"It resets {resets} (UTC).",
+    )
