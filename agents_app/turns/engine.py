@@ -16,6 +16,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import transaction
+from django.utils import timezone
 
 from .. import conf, events, registry, statements, transcript
 from ..abort import AbortSignal
@@ -35,6 +36,7 @@ from ..messages import (
     request_message_ids,
     rewrite_finish,
 )
+from ..metrics import instruments as metrics
 from ..models import AgentInstance, Turn
 from ..protocol import codec, frames
 from ..protocol.types import Outcome
@@ -617,6 +619,9 @@ class TurnRun:
         # flush then has every chunk it could have missed (see streaming.handshake).
         if not chunk.get("transient"):
             self.writer.append(self.seq, body)
+        if self.seq == 0:
+            assert self.setup is not None
+            metrics.first_chunk(self.setup.instance.slug, self.turn.created_at, timezone.now())
         self.seq += 1
         await self.publisher.send(frame, request_id=self.turn.request_id)
 
@@ -632,6 +637,7 @@ class TurnRun:
         finally:
             self.writer.stored()
         self.drained = ending.drained
+        metrics.CHUNKS.labels(instance.slug).inc(self.seq)
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]
         if ending.final_transcript is not None:
             # Marked as the stream's: it releases a connection still waiting for its resume ACK.

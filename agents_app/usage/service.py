@@ -15,6 +15,7 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from .. import conf
+from ..metrics import instruments as metrics
 from ..models import Turn, TurnUsage, UsageQuota
 from .metered import Metered
 
@@ -26,6 +27,7 @@ def record(turn: Turn, agent: str, metered: Metered) -> None:
     if not metered.worth_storing:
         return
     usage = metered.usage
+    metrics.model_usage(agent, usage.requests, usage.input_tokens, usage.output_tokens)
     TurnUsage.objects.update_or_create(
         turn_id=turn.pk,
         defaults={

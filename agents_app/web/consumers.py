@@ -15,6 +15,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from .. import conf, registry, rpc, transcript, turns
 from ..errors import AgentAccessError
+from ..metrics import instruments as metrics
 from ..models import AgentInstance
 from ..protocol import frames, parse
 from ..streaming import fanout
@@ -73,6 +74,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # The last ``owner`` wins, as in Django's QueryDict; absent: the user's own namespace.
         owner = query.get(registry.OWNER_PARAMETER, [None])[-1]
         await self.accept()
+        metrics.OPEN_SOCKETS.inc()  # and dec() in disconnect, which every accepted connection reaches
         try:
             # Connecting stores nothing: a new address stays unsaved until its first message.
             self.instance = await database_sync_to_async(registry.locate)(
@@ -127,6 +129,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.adopt(instance, catch_up=True)
 
     async def disconnect(self, code: int) -> None:
+        metrics.OPEN_SOCKETS.dec()
         if self.resume is not None:
             self.resume.close()
         if self.instance is not None and self.instance.pk is None:
