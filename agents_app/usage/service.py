@@ -11,7 +11,7 @@ import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import F, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from .. import conf
@@ -114,3 +114,38 @@ def _refusal(scope: str, limit: int, used: int, monthly: bool) -> Refusal:
         message=f"Usage quota reached: {who} {used:,} of {whose} {limit:,} tokens this {period}. "
         f"It resets {resets} (UTC).",
     )
+
+
+# --- reports: the admin's usage page and the REST API ------------------------------------------
+GROUPS = {"day": "day", "user": "user__username", "agent": "agent", "model": "model"}
+# Named apart from the model's fields (an annotation may not shadow one), renamed back in ``_named``.
+SUMS = {
+    "sum_turns": Count("id"),
+    "sum_requests": Sum("requests"),
+    "sum_input_tokens": Sum("input_tokens"),
+    "sum_output_tokens": Sum("output_tokens"),
+    "sum_cost": Sum("cost"),
+    "sum_refused": Count("id", filter=~Q(limit="")),
+}
+
+
+def totals(rows: QuerySet[TurnUsage]) -> dict[str, Any]:
+    """Sums over ``rows``: turns, requests, tokens (in, out, total), cost (None if no row has one), refusals."""
+    return _named(rows.aggregate(**SUMS))
+
+
+def grouped(rows: QuerySet[TurnUsage], by: str) -> list[dict[str, Any]]:
+    """``totals`` by day, user, agent or model (``GROUPS``), each with its ``key``: days in order,
+    the others by most tokens first."""
+    field = GROUPS[by]
+    sums = rows.values(field).annotate(**SUMS)
+    ordered = sums.order_by(field) if by == "day" else sums.order_by("-sum_output_tokens", "-sum_input_tokens", field)
+    return [{"key": row[field], **_named(row)} for row in ordered]
+
+
+def _named(row: dict[str, Any]) -> dict[str, Any]:
+    sums = {name.removeprefix("sum_"): row[name] for name in SUMS}
+    for name in ("turns", "requests", "input_tokens", "output_tokens", "refused"):
+        sums[name] = sums[name] or 0
+    sums["total_tokens"] = sums["input_tokens"] + sums["output_tokens"]
+    return sums
