@@ -8,12 +8,13 @@ nothing here: the page names agents and volumes an outsider has no business seei
 import hmac
 import ipaddress
 import os
+from pathlib import Path
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from .. import conf
 from .collector import DatabaseCollector
@@ -26,7 +27,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if not allowed(request):
         raise Http404
     registry = CollectorRegistry(auto_describe=True)
-    if os.environ.get(MULTIPROC_DIR):
+    directory = os.environ.get(MULTIPROC_DIR)
+    if directory:
+        forget_dead_processes(Path(directory))
         # Every process's files (this one's included), summed by the metric's own rule.
         MultiProcessCollector(registry)
     else:
@@ -48,3 +51,21 @@ def allowed(request: HttpRequest) -> bool:
     return any(
         client in ipaddress.ip_network(entry, strict=False) for entry in conf.get("AGENT_METRICS_ALLOWED_IPS") or ()
     )
+
+
+def forget_dead_processes(directory: Path) -> None:
+    """Drop the live gauges (open sockets) of processes that are gone, however they ended.
+
+    uvicorn ends a worker by re-raising the SIGTERM it caught, so no exit hook of the worker runs;
+    a crash runs none either. Counters and histograms of dead processes stay: totals never drop.
+    Every process writing to the directory must share this one's PID namespace (one host or
+    container: docs/operations.md#multi-process).
+    """
+    for path in directory.glob("gauge_live*_*.db"):
+        pid = int(path.stem.rsplit("_", 1)[1])
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            mark_process_dead(pid, str(directory))
+        except PermissionError:
+            continue  # alive, another user's

@@ -6,6 +6,7 @@ reads those files too, to know that both workers ran turns and that the scrape i
 """
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import urllib.error
@@ -19,7 +20,7 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.frames import chat_request, chunks, is_done, user_message
-from tests.support.live import LiveStack, RedisServer, Server
+from tests.support.live import LiveStack, RedisServer, Server, stop_process
 from tests.support.waiting import wait_until
 from tests.support.wsclient import open_socket, recv_json, recv_until
 
@@ -81,6 +82,24 @@ def per_process(prom_dir: Path, metric: str, labels: dict[str, str]) -> dict[str
             value for key, value, *_ in found if json.loads(key)[1] == metric and json.loads(key)[2] == labels
         )
     return values
+
+
+@contextlib.contextmanager
+def socket_open(server: Server, cookie: str) -> Iterator[None]:
+    """One chat socket open on ``server`` (greeted) for the block."""
+    loop = asyncio.new_event_loop()
+
+    async def opened() -> Any:
+        sock = await open_socket(server.ws, f"/agents/{AGENT}/one-more", cookie)
+        assert (await recv_json(sock))["type"] == "cf_agent_identity"
+        return sock
+
+    sock = loop.run_until_complete(opened())
+    try:
+        yield
+    finally:
+        loop.run_until_complete(sock.close())
+        loop.close()
 
 
 def test_metrics_are_summed_over_two_uvicorn_workers(metrics_stack: LiveStack, prom_dir: Path) -> None:
@@ -145,6 +164,15 @@ def test_metrics_are_summed_over_two_uvicorn_workers(metrics_stack: LiveStack, p
     assert samples[("agents_schedule_overdue_seconds", ())] == 0
     assert ("agents_turns_queued", by_agent) not in samples
     wait_until(lambda: scrape(server)[("agents_open_websockets", ())] == 0, "every socket counted closed", timeout=10)
+    # A worker that is gone no longer counts in the live gauges; its counters stay (totals never drop).
+    old_workers = {path.name for path in prom_dir.glob("gauge_livesum_*.db")}
+    stop_process(server.proc)
+    again = metrics_stack.start_server("uvicorn")
+    with socket_open(again, cookie):
+        after = scrape(again)
+        assert after[("agents_open_websockets", ())] == 1
+    assert not old_workers & {path.name for path in prom_dir.glob("gauge_livesum_*.db")}
+    assert after[("agents_turns_finished_total", tuple(sorted(finished.items())))] == turns
 
 
 def test_metrics_need_the_token_or_an_allowed_address(metrics_stack: LiveStack) -> None:
