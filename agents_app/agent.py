@@ -428,7 +428,8 @@ class ChatAgent:
         become pydantic-ai's deferred results); a new prompt closes calls left unanswered.
         """
         turn = self.turn
-        refused = await database_sync_to_async(quotas.refusal)(turn.user, self.slug())
+        refused = (await database_sync_to_async(quotas.refusal)(turn.user, self.slug())
+                   if quotas.may_refuse(turn.user, self.slug()) else None)
         if refused is not None:  # before any model request: the turn ends with this error frame
             turn.metered.limit = refused.limit
             yield {"type": "error", "errorText": refused.message}

@@ -8,13 +8,15 @@ what one turn (or the user's concurrent turns) uses (docs/operations.md#usage-an
 
 import dataclasses
 import datetime
+import time
 from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models.signals import post_save
 from django.utils import timezone
 
-from .. import conf
+from .. import conf, statements
 from ..metrics import instruments as metrics
 from ..models import Turn, TurnUsage, UsageQuota
 from .metered import Metered
@@ -28,20 +30,13 @@ def record(turn: Turn, agent: str, metered: Metered) -> None:
         return
     usage = metered.usage
     metrics.model_usage(agent, usage.requests, usage.input_tokens, usage.output_tokens)
-    TurnUsage.objects.update_or_create(
-        turn_id=turn.pk,
-        defaults={
-            "agent": agent,
-            "user_id": turn.user_id,
-            "day": today(),
-            "model": metered.model[:200],
-            "requests": usage.requests,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cost": cost(metered.model, usage.input_tokens, usage.output_tokens),
-            "limit": metered.limit,
-        },
-    )
+    # One INSERT, written the project's cheap way (``statements.insert``): a turn ends once (a
+    # continuation or a recovery attempt is a turn of its own).
+    statements.insert(TurnUsage(
+        turn_id=turn.pk, agent=agent, user_id=turn.user_id, day=today(), model=metered.model[:200],
+        requests=usage.requests, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+        cost=cost(metered.model, usage.input_tokens, usage.output_tokens), limit=metered.limit,
+    ))
 
 
 def today() -> datetime.date:
@@ -66,8 +61,41 @@ class Refusal:
     message: str
 
 
+def may_refuse(user: Any, agent: str) -> bool:
+    """Whether a limit could apply to this turn, known without a query (``refusal`` is then asked
+    in a thread): a limit in the settings, or per-user quotas in the admin, seen at most
+    ``OVERRIDES_TTL`` seconds late. A site without quotas pays no query and no thread hop per turn."""
+    quotas = conf.get("AGENT_USAGE_QUOTAS")
+    if any(agent in (quotas.get(key) or {}) or "*" in (quotas.get(key) or {})
+           for key in ("agent_per_day", "agent_per_month")):
+        return True
+    if getattr(user, "pk", None) is None:
+        return False
+    read_at, exist = _overrides
+    return (quotas.get("user_per_day") is not None or quotas.get("user_per_month") is not None
+            or exist or time.monotonic() - read_at >= OVERRIDES_TTL)
+
+
+# Whether any per-user quota exists, and when that was read (``time.monotonic``): staff add one
+# rarely, and the turns of a site without any should not query for one.
+OVERRIDES_TTL = 30.0
+_overrides: tuple[float, bool] = (-OVERRIDES_TTL, True)
+
+
+def _forget_overrides(**kwargs: Any) -> None:
+    """A per-user quota saved in this process takes effect here at once (elsewhere within the TTL)."""
+    global _overrides
+    _overrides = (-OVERRIDES_TTL, True)
+
+
+post_save.connect(_forget_overrides, sender=UsageQuota, dispatch_uid="agents_app.usage.overrides")
+
+
 def refusal(user: Any, agent: str) -> Refusal | None:
     """The first quota the user's turn with ``agent`` is at or over, or None when it may run."""
+    global _overrides
+    if time.monotonic() - _overrides[0] >= OVERRIDES_TTL:
+        _overrides = (time.monotonic(), UsageQuota.objects.exists())
     day = today()
     month = day.replace(day=1)
     user_pk = getattr(user, "pk", None)
@@ -85,7 +113,7 @@ def _limits(
     quotas = conf.get("AGENT_USAGE_QUOTAS")
     limits: list[tuple[str, int | None, datetime.date]] = []
     if user_pk is not None:
-        own = UsageQuota.objects.filter(user_id=user_pk).first()
+        own = UsageQuota.objects.filter(user_id=user_pk).first() if _overrides[1] else None
         per_day, per_month = (
             (own.tokens_per_day, own.tokens_per_month)
             if own is not None
