@@ -182,3 +182,21 @@ def test_metrics_need_the_token_or_an_allowed_address(metrics_stack: LiveStack) 
             scrape(server, token)
         assert refused.value.code == 404
     assert ("agents_open_websockets", ()) in scrape(server)
+
+
+def test_a_celery_workers_turns_are_summed_in(metrics_stack: LiveStack, prom_dir: Path) -> None:
+    """A turn run by a Celery worker (a task, no socket) shows in the server's scrape."""
+    alice = metrics_stack.create_user("alice")
+    server = metrics_stack.start_server("uvicorn")
+    worker = metrics_stack.start_celery_worker()
+    from celery import Celery
+
+    Celery(broker=metrics_stack.env["REDIS_URL"]).send_task(
+        "agents_app.save_messages", args=[AGENT, "from-celery", ["hello from a task"], alice]
+    )
+    finished = {"agent": AGENT, "outcome": "completed"}
+    key = ("agents_turns_finished_total", tuple(sorted(finished.items())))
+    wait_until(lambda: scrape(server).get(key) == 1, "the worker's turn in the scrape", timeout=30)
+    ran = {pid: n for pid, n in per_process(prom_dir, "agents_turns_finished_total", finished).items() if n}
+    assert ran == {str(worker.pid): 1}
+    assert scrape(server)[("agents_model_requests_total", (("agent", AGENT),))] == 1
