@@ -70,6 +70,8 @@ class TurnUsageAdmin(ReadOnlyAdmin):
 
     @admin.display(description="turn")
     def turn_link(self, obj: TurnUsage) -> str:
+        if obj.turn is None:
+            return "(conversation deleted)"
         url = reverse("admin:agents_app_turn_change", args=[obj.turn_id])
         return format_html("<a href='{}'>{}</a>", url, obj.turn.request_id)
 

@@ -16,7 +16,10 @@ class TurnUsage(models.Model):
     ``limit`` naming the limit it hit and zero usage: staff see who hit a limit.
     """
 
-    turn = models.OneToOneField("agents_app.Turn", on_delete=models.CASCADE, related_name="usage")
+    # Kept when the conversation (and so the turn) is deleted: what was used still counts.
+    turn = models.OneToOneField(
+        "agents_app.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="usage"
+    )
     agent = models.CharField(max_length=100)
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -32,11 +32,20 @@ def record(turn: Turn, agent: str, metered: Metered) -> None:
     metrics.model_usage(agent, usage.requests, usage.input_tokens, usage.output_tokens)
     # One INSERT, written the project's cheap way (``statements.insert``): a turn ends once (a
     # continuation or a recovery attempt is a turn of its own).
-    statements.insert(TurnUsage(
-        turn_id=turn.pk, agent=agent, user_id=turn.user_id, day=today(), model=metered.model[:200],
-        requests=usage.requests, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-        cost=cost(metered.model, usage.input_tokens, usage.output_tokens), limit=metered.limit,
-    ))
+    statements.insert(
+        TurnUsage(
+            turn_id=turn.pk,
+            agent=agent,
+            user_id=turn.user_id,
+            day=today(),
+            model=metered.model[:200],
+            requests=usage.requests,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cost=cost(metered.model, usage.input_tokens, usage.output_tokens),
+            limit=metered.limit,
+        )
+    )
 
 
 def today() -> datetime.date:
@@ -66,14 +75,20 @@ def may_refuse(user: Any, agent: str) -> bool:
     in a thread): a limit in the settings, or per-user quotas in the admin, seen at most
     ``OVERRIDES_TTL`` seconds late. A site without quotas pays no query and no thread hop per turn."""
     quotas = conf.get("AGENT_USAGE_QUOTAS")
-    if any(agent in (quotas.get(key) or {}) or "*" in (quotas.get(key) or {})
-           for key in ("agent_per_day", "agent_per_month")):
+    if any(
+        agent in (quotas.get(key) or {}) or "*" in (quotas.get(key) or {})
+        for key in ("agent_per_day", "agent_per_month")
+    ):
         return True
     if getattr(user, "pk", None) is None:
         return False
     read_at, exist = _overrides
-    return (quotas.get("user_per_day") is not None or quotas.get("user_per_month") is not None
-            or exist or time.monotonic() - read_at >= OVERRIDES_TTL)
+    return (
+        quotas.get("user_per_day") is not None
+        or quotas.get("user_per_month") is not None
+        or exist
+        or time.monotonic() - read_at >= OVERRIDES_TTL
+    )
 
 
 # Whether any per-user quota exists, and when that was read (``time.monotonic``): staff add one

@@ -157,3 +157,17 @@ def test_the_chart_leaves_days_without_usage_empty(people: dict[str, Any], usage
     html = client.get(reverse("admin:agents_app_turnusage_changelist")).content.decode()
     assert html.count("<rect ") == 8  # four days, two of them empty
     assert f"{TODAY - datetime.timedelta(days=1)}: 0 in + 0 out, 0 turns" in html
+
+
+def test_usage_outlives_a_deleted_conversation_and_still_counts(
+    people: dict[str, Any], usage: list[TurnUsage], settings: Any
+) -> None:
+    AgentInstance.objects.filter(owner=people["alice"]).delete()
+
+    assert TurnUsage.objects.filter(user=people["alice"], turn=None).count() == 3
+    settings.AGENT_USAGE_QUOTAS = {"user_per_day": 120}
+    refused = service.refusal(people["alice"], "demo-agent")
+    assert refused is not None and refused.limit == "user per day"
+    client = Client()
+    client.force_login(people["root"])
+    assert "(conversation deleted)" in client.get(reverse("admin:agents_app_turnusage_changelist")).content.decode()
