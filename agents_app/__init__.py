@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .followers import StreamCallback
     from .handles import AgentHandle
     from .hooks import ToolCall, ToolCallDecision
+    from .lifecycle.connections import Connection, ConnectionRequest
     from .recovery.policy import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext
     from .rpc import callable
     from .schedules.declared import ScheduleEntry
@@ -48,6 +49,8 @@ _EXPORTS = {
     "ChatRecoveryContext": ".recovery.policy",
     "ChatRecoveryExhaustedContext": ".recovery.policy",
     "ChatResponseResult": ".agent",
+    "Connection": ".lifecycle.connections",
+    "ConnectionRequest": ".lifecycle.connections",
     "Debounce": ".concurrency",
     "SaveMessagesResult": ".agent",
     "ScheduleEntry": ".schedules.declared",
@@ -76,6 +79,8 @@ __all__ = [
     "ChatRecoveryContext",
     "ChatRecoveryExhaustedContext",
     "ChatResponseResult",
+    "Connection",
+    "ConnectionRequest",
     "Debounce",
     "SaveMessagesResult",
     "ScheduleEntry",

@@ -12,6 +12,7 @@ import contextlib
 import functools
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from channels.db import database_sync_to_async
@@ -21,11 +22,12 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.usage import UsageLimits
 
-from . import conf, llm
+from . import conf, llm, transcript
 from .abort import AbortSignal
 from .actions import Action, call_maybe_async, compile_actions
 from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext, TurnState
 from .actions.envelopes import missing_permission_message
+from .actions.ledger import USE_SETTING, UseSetting
 from .actions.pipeline import action_tool, needs_approval
 from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
@@ -35,10 +37,12 @@ from .messages import UIMessage
 from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
 from .recovery.policy import ChatRecovery, ChatRecoveryContext
 from .schedules.language import ScheduledTask
+from .steps import BeforeStep, StepConfig, StepContext
 from .tools import ApprovalGate, ToolPolicy, Toolset, client_tools_from_schemas, compile_tools
 from .usage import service as quotas
 
 if TYPE_CHECKING:
+    from .lifecycle.connections import Connection, ConnectionRequest
     from .models import AgentInstance
 
 # What on_chat_message may return: UI message chunks (dicts), plain-text pieces (str), a whole
@@ -150,6 +154,9 @@ class ChatAgent:
       stream is cut and recovered (0, the default: never).
     * ``starter_prompts``: ``(label, prompt)`` pairs the chat page offers while a conversation is
       empty; a click puts the prompt in the message box (the demo agent lists its demos).
+    * ``action_ledger_pending_retry_lease``: how old a pending ledger row of this agent's actions
+      must be before a retry may run it again (a timedelta; None: never). Default: the setting
+      ``AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE`` (docs/architecture.md#ledger).
     """
 
     shared: ClassVar[bool] = False
@@ -161,6 +168,7 @@ class ChatAgent:
     chat_recovery: ClassVar[ChatRecovery | dict[str, Any] | bool] = True
     chat_stream_stall_timeout: ClassVar[float] = 0
     starter_prompts: ClassVar[tuple[tuple[str, str], ...]] = ()
+    action_ledger_pending_retry_lease: ClassVar[timedelta | UseSetting | None] = USE_SETTING
 
     def __init__(self, instance: "AgentInstance") -> None:
         self.instance = instance
@@ -220,6 +228,9 @@ class ChatAgent:
     # Read-only views of the turn for hooks (``on_chat_message``...); empty outside a turn.
     @property
     def messages(self) -> list[UIMessage]:
+        """The turn's messages; outside a turn, the transcript ``load_messages()`` read (else empty)."""
+        if self._transcript is not None:
+            return self._transcript
         return self._turn.messages if self._turn is not None else []
 
     @property
@@ -320,6 +331,20 @@ class ChatAgent:
     def get_max_steps(self) -> int:
         return self.max_steps if self.max_steps is not None else int(conf.get("AGENT_MAX_STEPS"))
 
+    async def before_step(self, ctx: StepContext) -> StepConfig | None:
+        """Change one model request of the turn (Think's ``beforeStep``; docs/architecture.md#pruning).
+
+        Called before every request of the model run, with ``ctx.step_number`` (0 first) and the
+        ``ctx.messages`` about to be sent; return ``StepConfig(messages=…, model=…, active_tools=…)``
+        to send other messages (``agents_app.pruning.prune_messages``), use another model, or offer
+        fewer tools, for that request only. None (the default) changes nothing.
+        """
+        return None
+
+    def _steps_prepared(self) -> bool:
+        """Whether ``before_step`` is overridden: then every request goes through the agent run that calls it."""
+        return type(self).before_step is not ChatAgent.before_step
+
     def sanitize_message_for_persistence(self, message: UIMessage) -> UIMessage:
         """Change a message before it is stored (after the built-in sanitizer, before the row-size guard).
 
@@ -365,6 +390,31 @@ class ChatAgent:
         """Keep ``data`` (JSON) with the running turn: ``on_chat_recovery`` gets it if the turn is cut."""
         await self.turn.stash(data)
 
+    # --- connections and the transcript outside a turn (docs/architecture.md#connection-hooks) ---------
+    # The transcript ``load_messages()`` read: what ``messages`` shows hooks that run outside a turn.
+    _transcript: list[UIMessage] | None = None
+
+    async def load_messages(self) -> list[UIMessage]:
+        """Read the stored transcript into ``self.messages``, as the reference's ``this.messages``
+        is outside a turn; the engine calls it before ``on_chat_response``, a scheduled handler, a
+        callable method, ``on_connect`` and ``on_close`` (empty for a conversation not stored yet)."""
+        if self.instance.pk is None:
+            self._transcript = []
+        else:
+            self._transcript = await database_sync_to_async(transcript.load)(self.instance)
+        return self._transcript
+
+    async def on_connect(self, connection: "Connection", request: "ConnectionRequest") -> None:
+        """A WebSocket connected to this instance (``agents_app.lifecycle.connections``).
+
+        ``await connection.send(frame)`` sends it a frame of yours; ``await connection.close(code,
+        reason)`` refuses it (use 4000-4999 so the npm client does not reconnect). Runs after the
+        address check and before the conversation's frames; a raise is logged and the socket stays.
+        """
+
+    async def on_close(self, connection: "Connection", code: int, reason: str) -> None:
+        """A WebSocket of this instance closed, with the close ``code`` and ``reason`` (errors are logged)."""
+
     # --- the default model turn -----------------------------------------------------------------
     def build_pydantic_agent(self) -> Agent[TurnState[Any], Any]:
         """The pydantic-ai agent of this turn: model, instructions, tools, actions and client tools.
@@ -397,7 +447,7 @@ class ChatAgent:
             output_type=[str, DeferredToolRequests],
             capabilities=[ToolPolicy(
                 agent=self, approval_gates=toolset.approval_gates, emit=self.turn.write, models=plan.action_models,
-            )],
+            ), *([BeforeStep(agent=self)] if self._steps_prepared() else [])],
         )
 
     async def _authorize_turn(self, model: Model | str | None) -> None:
@@ -452,7 +502,7 @@ class ChatAgent:
             history = [*history, ModelRequest(parts=[])]
         step = None
         # Only a new reply's first request: a continuation resumes one, in the agent run it left.
-        if (first is not None and isinstance(model, Model) and not turn.continuation
+        if (first is not None and isinstance(model, Model) and not turn.continuation and not self._steps_prepared()
                 and direct.FirstStep.can_start(history) and self.get_max_steps() >= 1
                 and conf.get("AGENT_DIRECT_FIRST_STEP")):
             step = direct.FirstStep(model, history, first)

@@ -74,9 +74,25 @@ def check_agent_options(app_configs: Any, **kwargs: Any) -> list[Error]:
             value = getattr(agent_class, option)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < minimum):
                 problems.append(f"{option} must be None or an integer ≥ {minimum}, not {value!r}")
+        problems += _lease_problems(agent_class)
         errors += [Error(f"{agent_class.__qualname__} ({slug}): {problem}", hint="Fix the class attribute.", id=E005)
                    for problem in problems]
     return errors
+
+
+def _lease_problems(agent_class: Any) -> list[str]:
+    """``action_ledger_pending_retry_lease``: a timedelta, None, or the setting (the default)."""
+    from types import SimpleNamespace
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .actions import ledger
+
+    try:
+        ledger.lease_of(agent_class(SimpleNamespace(name="(system check)", pk=None)))
+    except ImproperlyConfigured as exc:
+        return [str(exc)]
+    return []
 
 
 @register(Tags.compatibility)

@@ -14,12 +14,13 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from . import registry, turns
+from . import registry, transcript, turns
 from .abort import AbortSignal
 from .agent import ChatAgent, SaveMessagesResult
 from .approvals import service as approvals
 from .errors import UnknownAgent
 from .followers import TurnFollower, notify
+from .lifecycle import service as lifecycle
 from .messages import UIMessage, new_request_id
 from .models import AgentInstance, Turn
 from .schedules import declared
@@ -112,12 +113,13 @@ class AgentHandle:
         return await turns.persist_messages(self.instance, messages)
 
     async def continue_last_turn(self, body: dict[str, Any] | None = None, *,
-                                 signal: AbortSignal | None = None) -> SaveMessagesResult:
-        """Have the model go on after the last reply, in a new message marked ``continuation: true``.
+                                 signal: AbortSignal | None = None, append: bool = False) -> SaveMessagesResult:
+        """Have the model go on after the last reply, in a new message marked ``continuation: true``
+        (as Think does), or, with ``append=True``, in the last reply itself (as AIChatAgent does).
 
         ``skipped`` (empty request id) when the transcript does not end with an assistant message.
         """
-        return await turns.continue_last_turn(self.instance, body, signal=signal)
+        return await turns.continue_last_turn(self.instance, body, signal=signal, append=append)
 
     async def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
         """Cancel one queued or running turn (its reply so far is kept); False if it is unknown or over."""
@@ -154,6 +156,17 @@ class AgentHandle:
             finished = finished.filter(request_id=request_id)
         turn = await finished.order_by("-pk").only("attachments").afirst()
         return list(turn.attachments) if turn is not None else []
+
+    # --- the transcript and the instance's end (docs/architecture.md#connection-hooks) ------------
+    async def get_messages(self) -> list[UIMessage]:
+        """The stored transcript (the reference's ``this.messages`` read from outside a turn)."""
+        return await database_sync_to_async(transcript.load)(self.instance)
+
+    async def destroy(self) -> lifecycle.Destroyed:
+        """Cancel the instance's turns, then delete its transcript, turns, stream buffers, ledger rows,
+        schedules and sub-agents, and close its sockets (``agents_app.lifecycle.service``); the address then
+        names a new, empty conversation. The reference Agent's ``destroy()``."""
+        return await lifecycle.destroy(self.instance)
 
     # --- staff decisions on parked actions --------------------------------------------------------
     async def pending_approvals(self, execution_id: str | None = None) -> list[dict[str, Any]]:

@@ -174,6 +174,9 @@ class Turn(models.Model):
     attachments = models.JSONField(default=list, blank=True)
     # Which process runs it (host:pid), for crash detection by the recovery sweep.
     worker = models.CharField(max_length=200, blank=True, default="")
+    # That process's memory cgroup and its OOM-kill count when it claimed the turn
+    # (``recovery.memory.watch``): a death with a higher count was the OOM killer's.
+    memory_watch = models.CharField(max_length=500, blank=True, default="")
     # A turn that only one process can run: it holds what the turn needs in its memory (the
     # function of ``save_messages(fn)``, which computes the messages when the turn starts).
     # Other processes leave it queued while that process lives (``turns.lock``).
@@ -258,6 +261,8 @@ class RecoveryIncident(models.Model):
     last_progress_at = models.DateTimeField()
     # Every attempt made, progress or not (the admin's count).
     attempts_total = models.PositiveIntegerField(default=0)
+    # Cuts that were out-of-memory kills (``ChatRecovery.max_oom_retries``; never reset by progress).
+    oom_attempts = models.PositiveIntegerField(default=0)
     # Why it was given up (``chat_recovery.Reason``) or skipped; the error when it failed.
     reason = models.CharField(max_length=40, blank=True, default="")
     error = models.TextField(blank=True, default="")

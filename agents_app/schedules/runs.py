@@ -252,6 +252,8 @@ async def _perform(run: ScheduleRun) -> tuple[str, str]:
         if declared is None:
             return ScheduleRun.Status.SKIPPED, "No longer declared by get_scheduled_tasks()."
         action = declared.prompt if schedule.action == Schedule.Action.PROMPT else declared.handler
+    if schedule.action in (Schedule.Action.HANDLER, Schedule.Action.METHOD):
+        await agent.load_messages()  # ``self.messages`` for the handler, as the reference's scheduled callbacks see it
     if schedule.action == Schedule.Action.HANDLER:
         await call_maybe_async(action, context)
         return ScheduleRun.Status.COMPLETED, ""

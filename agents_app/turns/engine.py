@@ -218,6 +218,8 @@ async def _respond(instance_pk: int) -> None:
         while queue:
             agent, result = queue.popleft()
             try:
+                if type(agent).on_chat_response is not ChatAgent.on_chat_response:
+                    await agent.load_messages()  # ``messages`` with the reply, as the reference's hook sees them
                 await agent.on_chat_response(result)
             except Exception:
                 logger.exception("on_chat_response of %s raised", agent.instance)
@@ -346,8 +348,8 @@ class TurnRun:
         # The preamble (``_has_preamble`` names its steps); a turn without one may have started already.
         if turn.strategy in admission.DEFERRED_STRATEGIES and not await self._still_due():
             return self._result(Turn.Status.SKIPPED)
-        if turn.pending_messages and not await self._materialize():
-            return self._result(Turn.Status.ERROR, turn.error)
+        if turn.pending_messages and (ended := await self._materialize()) is not None:
+            return self._result(ended, turn.error or None)
         attempt = None
         if turn.kind == Turn.Kind.RECOVERY:
             attempt = await recovery.begin_attempt(turn)
@@ -425,11 +427,13 @@ class TurnRun:
         await _report_skipped(self.turn)
         return False
 
-    async def _materialize(self) -> bool:
+    async def _materialize(self) -> str | None:
         """Store the messages of a ``save_messages`` turn now that it starts: those in its row, or
         what its function computes from the transcript as it is now.
 
-        False when it cannot run: the function raised (the turn ends with its error).
+        The status the turn ended with when it cannot run: ``error`` (the function raised), or
+        ``skipped`` (a clear came while the function ran: nothing is stored, as the reference's
+        ``saveMessages`` checks the generation again after resolving the messages).
         """
         source = _message_sources.pop(self.turn.pk, None)
         try:
@@ -443,10 +447,12 @@ class TurnRun:
         except Exception as exc:
             logger.exception("The messages of turn %s could not be computed", self.turn.request_id)
             await database_sync_to_async(lock.finish)(self.turn, Turn.Status.ERROR, str(exc) or type(exc).__name__)
-            return False
+            return Turn.Status.ERROR
         stored = await database_sync_to_async(_store_computed)(self.turn, messages)
+        if stored is None:
+            return Turn.Status.SKIPPED
         await fanout.publish(self.turn.instance_id, frames.chat_messages(stored))
-        return True
+        return None
 
     def _emit_event(self, name: str, **data: Any) -> None:
         assert self.setup is not None
@@ -771,10 +777,17 @@ def _instance_and_cancel_flag(turn_pk: int) -> tuple[AgentInstance, bool]:
     return instance, bool(row[-1])
 
 
-def _store_computed(turn: Turn, messages: list[UIMessage]) -> list[UIMessage]:
-    """Store the messages of a starting ``save_messages`` turn; they are the turn's request."""
+def _store_computed(turn: Turn, messages: list[UIMessage]) -> list[UIMessage] | None:
+    """Store the messages of a starting ``save_messages`` turn; they are the turn's request.
+
+    None, storing nothing, when a clear came since the turn was claimed (the turn ends ``skipped``).
+    """
     instance = AgentInstance.objects.get(pk=turn.instance_id)
     with transaction.atomic():
+        # The instance row's lock first, as every transcript writer; a clear holds it too.
+        if AgentInstance.objects.touch(turn.instance_id).generation > turn.generation:
+            lock.finish(turn, Turn.Status.SKIPPED)
+            return None
         stored = transcript.persist(instance, messages, policy=transcript.Policy.of(registry.agent_for(instance)))
         turn.message_ids = request_message_ids(stored)
         Turn.objects.filter(pk=turn.pk).update(message_ids=turn.message_ids, pending_messages=False,
