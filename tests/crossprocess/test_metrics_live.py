@@ -158,6 +158,11 @@ def test_metrics_are_summed_over_two_uvicorn_workers(metrics_stack: LiveStack, p
         ).fetchone()
     assert samples[("agents_model_tokens_total", (*by_agent, ("direction", "input")))] == stored_in
     assert samples[("agents_model_tokens_total", (*by_agent, ("direction", "output")))] == stored_out
+    # The REST API reports the same usage (the user's own).
+    report = server.get_json("/api/usage/?group_by=agent", cookie)
+    assert [(g["key"], g["turns"], g["input_tokens"], g["output_tokens"]) for g in report["groups"]] == [
+        (AGENT, turns, stored_in, stored_out)
+    ]
     # Database facts, read at scrape time: nothing queued, running or waiting.
     assert samples[("agents_oldest_pending_approval_age_seconds", ())] == 0
     assert samples[("agents_ledger_pending_rows", ())] == 0
