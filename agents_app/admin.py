@@ -17,9 +17,10 @@ from .lifecycle.admin import DestroyMixin
 from .models import AgentInstance, LedgerEntry, Turn
 from .recovery import admin as recovery_admin
 from .schedules import admin as schedules_admin
+from .usage import admin as usage_admin
 
 # The features' admin modules, registered by being imported.
-__all__ = ["approvals_admin", "recovery_admin", "schedules_admin"]
+__all__ = ["approvals_admin", "recovery_admin", "schedules_admin", "usage_admin"]
 
 # Messages shown on an instance's page: the recent conversation (the whole transcript is on the
 # REST API: /api/agents/<slug>/<name>/messages/).

@@ -44,6 +44,7 @@ from .recovery.policy import ChatRecovery, ChatRecoveryContext
 from .schedules.language import ScheduledTask
 from .steps import BeforeStep, StepConfig, StepContext
 from .tools import ApprovalGate, ToolPolicy, Toolset, client_tools_from_schemas, compile_tools
+from .usage import service as quotas
 
 if TYPE_CHECKING:
     from .lifecycle.connections import Connection, ConnectionRequest
@@ -574,6 +575,12 @@ class ChatAgent:
         become pydantic-ai's deferred results); a new prompt closes calls left unanswered.
         """
         turn = self.turn
+        refused = (await database_sync_to_async(quotas.refusal)(turn.user, self.slug())
+                   if quotas.may_refuse(turn.user, self.slug()) else None)
+        if refused is not None:  # before any model request: the turn ends with this error frame
+            turn.metered.limit = refused.limit
+            yield {"type": "error", "errorText": refused.message}
+            return
         if type(self).build_pydantic_agent is ChatAgent.build_pydantic_agent:
             plan = self._plan()
             model: Model | str | None = plan.model
@@ -583,6 +590,7 @@ class ChatAgent:
             built = self.build_pydantic_agent()
             model, first, agent = built.model, None, lambda: built
         await self._authorize_turn(model)
+        turn.metered.model = str(getattr(model, "model_name", model))
         history = await ui_messages.model_history(turn.messages, repair_last_response=not turn.continuation)
         deferred = _approved_calls(turn.messages) if turn.continuation else None
         if history and isinstance(history[-1], ModelResponse) and deferred is None:
@@ -616,15 +624,17 @@ class ChatAgent:
         engine's (``rewrite_finish``).
         """
         turn = self.turn
-        usage = None
+        # The turn's usage: the agent run below adds each of its requests to it in place.
+        usage = turn.metered.usage
         if step is not None:
             # The model's context opens (and closes) the provider's HTTP client, as the agent's does.
             async with step.model:
                 async for event in step.events():
                     yield event
+            usage.incr(step.usage)
             if not step.calls_tools:
                 return
-            history, usage = step.history, step.usage
+            history = step.history
         token = CancellationToken()
         turn.abort_signal.add_callback(token.cancel)
         limits = UsageLimits(request_limit=self.get_max_steps())

@@ -34,6 +34,22 @@ DEFAULTS: dict[str, Any] = {
     # Most turns one user may have queued or running at once, over all instances and processes;
     # a chat request beyond it gets an error frame and stores nothing. None: no limit.
     "AGENT_MAX_ACTIVE_TURNS_PER_USER": 20,
+    # Token quotas (input + output tokens, counted per UTC day and calendar month; None: no
+    # limit). "user_per_day"/"user_per_month": each user's tokens over every agent (an admin
+    # "user quota" replaces both for one user); "agent_per_day"/"agent_per_month": each agent's
+    # tokens over every user, keyed by agent slug ("*": every agent without its own key). A turn
+    # over a limit gets an error frame before any model request (docs/operations.md#usage-and-quotas).
+    "AGENT_USAGE_QUOTAS": {"user_per_day": None, "user_per_month": None, "agent_per_day": {}, "agent_per_month": {}},
+    # Prices per million tokens by model name (as ``TurnUsage.model`` shows it), for the cost of
+    # each turn: {"gpt-4o-mini": {"input": "0.15", "output": "0.60"}}. Models not listed have no cost.
+    "AGENT_MODEL_PRICES": {},
+    # Who may read /metrics (docs/operations.md#metrics): a request with ``Authorization: Bearer
+    # <token>`` when a token is set, or from an address in the allow-list (exact IPs or networks).
+    "AGENT_METRICS_TOKEN": None,
+    "AGENT_METRICS_ALLOWED_IPS": ["127.0.0.1", "::1"],
+    # Trace turns and model calls with OpenTelemetry through pydantic-ai's own instrumentation
+    # (its spans go to the globally configured tracer provider; off: no spans are made).
+    "AGENT_OTEL_TRACING": False,
     # Largest number of model requests in one turn (tool loops), as pydantic-ai's request limit.
     "AGENT_MAX_STEPS": 10,
     # Make a turn's first model request with pydantic-ai's direct API, and go on as an agent run

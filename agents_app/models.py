@@ -10,6 +10,7 @@ from django.db.models import Q
 
 from .querysets import AgentInstanceQuerySet, TurnQuerySet
 from .recovery import policy as chat_recovery
+from .usage.models import TurnUsage, UsageQuota  # noqa: F401 - the app's models too (docs/operations.md#usage-and-quotas)
 
 
 class AgentInstance(models.Model):

@@ -75,6 +75,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from agents_app.metrics import instruments as metrics
+
 logger = logging.getLogger(__name__)
 
 # Groups whose remote members a process remembers; past this the memory starts afresh (publish again).
@@ -109,6 +111,7 @@ class Outage:
         """A message for other processes was dropped because of ``error``."""
         self.lost(error)
         self.dropped += 1
+        metrics.PUBLISH_FAILURES.inc()
 
     def back(self) -> None:
         """A Redis operation succeeded: an outage, if any, is over."""

@@ -293,6 +293,17 @@ AGENT_DEMO_DELAY_MS = int(os.environ.get("AGENT_DEMO_DELAY_MS", "15"))
 AGENT_STREAM_BUFFER = os.environ.get("AGENT_STREAM_BUFFER", "1") == "1"
 # First model request of a turn through pydantic-ai's direct API (default on; agents_app/conf.py).
 AGENT_DIRECT_FIRST_STEP = os.environ.get("AGENT_DIRECT_FIRST_STEP", "1") == "1"
+# Who may scrape /metrics: a bearer token, and client addresses or networks, comma-separated
+# (docs/operations.md#metrics). Traces of turns and model calls with OpenTelemetry (default off).
+AGENT_METRICS_TOKEN = os.environ.get("AGENT_METRICS_TOKEN") or None
+AGENT_METRICS_ALLOWED_IPS = [a for a in os.environ.get("AGENT_METRICS_ALLOWED_IPS", "127.0.0.1,::1").split(",") if a]
+AGENT_OTEL_TRACING = os.environ.get("AGENT_OTEL_TRACING", "0") == "1"
+# Tokens each user may use per UTC day and per month (empty: no limit; per-user overrides in the
+# admin, per-agent limits in AGENT_USAGE_QUOTAS: docs/operations.md#usage-and-quotas).
+AGENT_USAGE_QUOTAS = {
+    "user_per_day": int(os.environ.get("AGENT_QUOTA_USER_DAY_TOKENS") or 0) or None,
+    "user_per_month": int(os.environ.get("AGENT_QUOTA_USER_MONTH_TOKENS") or 0) or None,
+}
 
 # Daphne (make run: runserver) refuses WebSocket messages above 1 MiB by closing the socket; accept up to 16 MiB so an
 # oversized chat frame reaches the app and gets a clear error frame (AGENT_MAX_FRAME_BYTES is the

@@ -22,6 +22,7 @@ from django.utils import timezone
 from .. import conf, dispatch, events, registry, turns
 from ..actions import call_maybe_async
 from ..messages import UIMessage, new_message_id, new_request_id
+from ..metrics import instruments as metrics
 from ..models import Schedule, ScheduleRun, Turn
 from . import language as dsl
 from .declared import declared_tasks
@@ -217,6 +218,8 @@ async def execute(run_id: int) -> str | None:
     if run is None:
         return None
     schedule = run.schedule
+    if run.trigger == ScheduleRun.Trigger.SCHEDULE:  # due → started (a "run now" has no due time)
+        metrics.schedule_started(run.scheduled_for, run.started_at or timezone.now())
     events.emit_chat(run.instance, events.SCHEDULE_EXECUTE, id=schedule.name, callback=schedule.action,
                      occurrenceKey=run.occurrence_key, requestId=run.request_id)
     try:

@@ -16,6 +16,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import transaction
+from django.utils import timezone
 
 from .. import conf, events, registry, statements, transcript
 from ..abort import AbortSignal
@@ -35,6 +36,7 @@ from ..messages import (
     request_message_ids,
     rewrite_finish,
 )
+from ..metrics import instruments as metrics
 from ..models import AgentInstance, Turn
 from ..protocol import codec, frames
 from ..protocol.types import Outcome
@@ -43,6 +45,7 @@ from ..recovery import service as recovery
 from ..streaming import buffer, fanout
 from ..streaming.fanout import Publisher
 from ..streaming.items import Event, Item
+from ..usage import service as usage
 from . import admission, control, database, lock
 
 logger = logging.getLogger("agents_app.turns")
@@ -623,6 +626,9 @@ class TurnRun:
         # flush then has every chunk it could have missed (see streaming.handshake).
         if not chunk.get("transient"):
             self.writer.append(self.seq, body)
+        if self.seq == 0:
+            assert self.setup is not None
+            metrics.first_chunk(self.setup.instance.slug, self.turn.created_at, timezone.now())
         self.seq += 1
         await self.publisher.send(frame, request_id=self.turn.request_id)
 
@@ -638,6 +644,7 @@ class TurnRun:
         finally:
             self.writer.stored()
         self.drained = ending.drained
+        metrics.CHUNKS.labels(instance.slug).inc(self.seq)
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]
         if ending.final_transcript is not None:
             # Marked as the stream's: it releases a connection still waiting for its resume ACK.
@@ -676,6 +683,7 @@ class TurnRun:
             # The partial reply stays in the stream buffer: the recovery attempt stores it.
             with transaction.atomic():
                 buffer.write_rows(setup.stream_pk, rows)
+                usage.record(self.turn, instance.slug, setup.agent.turn.metered)
                 lock.finish(self.turn, Turn.Status.ABORTED, recovery.STALLED)
                 recovering = recovery.schedule(self.turn)
             return _Ending(recovering=recovering)
@@ -691,6 +699,7 @@ class TurnRun:
                 terminal_error=(self.error or "Error") if failed else "",
             )
             buffer.write_rows(setup.stream_pk, rows)
+            usage.record(self.turn, instance.slug, setup.agent.turn.metered)
             # A clear during the turn wins: its partial reply is not written back.
             saved = self.builder.has_content() and current.generation <= self.turn.generation
             if saved:

@@ -18,6 +18,7 @@ from ..errors import AgentAccessError
 from ..lifecycle import connections
 from ..lifecycle import service as lifecycle
 from ..mcp import service as mcp
+from ..metrics import instruments as metrics
 from ..models import AgentInstance
 from ..protocol import frames, parse
 from ..streaming import fanout
@@ -79,6 +80,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # The last ``owner`` wins, as in Django's QueryDict; absent: the user's own namespace.
         owner = query.get(registry.OWNER_PARAMETER, [None])[-1]
         await self.accept()
+        metrics.OPEN_SOCKETS.inc()  # and dec() in disconnect, which every accepted connection reaches
         try:
             # Connecting stores nothing: a new address stays unsaved until its first message.
             self.instance = await database_sync_to_async(registry.locate)(
@@ -144,6 +146,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.close(code=lifecycle.DESTROYED_CLOSE_CODE, reason=lifecycle.DESTROYED_REASON)
 
     async def disconnect(self, code: int) -> None:
+        metrics.OPEN_SOCKETS.dec()
         if self.connection is not None and self.instance is not None:
             await connections.closed(self.instance, self.connection, code, self.close_reason)
         if self.resume is not None:
