@@ -307,5 +307,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {
         "agents_app": {"handlers": ["console"], "level": os.environ.get("AGENT_LOG_LEVEL", "INFO")},
+        # A failed probe check is in /readyz's answer; logged, it would be a traceback a second.
+        "health_check": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }
