@@ -3,9 +3,11 @@
 Each chat streams a ``/slow`` reply of numbered words (``w0 w1 …``) on one server. When its server
 closes the socket (a deploy: uvicorn closes every WebSocket with 1012 on ``SIGTERM``), it reconnects
 to a server still in ``Pool`` after ``RECONNECT_DELAY`` (about what ``useAgentChat``'s backoff
-waits), probes for the live stream and ACKs it, as the npm client does. It keeps the words in
-order as the user would see them: a replayed word it had already is expected (a replay starts at
-the stream's beginning); a live word it had already is *doubled*; a word that skips ahead leaves a
+waits), probes for the live stream and ACKs it, and ACKs every stream announced to it (the
+continuation), as the npm client does; a transcript it is sent shows the reply as stored. It keeps the words in
+order as the user would see them: a word it had already is expected in a replay, or after the
+stream starts again (a live stream's ACK sends it from its ``start``; a continuation never does);
+any other word it had already is *doubled*; a word that skips ahead leaves a
 hole that only a replay or the stored reply fills (a chat that never fills it times out). The gap between two new words is what the user waits.
 """
 
@@ -53,6 +55,8 @@ class Chat:
     doubled: int = 0
     # Live words that came ahead of a missing one (ignored: a replay or the stored reply fills the hole).
     ahead: int = 0
+    # The reply's stream started again from its first chunk: the words already seen come again.
+    restarted: bool = False
     reconnects: int = 0
     gaps: list[float] = field(default_factory=list)
     last_new: float | None = None
@@ -68,9 +72,10 @@ class Chat:
 
     def word(self, index: int, replay: bool) -> None:
         if index < len(self.seen):
-            if not replay:
+            if not (replay or self.restarted):
                 self.doubled += 1
             return
+        self.restarted = False
         if index > len(self.seen):
             self.ahead += 1
             return
@@ -86,9 +91,16 @@ class Chat:
             self.word(int(match.group(1)), replay=True)
 
     def feed(self, frame: dict[str, Any]) -> None:
+        if frame.get("type") == "cf_agent_chat_messages":  # the transcript: the reply as stored so far
+            messages = frame.get("messages") or []
+            if messages and messages[-1].get("role") == "assistant":
+                self.stored(reply_text(messages[-1]))
+            return
         if frame.get("type") != RESP or not frame.get("body") or frame.get("done"):
             return
         chunk = json.loads(frame["body"])
+        if chunk.get("type") == "start" and not frame.get("continuation"):
+            self.restarted = True  # the stream again from its start (the ACK of a live stream): the client rebuilds
         if chunk.get("type") == "text-delta" and (match := _WORD.match(chunk.get("delta", ""))):
             self.word(int(match.group(1)), bool(frame.get("replay")))
 
@@ -120,6 +132,8 @@ async def live_chat(pool: Pool, chat: Chat, cookie: str, get_messages: Any, *, t
                 base = pool.pick(avoid=base)
                 sock = await _resume(base, chat, cookie, get_messages)
                 continue
+            if frame.get("type") == "cf_agent_stream_resuming":  # a stream to follow (a continuation): ACK it
+                await sock.send(json.dumps({"type": "cf_agent_stream_resume_ack", "id": frame["id"]}))
             chat.feed(frame)
         await sock.close()
     except Exception as exc:
@@ -133,19 +147,22 @@ async def _resume(base: str, chat: Chat, cookie: str, get_messages: Any) -> Clie
     await sock.send(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": "p"}))
     while True:
         frame = json.loads(await asyncio.wait_for(sock.recv(), 30))
-        if frame.get("probeId") != "p":
-            chat.feed(frame)
-            continue
         if frame["type"] == "cf_agent_stream_resuming":
             await sock.send(json.dumps({"type": "cf_agent_stream_resume_ack", "id": frame["id"]}))
-        else:  # nothing live right now: what is stored, then whatever streams next (a continuation)
+        chat.feed(frame)
+        if frame.get("probeId") != "p":
+            continue
+        if frame["type"] != "cf_agent_stream_resuming":  # nothing live now: what is stored, then what streams next
             messages = await asyncio.to_thread(get_messages, chat.path)
             if messages and messages[-1]["role"] == "assistant":
-                chat.stored("".join(p.get("text", "") for p in messages[-1]["parts"] if p["type"] == "text"))
+                chat.stored(reply_text(messages[-1]))
         return sock
+
+
+def reply_text(message: dict[str, Any]) -> str:
+    return "".join(p.get("text", "") for p in message.get("parts", []) if p.get("type") == "text")
 
 
 def stored_reply(messages: list[dict[str, Any]]) -> tuple[list[str], str]:
     """The roles of a transcript and its last message's text."""
-    text = "".join(p.get("text", "") for p in messages[-1]["parts"] if p["type"] == "text") if messages else ""
-    return [m["role"] for m in messages], text
+    return [m["role"] for m in messages], reply_text(messages[-1]) if messages else ""

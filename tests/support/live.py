@@ -36,6 +36,9 @@ MAX_MESSAGE = 16 * 1024 * 1024
 # `make run` serves through runserver); THINK_SERVER chooses the default.
 SERVERS = ("uvicorn", "daphne")
 DEFAULT_SERVER = os.environ.get("THINK_SERVER", "uvicorn")
+# uvicorn's WebSocket implementation: the README's; THINK_UVICORN_WS=websockets measures the
+# deprecated one beside it (bench/README.md).
+UVICORN_WS = os.environ.get("THINK_UVICORN_WS", "websockets-sansio")
 
 
 def server_command(kind: str, port: int, app: str = "thinkproject.asgi:application", workers: int = 1) -> list[str]:
@@ -45,7 +48,7 @@ def server_command(kind: str, port: int, app: str = "thinkproject.asgi:applicati
     """
     if kind == "uvicorn":
         return ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop",
-                "--ws", "websockets-sansio", "--ws-max-size", str(MAX_MESSAGE), "--ws-ping-interval", "20",
+                "--ws", UVICORN_WS, "--ws-max-size", str(MAX_MESSAGE), "--ws-ping-interval", "20",
                 "--ws-ping-timeout", "30", *(["--workers", str(workers)] if workers > 1 else []), app]
     if kind == "daphne":
         return ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "--websocket-max-message-size",
