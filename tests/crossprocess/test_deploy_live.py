@@ -43,8 +43,8 @@ async def _run(pool: Pool, chats: list[Chat], cookies: list[str], reader: Server
 
 
 def _check(stack: LiveStack, reader: Server, chats: list[Chat], cookies: list[str]) -> None:
-    failed = [f"{c.path}: {len(c.seen)} words, {c.doubled} doubled, {c.ahead} ahead, {c.reconnects} reconnects {c.error}"
-              for c in chats if c.error or not c.complete or c.doubled]
+    failed = [f"{c.path}: {len(c.seen)} words, {c.doubled} doubled, {c.ahead} ahead, {c.reconnects} reconnects "
+              f"{c.error}" for c in chats if c.error or not c.complete or c.doubled]
     assert failed == [], "\n".join(failed)
     for chat, cookie in zip(chats, cookies, strict=True):
         roles, text = stored_reply(reader.get_json(f"{chat.path}/get-messages", cookie))

@@ -4,11 +4,13 @@ Each chat streams a ``/slow`` reply of numbered words (``w0 w1 …``) on one ser
 closes the socket (a deploy: uvicorn closes every WebSocket with 1012 on ``SIGTERM``), it reconnects
 to a server still in ``Pool`` after ``RECONNECT_DELAY`` (about what ``useAgentChat``'s backoff
 waits), probes for the live stream and ACKs it, and ACKs every stream announced to it (the
-continuation), as the npm client does; a transcript it is sent shows the reply as stored. It keeps the words in
-order as the user would see them: a word it had already is expected in a replay, or after the
-stream starts again (a live stream's ACK sends it from its ``start``; a continuation never does);
-any other word it had already is *doubled*; a word that skips ahead leaves a
-hole that only a replay or the stored reply fills (a chat that never fills it times out). The gap between two new words is what the user waits.
+continuation), as the npm client does; a transcript it is sent shows the reply as stored.
+
+It keeps the words in order as the user sees them. A word it has already is expected in a replay,
+or after the stream starts again (the ACK of a live stream sends it from its ``start``; a
+continuation never does); any other is *doubled*. A word that skips ahead leaves a hole that only
+a replay or the stored reply fills (a chat that never fills it times out). The gap between two new
+words is what the user waits.
 """
 
 import asyncio
