@@ -97,7 +97,7 @@ def test_worker_restart_during_continuations_loses_nothing(stack: LiveStack) -> 
         # The worker now streams every continuation: restart it (warm shutdown) and start another.
         worker.send_signal(signal.SIGTERM)
         stack.start_celery_worker("w2", concurrency=CHATS)
-        assert worker.wait(60) == 0
+        assert worker.wait(120) == 0
         stopped.set()
 
     asyncio.run(_run(pool, chats, cookies, other, restart))
