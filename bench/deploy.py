@@ -29,9 +29,12 @@ async def _round(stack: LiveStack, chats: int, words: int, restart_worker: bool,
     old, other = stack.start_server(), stack.start_server()
     pool = Pool([old.ws, other.ws])
     items = [Chat(f"/agents/demo-agent/{name}-{i}", words) for i in range(chats)]
-    tasks = [asyncio.ensure_future(live_chat(pool, chat, cookie,
-                                             lambda path, c=cookie: other.get_json(f"{path}/get-messages", c)))
-             for chat, cookie in zip(items, cookies, strict=True)]
+    tasks = [
+        asyncio.ensure_future(
+            live_chat(pool, chat, cookie, lambda path, c=cookie: other.get_json(f"{path}/get-messages", c))
+        )
+        for chat, cookie in zip(items, cookies, strict=True)
+    ]
     while not all(len(chat.seen) >= 10 or chat.error for chat in items):
         await asyncio.sleep(0.05)
 
@@ -50,12 +53,16 @@ async def _round(stack: LiveStack, chats: int, words: int, restart_worker: bool,
     for chat, cookie in zip(items, cookies, strict=True):
         if chat.error or not chat.complete or chat.doubled:
             raise AssertionError(f"{chat.path}: {chat}")
-        if stored_reply(other.get_json(f"{chat.path}/get-messages", cookie)) != (["user", "assistant"],
-                                                                                 expected_text(words)):
+        if stored_reply(other.get_json(f"{chat.path}/get-messages", cookie)) != (
+            ["user", "assistant"],
+            expected_text(words),
+        ):
             raise AssertionError(f"{chat.path}: the stored reply is wrong")
     rows = []
-    for label, group in (("moved", [c for c in items if c.reconnects]), ("stayed", [c for c in items
-                                                                                     if not c.reconnects])):
+    for label, group in (
+        ("moved", [c for c in items if c.reconnects]),
+        ("stayed", [c for c in items if not c.reconnects]),
+    ):
         gaps = [chat.longest_gap for chat in group]
         if gaps:
             rows.append([name, label, len(group), f"{median(gaps):.2f}", f"{p95(gaps):.2f}", f"{max(gaps):.2f}"])
@@ -81,8 +88,11 @@ def main() -> None:
                 stack.stop()
         finally:
             redis.stop()
-    report(f"Rolling restart, {args.chats} chats of /slow {args.words} 20: longest wait between two new words (s)",
-           ["restart", "chats", "n", "median", "p95", "max"], rows)
+    report(
+        f"Rolling restart, {args.chats} chats of /slow {args.words} 20: longest wait between two new words (s)",
+        ["restart", "chats", "n", "median", "p95", "max"],
+        rows,
+    )
     print(f"load after: {machine_load()}")
 
 

@@ -28,14 +28,16 @@ def _chats(prefix: str) -> list[Chat]:
     return [Chat(f"/agents/demo-agent/{prefix}-{i}", WORDS) for i in range(CHATS)]
 
 
-async def _run(pool: Pool, chats: list[Chat], cookies: list[str], reader: Server,
-               restart: Any) -> list[Chat]:
+async def _run(pool: Pool, chats: list[Chat], cookies: list[str], reader: Server, restart: Any) -> list[Chat]:
     """Every chat streaming; ``restart()`` (in a thread) once each has shown 10 words."""
+
     def get_messages(path: str, cookie: str) -> Any:
         return reader.get_json(f"{path}/get-messages", cookie)
 
-    tasks = [asyncio.ensure_future(live_chat(pool, chat, cookie, lambda path, c=cookie: get_messages(path, c)))
-             for chat, cookie in zip(chats, cookies, strict=True)]
+    tasks = [
+        asyncio.ensure_future(live_chat(pool, chat, cookie, lambda path, c=cookie: get_messages(path, c)))
+        for chat, cookie in zip(chats, cookies, strict=True)
+    ]
     while not all(len(chat.seen) >= 10 or chat.error for chat in chats):
         await asyncio.sleep(0.05)
     await asyncio.to_thread(restart)
@@ -43,8 +45,11 @@ async def _run(pool: Pool, chats: list[Chat], cookies: list[str], reader: Server
 
 
 def _check(stack: LiveStack, reader: Server, chats: list[Chat], cookies: list[str]) -> None:
-    failed = [f"{c.path}: {len(c.seen)} words, {c.doubled} doubled, {c.ahead} ahead, {c.reconnects} reconnects "
-              f"{c.error}" for c in chats if c.error or not c.complete or c.doubled]
+    failed = [
+        f"{c.path}: {len(c.seen)} words, {c.doubled} doubled, {c.ahead} ahead, {c.reconnects} reconnects {c.error}"
+        for c in chats
+        if c.error or not c.complete or c.doubled
+    ]
     assert failed == [], "\n".join(failed)
     for chat, cookie in zip(chats, cookies, strict=True):
         roles, text = stored_reply(reader.get_json(f"{chat.path}/get-messages", cookie))

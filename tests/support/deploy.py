@@ -108,8 +108,14 @@ class Chat:
 
 
 async def _open(ws_base: str, path: str, cookie: str) -> ClientConnection:
-    sock = await connect(f"{ws_base}{path}", additional_headers={"Origin": "http://localhost", "Cookie": cookie},
-                         max_size=None, compression=None, open_timeout=30, close_timeout=1)
+    sock = await connect(
+        f"{ws_base}{path}",
+        additional_headers={"Origin": "http://localhost", "Cookie": cookie},
+        max_size=None,
+        compression=None,
+        open_timeout=30,
+        close_timeout=1,
+    )
     while json.loads(await asyncio.wait_for(sock.recv(), 30)).get("type") != "cf_agent_mcp_servers":
         pass
     return sock
