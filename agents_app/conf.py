@@ -80,6 +80,10 @@ DEFAULTS: dict[str, Any] = {
     # How long a message sent over the REST API with ``wait=true`` waits for its reply, in seconds
     # (default 30); a reply still running then is answered with its status (202), not an error.
     "AGENT_API_WAIT_TIMEOUT": 30.0,
+    # Seconds a server process that shuts down (SIGTERM) lets its running turns end on their own
+    # before it hands the rest to recovery (docs/operations.md#lifespan). Keep it below the process
+    # manager's stop timeout; 0 hands every running turn off at once.
+    "AGENT_SHUTDOWN_GRACE_SECONDS": 10.0,
 }
 
 

@@ -4,9 +4,11 @@
 
 Redis, SQLite, a Celery worker (one thread per chat) and two uvicorn servers; ``--chats`` chats
 stream ``/slow`` replies (20 ms a word), spread over both servers. Once each has shown 10 words,
-one server gets ``SIGTERM`` (its lifespan shutdown hands its turns to recovery) and a new one
-starts; the clients of the stopped one reconnect to a server that is up and resume. Then the same
-with the worker restarted while it streams the continuations. Every reply is checked (no word lost
+one server gets ``SIGTERM`` and a new one starts; the clients of the stopped one reconnect to a
+server that is up and resume. Three rounds: the default grace period (the stopped server's turns
+end there, followed through Redis), none (``AGENT_SHUTDOWN_GRACE_SECONDS=0``: they are handed to
+recovery and the worker continues them), and the latter with the worker restarted while it
+streams the continuations. Every reply is checked (no word lost
 or doubled, the stored reply whole); printed: the longest wait between two new words per chat
 (median, p95, max), for the chats that were on the restarted server and for the others.
 """
@@ -24,11 +26,12 @@ from tests.support.load import make_sessions
 
 
 async def _round(stack: LiveStack, chats: int, words: int, restart_worker: bool, name: str) -> list[list[object]]:
-    cookies = make_sessions(stack, chats, prefix=name)
-    worker = stack.start_celery_worker(f"{name}-w1", concurrency=chats)
+    """One restart under ``chats`` live replies; rows of the longest waits (``name`` labels them)."""
+    cookies = make_sessions(stack, chats, prefix="chat")
+    worker = stack.start_celery_worker("w1", concurrency=chats)
     old, other = stack.start_server(), stack.start_server()
     pool = Pool([old.ws, other.ws])
-    items = [Chat(f"/agents/demo-agent/{name}-{i}", words) for i in range(chats)]
+    items = [Chat(f"/agents/demo-agent/chat-{i}", words) for i in range(chats)]
     tasks = [
         asyncio.ensure_future(
             live_chat(pool, chat, cookie, lambda path, c=cookie: other.get_json(f"{path}/get-messages", c))
@@ -44,7 +47,7 @@ async def _round(stack: LiveStack, chats: int, words: int, restart_worker: bool,
         if restart_worker:
             old.proc.wait(30)
             worker.send_signal(signal.SIGTERM)
-            stack.start_celery_worker(f"{name}-w2", concurrency=chats)
+            stack.start_celery_worker("w2", concurrency=chats)
         else:
             pool.ws_bases.append(stack.start_server().ws)
 
@@ -77,11 +80,14 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load before: {machine_load()}")
     rows = []
-    for name, restart_worker in (("server", False), ("worker", True)):
-        workdir = Path(tempfile.mkdtemp(prefix=f"bench-deploy-{name}-"))
+    # The server restarted with the default grace period (its turns end there), with none (they
+    # are handed to recovery at once), and the worker restarted while it runs those continuations.
+    rounds = (("server, grace 10 s", "10", False), ("server, grace 0", "0", False), ("worker", "0", True))
+    for name, grace, restart_worker in rounds:
+        workdir = Path(tempfile.mkdtemp(prefix="bench-deploy-"))
         redis = RedisServer(workdir)
         try:
-            stack = LiveStack(workdir, redis.url)
+            stack = LiveStack(workdir, redis.url, extra_env={"AGENT_SHUTDOWN_GRACE_SECONDS": grace})
             try:
                 rows += asyncio.run(_round(stack, args.chats, args.words, restart_worker, name))
             finally:

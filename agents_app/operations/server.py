@@ -8,6 +8,7 @@ crash would be recovered but without waiting to be found (docs/operations.md#lif
 closes the Redis pools and the database connection.
 """
 
+import asyncio
 import logging
 
 from channels.db import database_sync_to_async
@@ -31,13 +32,19 @@ async def warm() -> None:
 
 
 async def hand_off() -> int:
-    """Stop the turns running on this process and cut each into recovery; returns how many.
+    """Let the turns running on this process end for up to ``AGENT_SHUTDOWN_GRACE_SECONDS``, then
+    stop the rest and cut each into recovery; returns how many were cut.
 
-    The cut is the crash path's (``recovery.cut``): the partial reply stays in the stream buffer,
-    every connection gets the terminal ``recovering`` frame, and a worker continues the reply. With
+    While they end, their clients (moved to other processes) follow them through Redis; a
+    conversation's next queued turn goes to a worker (``turns.engine.drain``). The cut is the crash
+    path's (``recovery.cut``): the partial reply stays in the stream buffer, every connection gets
+    the terminal ``recovering`` frame, and a worker continues the reply. With
     ``AGENT_RECOVERY = "inline"`` the attempt waits in the queue for the next process's start-up
     sweep instead of running on this one, which is stopping.
     """
+    running = control.tasks_here()
+    if running:
+        await asyncio.wait(running, timeout=float(conf.get("AGENT_SHUTDOWN_GRACE_SECONDS")))
     stopped = await control.stop_here()
     for pk in stopped:
         turn = await Turn.objects.aget(pk=pk)

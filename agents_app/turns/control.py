@@ -221,6 +221,12 @@ async def scoped() -> AsyncIterator[None]:
             await shutdown()
 
 
+def tasks_here() -> "list[asyncio.Task[Any]]":
+    """The tasks running turns on this event loop (a process that shuts down waits for them)."""
+    control = _controls.get(asyncio.get_running_loop())
+    return [] if control is None else [r.task for r in control.turns.values() if r.task is not None]
+
+
 async def stop_here() -> list[int]:
     """Stop every turn running on this event loop as its process's death would, for a process that
     shuts down (docs/operations.md#lifespan): each turn's task is cancelled, which ends nothing in

@@ -1,9 +1,9 @@
 """Rolling restarts under live replies lose nothing (docs/operations.md#deploys).
 
 Two uvicorn servers and 50 chats streaming ``/slow`` replies; one server gets ``SIGTERM`` and a new
-one starts, as a deploy does: its lifespan shutdown hands the running turns to recovery, a Celery
-worker continues them, and every client, reconnected to a server still up, sees its reply to the
-end with no word lost or doubled. The same when the Celery worker running those continuations is
+one starts, as a deploy does: its lifespan shutdown lets the running turns end there (their clients,
+reconnected to a server still up, follow them), or with no grace period hands them to recovery and
+a Celery worker continues them; every client sees its reply to the end with no word lost or doubled. The same when the Celery worker running those continuations is
 restarted. ``bench/deploy.py`` measures the waits between words; this only checks the replies.
 """
 
@@ -63,7 +63,11 @@ def _server_logs_clean(stack: LiveStack) -> None:
         assert "UvicornDeprecationWarning" not in text, log.name
 
 
-def test_server_restart_under_live_replies_loses_nothing(stack: LiveStack) -> None:
+@pytest.mark.parametrize("grace", ["10", "0"], ids=["turns-end-there", "handed-off"])
+def test_server_restart_under_live_replies_loses_nothing(stack: LiveStack, grace: str) -> None:
+    """With a grace period the old server's turns end there, followed from the other server; with
+    none they are handed to recovery at once and a worker continues them."""
+    stack.env["AGENT_SHUTDOWN_GRACE_SECONDS"] = grace
     cookies = make_sessions(stack, CHATS, prefix="deploy")
     stack.start_celery_worker(concurrency=CHATS)
     old, other = stack.start_server(), stack.start_server()
@@ -82,12 +86,14 @@ def test_server_restart_under_live_replies_loses_nothing(stack: LiveStack) -> No
     _check(stack, other, chats, cookies)
     log = (stack.workdir / f"server-{old.port}.log").read_text()
     assert "Application shutdown complete." in log
-    assert "Handed off" in log  # its turns went to recovery at shutdown, not at the next sweep
+    if grace == "0":
+        assert "Handed off" in log  # its turns went to recovery at shutdown, not at the next sweep
     _server_logs_clean(stack)
 
 
 def test_worker_restart_during_continuations_loses_nothing(stack: LiveStack) -> None:
     """The continuations of handed-off turns run on a worker; that worker is restarted meanwhile."""
+    stack.env["AGENT_SHUTDOWN_GRACE_SECONDS"] = "0"
     cookies = make_sessions(stack, CHATS, prefix="worker")
     worker = stack.start_celery_worker("w1", concurrency=CHATS)
     old, other = stack.start_server(), stack.start_server()
