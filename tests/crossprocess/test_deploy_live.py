@@ -3,8 +3,9 @@
 Two uvicorn servers and 50 chats streaming ``/slow`` replies; one server gets ``SIGTERM`` and a new
 one starts, as a deploy does: its lifespan shutdown lets the running turns end there (their clients,
 reconnected to a server still up, follow them), or with no grace period hands them to recovery and
-a Celery worker continues them; every client sees its reply to the end with no word lost or doubled. The same when the Celery worker running those continuations is
-restarted. ``bench/deploy.py`` measures the waits between words; this only checks the replies.
+a Celery worker continues them; every client sees its reply to the end with no word lost or
+doubled. The same when the Celery worker running those continuations is restarted.
+``bench/deploy.py`` measures the waits between words; this only checks the replies.
 """
 
 import asyncio
