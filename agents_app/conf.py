@@ -103,6 +103,10 @@ DEFAULTS: dict[str, Any] = {
     # many seconds before one tries again (default 5): a server that is down is not dialled by
     # every turn.
     "AGENT_MCP_RETRY_SECONDS": 5.0,
+    # Seconds a server process that shuts down (SIGTERM) lets its running turns end on their own
+    # before it hands the rest to recovery (docs/operations.md#lifespan). Keep it below the process
+    # manager's stop timeout; 0 hands every running turn off at once.
+    "AGENT_SHUTDOWN_GRACE_SECONDS": 10.0,
 }
 
 

@@ -281,7 +281,15 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
             self.deliver_locally(topic.decode()[len(self.topic("")):], self.deserialize(payload))
 
     async def flush(self) -> None:
-        # The groups and the subscription go even when Redis fails the flush: a subscription left
+        await self._stop_then(super().flush)
+
+    async def close_pools(self) -> None:
+        """Stop the pump and the subscription, then close the pools, deleting nothing in Redis (a
+        process that stops: the pump would otherwise read from a closed connection and report an outage)."""
+        await self._stop_then(super().close_pools)
+
+    async def _stop_then(self, then: Callable[[], Awaitable[None]]) -> None:
+        # The groups and the subscription go even when Redis fails ``then``: a subscription left
         # behind would keep receiving the groups' publications.
         try:
             if self._pump is not None:
@@ -289,7 +297,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._pump
                 self._pump = None
-            await super().flush()
+            await then()
         finally:
             self.local_groups.clear()
             if self._subscriber is not None:

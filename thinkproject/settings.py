@@ -199,6 +199,8 @@ CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "0") == "1
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Seconds between two claims of due scheduled prompts (default 5): how late a run may start.
 AGENT_SCHEDULE_TICK_SECONDS = float(os.environ.get("AGENT_SCHEDULE_TICK_SECONDS", "5"))
+# How long a stopping server lets its running turns end before handing them to recovery.
+AGENT_SHUTDOWN_GRACE_SECONDS = float(os.environ.get("AGENT_SHUTDOWN_GRACE_SECONDS", "10"))
 # Periodic maintenance (Celery beat): every minute, run turns no process picked up; every
 # AGENT_RECOVERY_SWEEP_SECONDS (10), cut and recover turns whose process died (a turn's lease is
 # 15 s, so a crash on another host is found within 25 s, one on the same host at the next sweep);
@@ -318,5 +320,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {
         "agents_app": {"handlers": ["console"], "level": os.environ.get("AGENT_LOG_LEVEL", "INFO")},
+        # A failed probe check is in /readyz's answer; logged, it would be a traceback a second.
+        "health_check": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }

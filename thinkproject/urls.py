@@ -9,12 +9,16 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from accounts.views import LoginView
 from agents_app.metrics import views as metrics
+from agents_app.operations import views as operations_views
 
 # application/json first: what a browser (and any client without a preference) gets, shown in place.
 SCHEMA_RENDERERS = [OpenApiJsonRenderer2, OpenApiJsonRenderer, OpenApiYamlRenderer]
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Probes for load balancers and orchestrators: JSON, no login (docs/operations.md#probes).
+    path("healthz", operations_views.healthz, name="healthz"),
+    path("readyz", operations_views.readyz, name="readyz"),
     # Ours first (its page links sign-up and reset), then sign-up and invitations, then Django's own
     # logout, password reset and password change, drawn by templates/registration/.
     path("accounts/login/", LoginView.as_view(), name="login"),

@@ -44,6 +44,8 @@ class _Running:
     signal: AbortSignal
     # Set once the turn's stream buffer is open (a flush before that has nothing to store).
     writer: StreamWriter | None = None
+    # The task running the turn, which a process shutting down cancels (``stop_here``).
+    task: "asyncio.Task[Any] | None" = None
 
 
 # Cancels kept for turns not (or no longer) listening on this process, most recent last.
@@ -138,7 +140,7 @@ class Registration:
 async def listening(turn_pk: int, signal: AbortSignal) -> AsyncIterator[Registration]:
     """While the turn runs: abort ``signal`` on ``turn.cancel``; answer flush requests."""
     control = await _control()
-    running = control.turns[turn_pk] = _Running(signal)
+    running = control.turns[turn_pk] = _Running(signal, task=asyncio.current_task())
     early = control.early_cancels.pop(turn_pk, None)
     if early is not None:
         signal.abort(early)
@@ -220,6 +222,31 @@ async def scoped() -> AsyncIterator[None]:
     finally:
         if not existed:
             await shutdown()
+
+
+def tasks_here() -> "list[asyncio.Task[Any]]":
+    """The tasks running turns on this event loop (a process that shuts down waits for them)."""
+    control = _controls.get(asyncio.get_running_loop())
+    return [] if control is None else [r.task for r in control.turns.values() if r.task is not None]
+
+
+async def stop_here() -> list[int]:
+    """Stop every turn running on this event loop as its process's death would, for a process that
+    shuts down (docs/operations.md#lifespan): each turn's task is cancelled, which ends nothing in
+    the database, then its writer stores every chunk it sent. Returns the turns' pks: still running
+    in the database, for the caller to cut into recovery."""
+    control = _controls.get(asyncio.get_running_loop())
+    if control is None:
+        return []
+    stopped = [(pk, running) for pk, running in control.turns.items() if running.task is not None]
+    for _, running in stopped:
+        assert running.task is not None
+        running.task.cancel()
+    await asyncio.gather(*(running.task for _, running in stopped if running.task is not None), return_exceptions=True)
+    for _, running in stopped:
+        if running.writer is not None:
+            await running.writer.flush()
+    return [pk for pk, _ in stopped]
 
 
 def run_sync(function: Callable[..., Awaitable[T]], *args: Any) -> T:

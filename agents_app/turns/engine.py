@@ -18,7 +18,7 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from .. import conf, events, registry, statements, transcript
+from .. import conf, dispatch, events, registry, statements, transcript
 from ..abort import AbortSignal
 from ..actions.attachments import ReplyAttachments
 from ..actions.envelopes import to_json_safe
@@ -38,6 +38,7 @@ from ..messages import (
 )
 from ..metrics import instruments as metrics
 from ..models import AgentInstance, Turn
+from ..operations import lifecycle
 from ..protocol import codec, frames
 from ..protocol.types import Outcome
 from ..recovery import liveness
@@ -83,6 +84,10 @@ async def drain(instance_pk: int, first: "QueueLook | None" = None, lead: "Lead 
     """
     channel = await control.channel_name()
     while True:
+        if first is None and lifecycle.draining():
+            # This process is stopping: a worker runs the rest of the queue (docs/operations.md#lifespan).
+            await dispatch.enqueue(dispatch.DRAIN_INSTANCE, instance_pk)
+            return
         if first is not None:
             (claim, latest, started), first = first, None
         else:
