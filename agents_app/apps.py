@@ -19,6 +19,7 @@ class AgentsAppConfig(AppConfig):
         from . import checks  # noqa: F401 - registers the system checks
         from .agent import register_handle_factory
         from .handles import AgentHandle
+        from .mcp import checks as mcp_checks  # noqa: F401 - registers the MCP system checks
         from .models import AgentInstance
         from .schedules.declared import on_instance_saved
 

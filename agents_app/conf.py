@@ -80,6 +80,13 @@ DEFAULTS: dict[str, Any] = {
     # How long a message sent over the REST API with ``wait=true`` waits for its reply, in seconds
     # (default 30); a reply still running then is answered with its status (202), not an error.
     "AGENT_API_WAIT_TIMEOUT": 30.0,
+    # A process closes an MCP connection no turn has used for this many seconds (default 300);
+    # the next turn that needs the server opens it again (docs/architecture.md#mcp-servers).
+    "AGENT_MCP_IDLE_SECONDS": 300.0,
+    # After a connection to an MCP server fails, turns on this process go without it for this
+    # many seconds before one tries again (default 5): a server that is down is not dialled by
+    # every turn.
+    "AGENT_MCP_RETRY_SECONDS": 5.0,
 }
 
 

@@ -22,6 +22,11 @@ __all__ = [
     "LEDGER_SERIALIZE_FAILED",
     "LEDGER_SETTLED",
     "LEDGER_SWEPT",
+    "MCP_CLOSE",
+    "MCP_CONNECT",
+    "MCP_DISCOVER",
+    "MCP_PRECONNECT",
+    "MCP_WAIT",
     "MESSAGE_CANCEL",
     "MESSAGE_CLEAR",
     "MESSAGE_ERROR",
@@ -122,6 +127,17 @@ RECOVERY_COMPLETED = "chat:recovery:completed"
 RECOVERY_SKIPPED = "chat:recovery:skipped"
 RECOVERY_FAILED = "chat:recovery:failed"
 RECOVERY_EXHAUSTED = "chat:recovery:exhausted"
+
+# MCP connections (the reference's ``mcp:client:*`` events), per process. A connection starts
+# {serverId, instance}; it is ready or failed {serverId, url, transport, state, error?}; what it
+# offers was listed {serverId, url, state, tools}; it closed (idle, removed, changed) {serverId, url, state}.
+MCP_PRECONNECT = "mcp:client:preconnect"
+MCP_CONNECT = "mcp:client:connect"
+MCP_DISCOVER = "mcp:client:discover"
+MCP_CLOSE = "mcp:client:close"
+# Ours: a turn waited for its MCP connections (``wait_for_mcp_connections``). {requestId, timeout
+# (seconds, None: no limit), pending: the servers still connecting when it stopped waiting}
+MCP_WAIT = "chat:mcp:wait"
 
 Subscriber = Callable[[str, dict[str, Any]], object]
 

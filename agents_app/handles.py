@@ -20,6 +20,7 @@ from .agent import ChatAgent, SaveMessagesResult
 from .approvals import service as approvals
 from .errors import UnknownAgent
 from .followers import TurnFollower, notify
+from .mcp import service as mcp
 from .messages import UIMessage, new_request_id
 from .models import AgentInstance, Turn
 from .schedules import declared
@@ -167,6 +168,36 @@ class AgentHandle:
     async def reject_execution(self, execution_id: str, reason: str | None = None, *, actor: Any = None) -> Any:
         """Refuse a parked call and continue the conversation (``approvals.reject_execution``)."""
         return await approvals.reject_execution(execution_id, reason, actor=actor, instance=self.instance)
+
+    # --- MCP servers (the reference Agent's addMcpServer / removeMcpServer / getMcpServers) ---------
+    async def add_mcp_server(self, name: str, url: str, *, headers: dict[str, Any] | None = None,
+                             transport: str | None = None, needs_approval: bool | list[str] = False,
+                             tool_prefix: str = "", connect: bool = True) -> dict[str, Any]:
+        """Add an MCP server to this instance: stored, so turns on every process use it.
+
+        ``headers`` values are references, never secrets: ``env("TOKEN", prefix="Bearer ")``,
+        ``setting("NAME")``, or the strings ``"env:NAME"`` / ``"setting:NAME"``. ``transport``:
+        ``"streamable-http"`` (default) or ``"sse"``. With ``connect`` this process connects once
+        at once, so clients see its tools. Returns ``{id, state, error}``.
+
+        Raises:
+            MCPConfigurationError: a bad name, URL or header; ``MCPServerExists`` when taken.
+        """
+        return await mcp.aadd_server(self.instance, name, url, headers=headers, transport=transport,
+                                     needs_approval=needs_approval, tool_prefix=tool_prefix, connect=connect)
+
+    async def remove_mcp_server(self, name: str) -> bool:
+        """Remove a server added with ``add_mcp_server``; False when there is none by that name."""
+        return await mcp.aremove_server(self.instance, name)
+
+    async def list_mcp_servers(self) -> list[dict[str, Any]]:
+        """This instance's MCP servers, declared and added: ``[{id, name, server_url, state, error,
+        declared, tools, ...}]``."""
+        return await database_sync_to_async(mcp.list_servers)(self.instance)
+
+    async def get_mcp_servers(self) -> dict[str, Any]:
+        """The state clients receive (``cf_agent_mcp_servers``): ``{servers, tools, prompts, resources}``."""
+        return (await database_sync_to_async(mcp.snapshot)(self.instance)).as_json()
 
     # --- schedules (the reference Agent's schedule API) -------------------------------------------
     async def schedule(self, when: float | datetime | str, callback: str, payload: Any = None, *,

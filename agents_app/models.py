@@ -601,3 +601,81 @@ class ScheduleRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.occurrence_key} ({self.status})"
+
+
+class MCPServerConfig(models.Model):
+    """An MCP server added to one instance at runtime (``handle.add_mcp_server``; docs/architecture.md#mcp-servers).
+
+    Declared servers (``get_mcp_servers()``) live in code, not here. A row holds a URL, never a
+    secret: ``headers`` maps each header to a reference (``{"source": "env"|"setting", "name",
+    "prefix"}``) resolved when a process opens the connection. Every process reads these rows at
+    a turn's start, so a server added through one process is used by turns on any other.
+    """
+
+    class Transport(models.TextChoices):
+        STREAMABLE_HTTP = "streamable-http"
+        SSE = "sse"
+
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="mcp_servers")
+    name = models.CharField(max_length=100)
+    url = models.URLField(max_length=2000)
+    transport = models.CharField(max_length=20, choices=Transport.choices, default=Transport.STREAMABLE_HTTP)
+    headers = models.JSONField(default=dict, blank=True)
+    # The names of the tools that wait for the user's approval; ``approve_all`` puts every tool there.
+    needs_approval = models.JSONField(default=list, blank=True)
+    approve_all = models.BooleanField(default=False)
+    tool_prefix = models.CharField(max_length=50, blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "MCP server"
+        ordering = ["instance_id", "created_at", "pk"]
+        permissions = [("manage_mcp_servers", "Can add and remove the MCP servers of agent instances")]
+        constraints = [models.UniqueConstraint(fields=["instance", "name"], name="unique_mcp_server_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.instance}"
+
+
+class MCPServerStatus(models.Model):
+    """The last known state of one MCP server of one instance, declared or runtime: what
+    ``cf_agent_mcp_servers`` carries (docs/architecture.md#mcp-servers).
+
+    Connections are per process; whichever process opens, discovers or loses one writes here
+    (last writer wins) and broadcasts, so every process reads one state and sends it on connect.
+    """
+
+    class State(models.TextChoices):
+        # The reference's connection states (MCPConnectionState).
+        NOT_CONNECTED = "not-connected"
+        AUTHENTICATING = "authenticating"
+        CONNECTING = "connecting"
+        CONNECTED = "connected"
+        DISCOVERING = "discovering"
+        READY = "ready"
+        FAILED = "failed"
+
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="mcp_statuses")
+    name = models.CharField(max_length=100)
+    server_url = models.CharField(max_length=2000, blank=True, default="")
+    state = models.CharField(max_length=20, choices=State.choices, default=State.NOT_CONNECTED)
+    error = models.TextField(blank=True, default="")
+    instructions = models.TextField(blank=True, default="")
+    capabilities = models.JSONField(null=True, blank=True)
+    # What the server offers, as MCP lists them (tools with their input schemas).
+    tools = models.JSONField(default=list, blank=True)
+    prompts = models.JSONField(default=list, blank=True)
+    resources = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "MCP server state"
+        verbose_name_plural = "MCP server states"
+        ordering = ["instance_id", "pk"]
+        constraints = [models.UniqueConstraint(fields=["instance", "name"], name="unique_mcp_status_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.instance}: {self.state}"

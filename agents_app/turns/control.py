@@ -24,6 +24,7 @@ from channels.layers import get_channel_layer
 
 from .. import events
 from ..abort import AbortSignal
+from ..mcp import connections as mcp_connections
 from ..models import AgentInstance, Turn
 from ..recovery import liveness
 from ..streaming.buffer import StreamWriter
@@ -196,7 +197,9 @@ async def cancel_all(instance: AgentInstance) -> int:
 
 
 async def shutdown() -> None:
-    """Stop this loop's control receiver (a Celery task's loop ends after one call)."""
+    """Stop this loop's control receiver and close its MCP connections (a Celery task's loop ends
+    after one call)."""
+    await mcp_connections.close_loop()
     control = _controls.pop(asyncio.get_running_loop(), None)
     if control is not None and control.task is not None:
         control.task.cancel()

@@ -454,6 +454,7 @@ class TurnRun:
         self._emit_event(events.REQUEST_FAILED, stage=stage, messagesPersisted=True, error=self.error)
 
     async def _stream(self, agent: ChatAgent, *, stall_timeout: float = 0) -> None:
+        await agent.start_mcp()
         response = await agent.on_chat_message()
         if response is None:
             return

@@ -15,6 +15,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from .. import conf, registry, rpc, transcript, turns
 from ..errors import AgentAccessError
+from ..mcp import service as mcp
 from ..models import AgentInstance
 from ..protocol import frames, parse
 from ..streaming import fanout
@@ -92,7 +93,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             # An active or coming stream is announced first, before identity (docs/protocol.md#connect-sequence).
             await self.join(self.instance)
         await self.send_frame(frames.identity(name=self.instance.name, agent=self.instance.slug))
-        await self.send_frame(frames.mcp_servers())
+        await self.send_frame((await database_sync_to_async(mcp.snapshot)(self.instance)).frame())
 
     async def join(self, instance: AgentInstance, *, catch_up: bool = False) -> None:
         """Follow a stored instance: its group, and the resume handshake of this connection.
