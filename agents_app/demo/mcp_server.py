@@ -15,6 +15,7 @@ from typing import Literal
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+# What DemoAgent names it (DEMO_MCP_SERVER): its id in cf_agent_mcp_servers.
 NAME = "demo-tools"
 DEFAULT_PORT = 8001
 # Each unit: its dimension and its size in that dimension's base unit (metre, kilogram, litre).

@@ -70,6 +70,8 @@ def servers_table(instance: AgentInstance) -> SafeString:
 class MCPServerForm(forms.ModelForm):
     """A runtime server to add: checked as the service will check it, headers read as references."""
 
+    url = forms.URLField(label="URL", max_length=2000, assume_scheme="https",
+                         help_text="http:// or https://; a path ending in /sse is SSE.")
     headers_text = forms.CharField(
         label="Headers", required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
         help_text=f"One header a line, 'Name: reference'. {REFERENCE_HELP}",
