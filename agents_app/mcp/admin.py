@@ -14,16 +14,18 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import JSONField, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.text import Truncator
 
 from .. import registry
 from ..admin_base import badge, pretty_json
 from ..models import AgentInstance, MCPServerConfig, MCPServerStatus
-from . import service
+from . import connections, service
 from .serializers import REFERENCE_HELP, header_reference, reference_text
 from .servers import MCPConfigurationError, MCPServer, SecretRef
 
@@ -31,19 +33,24 @@ MANAGE_PERMISSION = "agents_app.manage_mcp_servers"
 STATE_COLOURS = {MCPServerStatus.State.READY.value: "#2e7d32", MCPServerStatus.State.FAILED.value: "#c62828"}
 # The others (connecting, discovering, not-connected, ...) are on their way.
 PENDING_COLOUR = "#b26a00"
-# Characters of an error shown in the list (all of it is in the title).
-ERROR_CHARS = 80
+# Characters of an error or a URL shown in the list (all of it is in the title).
+ERROR_CHARS = 60
+URL_CHARS = 40
 
 
 def state_badge(state: str) -> SafeString:
     return badge(state, STATE_COLOURS.get(state, PENDING_COLOUR))
 
 
+def clipped(text: str, chars: int, style: str = "") -> SafeString:
+    """``text`` cut to ``chars`` characters for a list column, whole in the title (shown on hover)."""
+    short = Truncator(text).chars(chars)
+    return format_html("<span class='clipped' style='{}' title='{}'>{}</span>", style, text, short)
+
+
 def clipped_error(error: str | None) -> SafeString:
-    if not error:
-        return format_html("{}", "-")
-    short = error if len(error) <= ERROR_CHARS else error[: ERROR_CHARS - 1] + "…"
-    return format_html("<span title='{}' style='color:#c62828'>{}</span>", error, short)
+    """An error in red (the instance page has no stylesheet of ours), cut for a list."""
+    return clipped(error, ERROR_CHARS, "color:#c62828") if error else format_html("{}", "-")
 
 
 def servers_table(instance: AgentInstance) -> SafeString:
@@ -131,14 +138,17 @@ class MCPServerConfigAdmin(admin.ModelAdmin):
     """Runtime MCP servers of every instance, for staff with ``manage_mcp_servers``."""
 
     form = MCPServerForm
-    list_display = ["name", "agent_instance", "url", "state", "last_error", "tool_count", "created_by", "created_at"]
-    list_filter = ["transport", "instance__slug"]
+    list_display = ["name", "agent_instance", "server_url", "state", "last_error", "tool_count", "created_at"]
+    list_filter = ["instance__slug"]
     search_fields = ["name", "url", "instance__name", "instance__slug"]
     list_select_related = ["instance__owner", "created_by"]
     raw_id_fields = ["instance"]
     ordering = ["-created_at", "-pk"]
     view_fields = ["agent_instance", "name", "url", "transport", "headers_shown", "approval", "tool_prefix",
                    "created_by", "created_at", "state", "last_error", "tools_shown"]
+
+    class Media:
+        css = {"all": ["agents_app/admin.css", "agents_app/mcp-admin.css"]}
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(MANAGE_PERMISSION)
@@ -171,26 +181,37 @@ class MCPServerConfigAdmin(admin.ModelAdmin):
         )
 
     def save_model(self, request: HttpRequest, obj: MCPServerConfig, form: forms.ModelForm, change: bool) -> None:
-        """Add through the service (stored, connected once from here, broadcast to every chat)."""
+        """Add through the service; once the admin's transaction has committed, connect once from
+        here and send the new state to every chat (``_connect``)."""
         data = form.cleaned_data
         try:
-            outcome = async_to_sync(service.aadd_server)(
+            server = service.add_server(
                 obj.instance, obj.name, obj.url, headers=data["headers_text"], transport=obj.transport,
                 needs_approval=True if obj.approve_all else data["approval_text"], tool_prefix=obj.tool_prefix,
                 created_by=request.user,
             )
         except service.MCPServerExists as exc:
             # Added by someone else since the form was checked: the page shows theirs.
-            obj.pk = MCPServerConfig.objects.get(instance=obj.instance, name=obj.name).pk
             messages.error(request, str(exc))
-            return
+        else:
+            transaction.on_commit(lambda: self._connect(request, obj.instance, server))
         obj.pk = MCPServerConfig.objects.get(instance=obj.instance, name=obj.name).pk
-        level = messages.ERROR if outcome["state"] == MCPServerStatus.State.FAILED else messages.INFO
-        messages.add_message(request, level, f"{obj.name}: {outcome['state']}"
-                             + (f" ({outcome['error']})" if outcome["error"] else ""))
+
+    def _connect(self, request: HttpRequest, instance: AgentInstance, server: MCPServer) -> None:
+        """Broadcast the added server, then connect to it once (which stores and broadcasts what it
+        offers or why it failed) and say which. Outside the admin's transaction: the service's async
+        side runs its database work through ``database_sync_to_async``, which would close the
+        connection of an open transaction."""
+        async_to_sync(service.broadcast)(instance)
+        state = async_to_sync(connections.probe)(instance.pk, server, declared=service.declared(instance))
+        error = next((s["error"] for s in service.list_servers(instance) if s["id"] == server.name), None)
+        level = messages.ERROR if state == MCPServerStatus.State.FAILED else messages.INFO
+        messages.add_message(request, level, f"MCP server {server.name}: {state}" + (f" ({error})" if error else ""))
 
     def delete_model(self, request: HttpRequest, obj: MCPServerConfig) -> None:
-        async_to_sync(service.aremove_server)(obj.instance, obj.name)
+        """Remove through the service, and tell every chat once the admin's transaction has committed."""
+        if service.remove_server(obj.instance, obj.name):
+            transaction.on_commit(lambda: async_to_sync(service.broadcast)(obj.instance))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[MCPServerConfig]) -> None:
         for row in queryset.select_related("instance"):
@@ -201,6 +222,10 @@ class MCPServerConfigAdmin(admin.ModelAdmin):
         page = reverse("admin:agents_app_agentinstance_change", args=[obj.instance_id])
         return format_html("<a href='{}'>{}</a> (<a href='{}'>chat</a>)", page, obj.instance.address,
                            registry.staff_chat_url(obj.instance))
+
+    @admin.display(description="URL", ordering="url")
+    def server_url(self, obj: MCPServerConfig) -> SafeString:
+        return clipped(obj.url, URL_CHARS)
 
     @admin.display(description="state")
     def state(self, obj: MCPServerConfig) -> SafeString:
