@@ -105,8 +105,10 @@ class Connection:
         return self.state == State.READY and self.toolset is not None
 
     def close(self) -> None:
-        """Ask the keeper to close the session (once no turn uses it)."""
+        """Ask the keeper to close the session (once no turn uses it); one still connecting stops now."""
         self._closing.set()
+        if not self.settled.is_set():
+            self.task.cancel()
 
     def _toolset(self) -> MCPToolset[Any]:
         return MCPToolset(_transport(self.server), id=f"mcp-{self.server.name}", tool_error_behavior="failed",
@@ -127,27 +129,30 @@ class Connection:
                     await stack.enter_async_context(toolset)
                     report = await self._discover(toolset)
                 self.toolset, self.state = toolset, State.READY
-                self.settled.set()
                 events.emit(events.MCP_CONNECT, serverId=server.name, url=server.server_url, transport=server.kind,
                             state=State.READY.value)
+                # Stored and broadcast before a waiting turn goes on: clients learn of it first.
                 await self._report(report)
+                self.settled.set()
                 await self._hold()
                 self.toolset = None
         except Exception as exc:  # noqa: BLE001 - whatever the server or transport did, it is this server's failure
+            if self._closing.is_set():
+                return  # closed while connecting (the SDK turns the cancel into an error): no failure of the server's
             self.state, self.error = State.FAILED, describe(exc)
             self.failed_at = asyncio.get_running_loop().time()
             self.toolset = None
-            self.settled.set()
             logger.warning("MCP server %s of instance %s failed: %s", server.name, self.instance_pk, self.error)
             events.emit(events.MCP_CONNECT, serverId=server.name, url=server.server_url, transport=server.kind,
                         state=State.FAILED.value, error=self.error)
             await self._report(state.Report(state=State.FAILED, error=self.error))
+            self.settled.set()
         finally:
             self.toolset = None
             self.settled.set()
             if self.state != State.FAILED:
                 self.pool.discard(self)
-                events.emit(events.MCP_CLOSE, serverId=server.name, url=server.server_url, state=self.state)
+                events.emit(events.MCP_CLOSE, serverId=server.name, url=server.server_url, state=str(self.state))
 
     async def _discover(self, toolset: MCPToolset[Any]) -> state.Report:
         """What the server offers: tools always, prompts and resources when it says it has them."""
@@ -267,7 +272,7 @@ class Pool:
         for connection in connections:
             connection.close()
         for connection in connections:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await connection.task
 
 
@@ -327,6 +332,6 @@ async def probe(instance_pk: int, server: MCPServer, *, declared: Sequence[MCPSe
     await connection.settled.wait()
     reached = connection.state
     connection.close()
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception, asyncio.CancelledError):
         await connection.task
     return reached
