@@ -55,9 +55,13 @@ def entries(instance: AgentInstance) -> list[dict[str, Any]]:
     } for entry in service.list_servers(instance)]
 
 
-class MCPServerListView(ConversationView):
+class MCPServersOfConversation(ConversationView):
+    """A view of one conversation's MCP servers: read by its readers, changed with the permission."""
+
     permission_classes = [IsAuthenticated, CanManageMCPServers]
 
+
+class MCPServerListView(MCPServersOfConversation):
     @extend_schema(
         summary="The conversation's MCP servers",
         description="Every MCP server the conversation's turns use: those its agent declares, then those added at "
@@ -101,9 +105,7 @@ class MCPServerListView(ConversationView):
         return Response(MCPServerSerializer(added).data, status=status.HTTP_201_CREATED)
 
 
-class MCPServerView(ConversationView):
-    permission_classes = [IsAuthenticated, CanManageMCPServers]
-
+class MCPServerView(MCPServersOfConversation):
     @extend_schema(
         summary="Remove an MCP server",
         description="Removes a server added at runtime; turns stop using it and every open chat sees it go. A "
