@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .followers import StreamCallback
     from .handles import AgentHandle
     from .hooks import ToolCall, ToolCallDecision
+    from .mcp.servers import MCPServer
     from .recovery.policy import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext
     from .rpc import callable
     from .schedules.declared import ScheduleEntry
@@ -48,6 +49,7 @@ _EXPORTS = {
     "ChatRecoveryContext": ".recovery.policy",
     "ChatRecoveryExhaustedContext": ".recovery.policy",
     "ChatResponseResult": ".agent",
+    "MCPServer": ".mcp.servers",
     "Debounce": ".concurrency",
     "SaveMessagesResult": ".agent",
     "ScheduleEntry": ".schedules.declared",
@@ -77,6 +79,7 @@ __all__ = [
     "ChatRecoveryExhaustedContext",
     "ChatResponseResult",
     "Debounce",
+    "MCPServer",
     "SaveMessagesResult",
     "ScheduleEntry",
     "ScheduledTaskContext",

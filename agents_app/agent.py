@@ -545,6 +545,8 @@ class ChatAgent:
                 and direct.FirstStep.can_start(history) and self.get_max_steps() >= 1
                 and conf.get("AGENT_DIRECT_FIRST_STEP")):
             step = direct.FirstStep(model, history, first)
+        # The turn's MCP sessions are in use until its reply ends: none closes as idle meanwhile (a
+        # session counts as used when it became ready, so none closes between the plan and here).
         async with contextlib.AsyncExitStack() as borrowing:
             for connection in self._mcp.ready() if self._mcp is not None else []:
                 await borrowing.enter_async_context(connection.borrowed())

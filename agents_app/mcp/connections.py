@@ -133,6 +133,8 @@ class Connection:
                             state=State.READY.value)
                 # Stored and broadcast before a waiting turn goes on: clients learn of it first.
                 await self._report(report)
+                # Idle from now: the turn that waited for it has not borrowed it yet.
+                self.last_used = asyncio.get_running_loop().time()
                 self.settled.set()
                 await self._hold()
                 self.toolset = None

@@ -29,10 +29,11 @@ PATIENCE = 60.0
 
 
 @pytest.fixture
-def mcp_stack(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServer) -> Iterator[tuple[LiveStack,
-                                                                                                     McpHttpServer]]:
+def mcp_stack(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServer,
+              database: str) -> Iterator[tuple[LiveStack, McpHttpServer]]:
+    """Server processes on SQLite or PostgreSQL, and the MCP test server their agents reach."""
     with McpHttpServer(token=TOKEN) as mcp_server:
-        stack = LiveStack(tmp_path, redis.url, extra_env={
+        stack = LiveStack(tmp_path, redis.url, database, extra_env={
             "DJANGO_SETTINGS_MODULE": "tests.support.settings_live", "TEST_MCP_URL": mcp_server.url,
             "TEST_MCP_TOKEN": TOKEN, "AGENT_RECOVERY_SWEEP_SECONDS": "1", "AGENT_LOG_LEVEL": "WARNING",
         })

@@ -27,6 +27,7 @@ from tests.support.frames import (
     user_message,
 )
 from tests.support.mcp_server import McpHttpServer, free_port
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -192,6 +193,42 @@ async def _alice() -> Any:
     from django.contrib.auth import get_user_model
 
     return await get_user_model().objects.aget(username="alice")
+
+
+@pytest.mark.emitted(prefixes=("mcp:client:preconnect", "mcp:client:close"))
+async def test_a_connection_is_reused_across_turns_and_closed_when_idle(ws, mcp_http, settings, emitted):
+    a, _ = await opened(ws, "/agents/mcp-http-agent/idle")
+    for number in (1, 2):
+        await a.send_json_to(chat_request(f"r{number}", [user_message(f"u{number}", '/tool add {"a": 1, "b": 1}')]))
+        assert text_of(await receive_until(a, is_done(f"r{number}"), timeout=30)) == "add returned 2."
+    assert [name for name, _ in emitted] == ["mcp:client:preconnect"]  # one session for both turns
+    settings.AGENT_MCP_IDLE_SECONDS = 0.5
+
+    async def closed() -> bool:
+        # The keeper looks again when its last wait ends; a turn's end also wakes it.
+        for connection in connections.pool().connections.values():
+            connection._idle.set()
+        return [name for name, _ in emitted] == ["mcp:client:preconnect", "mcp:client:close"]
+
+    await eventually(closed, "the idle session to close", timeout=10)
+    assert connections.pool().connections == {}
+    await a.send_json_to(chat_request("r3", [user_message("u3", '/tool add {"a": 2, "b": 2}')]))
+    assert text_of(await receive_until(a, is_done("r3"), timeout=30)) == "add returned 4."
+    assert [name for name, _ in emitted][-1] == "mcp:client:preconnect"  # opened again
+
+
+async def test_a_runtime_server_over_sse(ws, user, monkeypatch):
+    monkeypatch.setenv("TEST_MCP_TOKEN", TOKEN)
+    with McpHttpServer(token=TOKEN, sse=True) as server:
+        a, _ = await opened(ws, "/agents/mcp-runtime-agent/sse")
+        handle = await McpRuntimeAgent.aget("sse", owner=user)
+        added = await handle.add_mcp_server("calc", server.url, headers={"Authorization": env("TEST_MCP_TOKEN",
+                                                                                                 prefix="Bearer ")})
+        assert added["state"] == "ready", added
+        assert (await handle.get_mcp_servers())["servers"]["calc"]["server_url"] == server.url
+        await a.send_json_to(chat_request("r1", [user_message("u1", '/tool add {"a": 7, "b": 8}')]))
+        assert text_of(await receive_until(a, is_done("r1"), timeout=30)) == "add returned 15."
+        await connections.close_loop()
 
 
 async def test_runtime_server_headers_are_references_never_values(user):

@@ -1,9 +1,9 @@
 """A small real MCP server for the tests, built on the official SDK's server API (``MCPServer``).
 
-Run it over stdio (``python tests/support/mcp_server.py stdio``) or streamable HTTP
+Run it over stdio (``python tests/support/mcp_server.py stdio``), streamable HTTP
 (``python tests/support/mcp_server.py http PORT [--token T]``, at ``/mcp``; with ``--token`` a
-request without ``Authorization: Bearer T`` is refused with 401). ``McpHttpServer`` starts the
-HTTP one as a subprocess for a test and stops it after.
+request without ``Authorization: Bearer T`` is refused with 401) or SSE (``sse PORT``, at
+``/sse``). ``McpHttpServer`` starts an HTTP one as a subprocess for a test and stops it after.
 
 Tools: ``add`` (a + b), ``deploy`` (the tests declare it ``needs_approval``), ``slow`` (sleeps,
 for a ``kill -9`` mid-call) and ``big`` (a long text, cut like any tool's output); a prompt and
@@ -60,8 +60,8 @@ def readme() -> str:
     return "The test server's note."
 
 
-def _http_app(token: str | None) -> Any:
-    app = server.streamable_http_app()
+def _http_app(token: str | None, *, sse: bool = False) -> Any:
+    app = server.sse_app() if sse else server.streamable_http_app()
     if token is None:
         return app
 
@@ -92,17 +92,19 @@ def stdio_command() -> tuple[str, list[str]]:
 class McpHttpServer:
     """This server over streamable HTTP in a subprocess, on a free port of 127.0.0.1."""
 
-    def __init__(self, *, token: str | None = None, port: int | None = None) -> None:
+    def __init__(self, *, token: str | None = None, port: int | None = None, sse: bool = False) -> None:
         self.port = port or free_port()
         self.token = token
+        self.sse = sse
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"http://127.0.0.1:{self.port}/{'sse' if self.sse else 'mcp'}"
 
     def start(self) -> "McpHttpServer":
-        args = [sys.executable, str(SCRIPT), "http", str(self.port), *(["--token", self.token] if self.token else [])]
+        args = [sys.executable, str(SCRIPT), "sse" if self.sse else "http", str(self.port),
+                *(["--token", self.token] if self.token else [])]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
         from tests.support.waiting import wait_until
@@ -138,13 +140,13 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["stdio"]:
         server.run("stdio")
         return
-    if argv[:1] == ["http"] and len(argv) >= 2:
+    if argv[:1] in (["http"], ["sse"]) and len(argv) >= 2:
         import uvicorn
 
         token = argv[argv.index("--token") + 1] if "--token" in argv else None
-        uvicorn.run(_http_app(token), host="127.0.0.1", port=int(argv[1]), log_level="warning")
+        uvicorn.run(_http_app(token, sse=argv[0] == "sse"), host="127.0.0.1", port=int(argv[1]), log_level="warning")
         return
-    raise SystemExit("usage: mcp_server.py stdio | http PORT [--token T]")
+    raise SystemExit("usage: mcp_server.py stdio | http PORT [--token T] | sse PORT [--token T]")
 
 
 if __name__ == "__main__":
