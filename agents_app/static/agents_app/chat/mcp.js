@@ -29,9 +29,8 @@ export class McpServersView {
       resources: Array.isArray(mcp?.resources) ? mcp.resources : [],
     };
     this.state = state;
-    const ids = Object.keys(state.servers).sort((a, b) =>
-      String(state.servers[a]?.name ?? a).localeCompare(String(state.servers[b]?.name ?? b)),
-    );
+    // In the server's order: those the agent declares, then those added at runtime, oldest first.
+    const ids = Object.keys(state.servers);
     const container = this.container;
     container.replaceChildren();
     container.hidden = ids.length === 0;
