@@ -15,6 +15,8 @@ open and reused, as on a busy instance):
 * tool call: from the ``tool-input-available`` chunk to the ``tool-output-available`` chunk, as
   the client receives them (the call itself, plus what the engine does around any tool).
 
+The two agents alternate, turn by turn, so that a drifting machine load weighs on both alike.
+
 The cold row is the first turn of ``--cold`` fresh instances of ``McpToolsAgent``: the process
 opens the instance's MCP session (connect, initialize, list tools, prompts and resources) before
 the model's first request (``wait_for_mcp_connections``).
@@ -83,15 +85,26 @@ async def timed_tool_turn(ws: Any, request_id: str, timeout: float) -> Timing:
     return Timing((done - sent) * 1000, (returned - called) * 1000)
 
 
-async def warm(stack: Stack, slug: str, turns: int, timeout: float) -> list[Timing]:
-    """``turns`` turns on one instance, after one turn that is not counted."""
-    ws = await open_socket(f"{stack.servers[0].ws}/agents/{slug}/warm-{uuid.uuid4().hex[:6]}", stack.cookie)
+async def warm(stack: Stack, slugs: list[str], turns: int, timeout: float) -> list[list[Timing]]:
+    """``turns`` turns on one instance of each agent, after one turn each that is not counted.
+
+    The agents take turns, one turn each in a round, so that the machine's load, which drifts
+    (other processes), weighs on every row alike.
+    """
+    sockets = [await open_socket(f"{stack.servers[0].ws}/agents/{slug}/warm-{uuid.uuid4().hex[:6]}", stack.cookie)
+               for slug in slugs]
     try:
-        await drain_connect_frames(ws)
-        await timed_tool_turn(ws, "warm-up", timeout)
-        return [await timed_tool_turn(ws, f"t{i}", timeout) for i in range(turns)]
+        for ws in sockets:
+            await drain_connect_frames(ws)
+            await timed_tool_turn(ws, "warm-up", timeout)
+        timings: list[list[Timing]] = [[] for _ in slugs]
+        for i in range(turns):
+            for ws, row in zip(sockets, timings, strict=True):
+                row.append(await timed_tool_turn(ws, f"t{i}", timeout))
+        return timings
     finally:
-        await ws.close()
+        for ws in sockets:
+            await ws.close()
 
 
 async def cold(stack: Stack, slug: str, instances: int, timeout: float) -> list[Timing]:
@@ -113,10 +126,11 @@ def row(label: str, timings: list[Timing]) -> list[Any]:
 
 
 async def measure(stack: Stack, args: argparse.Namespace) -> list[list[Any]]:
-    rows = [row(label, await warm(stack, slug, args.turns, args.turn_timeout)) for label, slug in AGENTS.items()]
+    timings = await warm(stack, list(AGENTS.values()), args.turns, args.turn_timeout)
+    rows = [row(label, row_timings) for label, row_timings in zip(AGENTS, timings, strict=True)]
     plain_turn, plain_tool = rows[0][2], rows[0][4]
     for current in rows[1:]:
-        current[0] += f" (+{current[2] - plain_turn:.1f} ms a turn, +{current[4] - plain_tool:.1f} ms a call)"
+        current[0] += f" ({current[2] - plain_turn:+.1f} ms a turn, {current[4] - plain_tool:+.1f} ms a call)"
     rows.append(row("MCP, first turn of an instance (session opened)",
                     await cold(stack, AGENTS["MCP, streamable HTTP"], args.cold, args.turn_timeout)))
     return rows
