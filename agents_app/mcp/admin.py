@@ -23,7 +23,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from .. import registry
-from ..admin_base import badge, pretty_json
+from ..admin_base import AgentFilter, badge, pretty_json
 from ..models import AgentInstance, MCPServerConfig, MCPServerStatus
 from . import connections, service
 from .serializers import REFERENCE_HELP, header_reference, reference_text
@@ -133,13 +133,19 @@ class MCPServerForm(forms.ModelForm):
         """The name's uniqueness is ``clean``'s (declared servers count too), and the service's at the write."""
 
 
+class InstanceAgentFilter(AgentFilter):
+    """The agent filter (choices from the registry) on the server's instance."""
+
+    field = "instance__slug"
+
+
 @admin.register(MCPServerConfig)
 class MCPServerConfigAdmin(admin.ModelAdmin):
     """Runtime MCP servers of every instance, for staff with ``manage_mcp_servers``."""
 
     form = MCPServerForm
     list_display = ["name", "agent_instance", "server_url", "state", "last_error", "tool_count", "created_at"]
-    list_filter = ["instance__slug"]
+    list_filter = [InstanceAgentFilter]
     search_fields = ["name", "url", "instance__name", "instance__slug"]
     list_select_related = ["instance__owner", "created_by"]
     raw_id_fields = ["instance"]
