@@ -29,7 +29,7 @@ def check_agent_classes(app_configs: Any, **kwargs: Any) -> list[Error]:
     return []
 
 
-def _registered_classes() -> dict[str, Any]:
+def registered_classes() -> dict[str, Any]:
     """The agent classes by slug; empty when AGENT_CLASSES is broken (E001 reports that)."""
     from .errors import AgentConfigurationError
     from .registry import agent_classes
@@ -51,7 +51,7 @@ def check_agent_actions(app_configs: Any, **kwargs: Any) -> list[Error]:
     from .errors import AgentConfigurationError
 
     errors = []
-    for slug, agent_class in sorted(_registered_classes().items()):
+    for slug, agent_class in sorted(registered_classes().items()):
         try:
             agent_class(SimpleNamespace(name="(system check)", pk=None)).compiled_actions()
         except AgentConfigurationError as exc:
@@ -65,7 +65,7 @@ def check_agent_options(app_configs: Any, **kwargs: Any) -> list[Error]:
     from .concurrency import STRATEGIES, is_valid
 
     errors = []
-    for slug, agent_class in sorted(_registered_classes().items()):
+    for slug, agent_class in sorted(registered_classes().items()):
         problems = []
         if not is_valid(agent_class.message_concurrency):
             problems.append(f"message_concurrency must be one of {', '.join(STRATEGIES)} or Debounce(ms=...), "
@@ -91,7 +91,7 @@ def check_scheduled_tasks(app_configs: Any, **kwargs: Any) -> list[Error]:
     from .schedules.declared import declared_tasks
 
     errors = []
-    for slug, agent_class in sorted(_registered_classes().items()):
+    for slug, agent_class in sorted(registered_classes().items()):
         try:
             declared_tasks(agent_class(AgentInstance(slug=slug, name="(system check)")))
         except AgentConfigurationError as exc:

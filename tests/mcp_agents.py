@@ -91,3 +91,19 @@ class McpClashAgent(ChatAgent):
 
     def get_mcp_servers(self) -> list[MCPServer]:
         return [MCPServer(name="tools", url="http://127.0.0.1:9/mcp", needs_approval={"add"})]
+
+
+class McpNoWaitAgent(McpWaitingAgent):
+    """Never waits for its server before a turn."""
+
+    wait_for_mcp_connections = False
+
+
+class McpOwnWaitAgent(McpHttpAgent):
+    """Does not wait before the turn, but waits in ``on_chat_message`` for every server's tools."""
+
+    wait_for_mcp_connections = False
+
+    async def on_chat_message(self) -> Any:
+        await self.wait_for_connections()
+        return self.stream_model_reply()

@@ -31,6 +31,8 @@ AGENT_CLASSES = [
     "tests.mcp_agents.McpRuntimeAgent",
     "tests.mcp_agents.McpHookAgent",
     "tests.mcp_agents.McpLocalAgent",
+    "tests.mcp_agents.McpNoWaitAgent",
+    "tests.mcp_agents.McpOwnWaitAgent",
     "tests.agents.SilentAgent",
     "tests.agents.BrokenAgent",
     "tests.agents.ChunkAgent",

@@ -16,24 +16,15 @@ E009 = "agents_app.E009"
 W003 = "agents_app.W003"
 
 
-def _classes() -> dict[str, Any]:
-    from ..errors import AgentConfigurationError
-    from ..registry import agent_classes
-
-    try:
-        return agent_classes()
-    except AgentConfigurationError:
-        return {}
-
-
 @register(Tags.compatibility)
 def check_mcp_servers(app_configs: Any, **kwargs: Any) -> list[Error | Warning]:
+    from ..checks import registered_classes
     from ..errors import AgentConfigurationError
     from ..tools import ClientTool
     from .servers import MCPServer, unique_names
 
     problems: list[Error | Warning] = []
-    for slug, agent_class in sorted(_classes().items()):
+    for slug, agent_class in sorted(registered_classes().items()):
         label = f"{agent_class.__qualname__} ({slug})"
         agent = agent_class(SimpleNamespace(name="(system check)", pk=None))
         try:

@@ -69,7 +69,7 @@ def describe(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-async def _prepared(result: ToolResult) -> Any:
+def _prepared(result: ToolResult) -> Any:
     """A tool's result cut and made JSON-safe as an action's is (docs/architecture.md#output-normalisation);
     images and audio go to the model as they are."""
     if isinstance(result, BinaryContent) or (
@@ -115,7 +115,7 @@ class Connection:
                           process_tool_call=self._call, max_retries=0)
 
     async def _call(self, ctx: RunContext[Any], call_tool: CallToolFunc, name: str, args: dict[str, Any]) -> Any:
-        return await _prepared(await call_tool(name, args))
+        return _prepared(await call_tool(name, args))
 
     async def _keep(self) -> None:
         """Open, discover, hold until idle or closed; any failure marks the server failed."""

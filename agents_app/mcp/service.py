@@ -80,12 +80,6 @@ def remove_server(instance: AgentInstance, name: str) -> bool:
     return bool(deleted)
 
 
-def servers(instance: AgentInstance) -> list[MCPServer]:
-    """Every server of the instance: declared first, then runtime ones, oldest first."""
-    runtime = state.runtime_servers(instance.pk) if instance.pk is not None else []
-    return [*declared(instance), *runtime]
-
-
 def snapshot(instance: AgentInstance) -> state.Snapshot:
     """What ``cf_agent_mcp_servers`` carries for ``instance`` now."""
     return state.snapshot(instance.pk, declared(instance))

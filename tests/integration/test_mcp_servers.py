@@ -162,6 +162,25 @@ async def test_a_turn_waits_for_a_hanging_server_only_as_long_as_its_timeout(ws,
     assert last_state(frames)["servers"]["hanging"]["state"] == "connecting"
 
 
+@pytest.mark.emitted(prefixes=("chat:mcp:", "chat:turn:start"))
+async def test_a_turn_that_does_not_wait_goes_on_at_once(ws, silent_listener, emitted):
+    a, _ = await opened(ws, "/agents/mcp-no-wait-agent/now")
+    await a.send_json_to(chat_request("r1", [user_message("u1", '/tool add {"a": 1, "b": 1}')]))
+    frames = await receive_until(a, is_done("r1"), timeout=30)
+    assert text_of(frames) == "Unknown tool 'add'. Available: none."
+    assert [name for name, _ in emitted] == ["chat:turn:start"]  # no wait at all
+    # The connection goes on opening for the next turn; the sockets hear of it.
+    if not any(f["type"] == MCP for f in frames):
+        frames = await receive_until(a, lambda f: f["type"] == MCP)
+    assert last_state(frames)["servers"]["hanging"]["state"] == "connecting"
+
+
+async def test_on_chat_message_can_wait_for_the_connections_itself(ws, mcp_http):
+    a, _ = await opened(ws, "/agents/mcp-own-wait-agent/own")
+    await a.send_json_to(chat_request("r1", [user_message("u1", '/tool add {"a": 4, "b": 5}')]))
+    assert text_of(await receive_until(a, is_done("r1"), timeout=30)) == "add returned 9."
+
+
 async def test_a_runtime_server_reaches_every_socket_and_its_tools_join_the_turn(ws, mcp_http):
     a, before = await opened(ws, "/agents/mcp-runtime-agent/rt")
     b, _ = await opened(ws, "/agents/mcp-runtime-agent/rt")
