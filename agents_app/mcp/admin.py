@@ -125,7 +125,7 @@ class MCPServerForm(forms.ModelForm):
                       tool_prefix=data.get("tool_prefix") or "")
         except MCPConfigurationError as exc:
             raise forms.ValidationError(str(exc)) from exc
-        if any(server.name == name for server in service.servers(instance)):
+        if any(server["id"] == name for server in service.list_servers(instance)):
             self.add_error("name", f"{instance} already has an MCP server named {name!r}.")
         return data
 

@@ -3,8 +3,8 @@ against a live server.
 
 One Redis + ASGI server serves every scenario of the module, with the demo MCP server its demo
 agent declares, as under ``make run`` (the "mcp" scenario: ``onMcpUpdate`` sees it); each
-scenario uses its own agent instance. ``node_modules`` is installed from the lock file on first use (``npm ci``), so the suite
-needs ``node``/``npm`` and ``redis-server`` but never skips.
+scenario uses its own agent instance. ``node_modules`` is installed from the lock file on first
+use (``npm ci``), so the suite needs ``node``/``npm`` and ``redis-server`` but never skips.
 """
 
 import json
