@@ -1,7 +1,7 @@
 """The API root: where the API's collections and its documentation are.
 
 Each feature's endpoints live in its package (``approvals/api.py``, ``conversations/api.py``,
-``schedules/api.py``); ``api/urls.py`` mounts them.
+``schedules/api.py``, ``usage/api.py``, ``mcp/api.py``); ``api/urls.py`` mounts them.
 """
 
 from django.urls import reverse
@@ -17,6 +17,7 @@ from .permissions import AUTHENTICATION_CLASSES
 ROOT_LINKS = {
     "instances": "api:instances",
     "approvals": "api:approval-list",
+    "usage": "api:usage",
     "schema": "schema",
     "docs": "swagger-ui",
     "redoc": "redoc",
@@ -31,13 +32,14 @@ class ApiRootView(APIView):
 
     @extend_schema(
         summary="The API's links",
-        description="Where to start: your conversations, the approvals queue (staff), the OpenAPI schema and its "
+        description="Where to start: your conversations, the approvals queue (staff), model usage, the OpenAPI schema and its "
                     "documentation (Swagger UI and Redoc). Needs no login.",
         operation_id="api_root",
         responses={200: OpenApiResponse({"type": "object", "additionalProperties": {"type": "string",
                                                                                     "format": "uri"}})},
         examples=[OpenApiExample("The links", value={
             "instances": "http://127.0.0.1:8000/api/instances/", "approvals": "http://127.0.0.1:8000/api/approvals/",
+            "usage": "http://127.0.0.1:8000/api/usage/",
             "schema": "http://127.0.0.1:8000/api/schema/", "docs": "http://127.0.0.1:8000/api/docs/",
             "redoc": "http://127.0.0.1:8000/api/redoc/"})],
     )

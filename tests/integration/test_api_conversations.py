@@ -65,7 +65,8 @@ def test_the_api_root_lists_its_links_without_a_login(db: None) -> None:
     response = Client().get("/api/", HTTP_ACCEPT="application/json")
     assert response.status_code == 200
     assert response.json() == {name: f"http://testserver/api/{path}" for name, path in [
-        ("instances", "instances/"), ("approvals", "approvals/"), ("schema", "schema/"), ("docs", "docs/"),
+        ("instances", "instances/"), ("approvals", "approvals/"), ("usage", "usage/"), ("schema", "schema/"),
+        ("docs", "docs/"),
         ("redoc", "redoc/")]}
 
 
