@@ -11,10 +11,10 @@ PostgreSQL cluster of its own, ``--processes`` servers, a logged-in bench user:
 ``start.sh``, stopping it at the end; ``--peer URL`` uses one someone else started and leaves it
 alone). wrangler's esbuild watcher (dev tooling in the peer's process tree) is paused with SIGSTOP
 for the whole run and continued with SIGCONT after. Then each row runs on every side, back to
-back, the side that goes first rotating from row to row, with the same client code: the rooms client of ``bench/rooms.py``
-(P1-P4, P8) and the resume client of ``bench/replay.py`` (P5), sending the same bytes to both
-servers (our demo model reads the prompt ``/burst N`` or ``/slow N MS``, the peer the body's
-``chunks``, ``chunkSize: 4``, ``mode: "text"``, ``delayMs``).
+back, the side that goes first rotating from row to row, with the same client code: the rooms
+client of ``bench/rooms.py`` (P1-P4, P8) and the resume client of ``bench/replay.py`` (P5),
+sending the same bytes to every server (our demo model reads the prompt ``/burst N`` or
+``/slow N MS``, the peer the body's ``chunks``, ``chunkSize: 4``, ``mode: "text"``, ``delayMs``).
 
 Rows (``bench/README.md`` gives the definitions):
 
