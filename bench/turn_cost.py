@@ -7,7 +7,8 @@ Issue 16's P1 row (a minimal turn) is mostly fixed per-turn work, not streaming,
 scripts see it only from outside. This one runs the project's ASGI application in this process
 (``channels.testing.WebsocketCommunicator``, the in-memory channel layer, a fresh SQLite file, the
 demo model), sends T sequential turns of ``/burst N`` on one socket with the whole history re-sent
-(as ``useAgentChat`` does; ``--history H`` starts from H stored messages), waits after each turn
+(as ``useAgentChat`` does; ``--history H`` starts from H stored messages, ``--old-turns N`` adds N
+finished turns of the same instance and user after the first turn), waits after each turn
 until its background work has settled, and counts, per turn:
 
 * SQL statements on every connection of the process (``connection.execute_wrapper``), with
@@ -62,8 +63,11 @@ def _configure(workdir: str, database_url: str | None) -> None:
 class Counters:
     """Statements and hops seen while ``active``, with the caller of each statement."""
 
-    def __init__(self, by_caller: bool) -> None:
+    def __init__(self, by_caller: bool, explain: bool = False) -> None:
         self.by_caller = by_caller
+        # The turn's reads and updates (text → parameters), for ``--explain``.
+        self.explain = explain
+        self.seen: dict[str, Any] = {}
         self.statements = 0
         self.hops = 0
         self.round_trips = 0
@@ -72,11 +76,14 @@ class Counters:
 
     def reset(self) -> None:
         self.statements = self.hops = self.round_trips = 0
+        self.seen.clear()
         self.callers.clear()
         self.hop_callers.clear()
 
     def statement(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
         self.statements += 1
+        if self.explain and sql.lstrip().split(" ", 1)[0].upper() in ("SELECT", "UPDATE", "DELETE"):
+            self.seen.setdefault(sql, params)
         if self.by_caller:
             frames = [f for f in traceback.extract_stack()
                       if "/agents_app/" in f.filename and not f.filename.endswith("/agents_app/statements.py")]
@@ -174,6 +181,8 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
                         "parts": [{"type": "text", "text": f"(demo model, offline) You said: earlier {index}"}]})
     rows = []
     for turn in range(args.turns):
+        if turn == 1 and args.old_turns:
+            await database_sync_to_async(_old_turns)(args.old_turns)
         user = {"id": f"u{turn}", "role": "user", "parts": [{"type": "text", "text": f"/burst {args.chunks}"}]}
         body = {"messages": [*history, user], "trigger": "submit-message"}
         frame = {"type": "cf_agent_use_chat_request", "id": f"r{turn}",
@@ -208,6 +217,38 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
     return rows
 
 
+def _old_turns(count: int) -> None:
+    """``count`` finished turns of the bench user's instance before the measured ones (``--old-turns``):
+    the history a long-lived conversation leaves, which the turn path's reads must not scan."""
+    from django.db import connection
+
+    from agents_app.models import Turn
+
+    last = Turn.objects.latest("id")
+    Turn.objects.bulk_create(
+        [Turn(instance_id=last.instance_id, user_id=last.user_id, request_id=f"old-{i}", status=Turn.Status.COMPLETED)
+         for i in range(count)], batch_size=2000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # the planner's statistics, as autovacuum would gather them
+
+
+def explain(seen: dict[str, Any]) -> None:
+    """PostgreSQL's plan of each read and update of the last turn, with sequential scans switched
+    off: a table this small is scanned whatever its indexes, so a ``Seq Scan`` that remains means
+    no index serves the statement (``--explain``)."""
+    from django.db import connection
+
+    print("Plans of the last turn's reads and updates (enable_seqscan off):")
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        for sql, params in seen.items():
+            cursor.execute(f"EXPLAIN {sql}", params)
+            print(f"\n{' '.join(sql.split())[:150]}")
+            for (line,) in cursor.fetchall():
+                print(f"    {line}")
+        cursor.execute("RESET enable_seqscan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=30)
@@ -218,12 +259,16 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite",
                         help="a fresh SQLite file (default) or a throwaway PostgreSQL cluster")
+    parser.add_argument("--old-turns", type=int, default=0,
+                        help="finished turns of the same instance and user stored after the first turn")
+    parser.add_argument("--explain", action="store_true",
+                        help="on PostgreSQL, the plan of each read and update of the last turn (seq scans off)")
     parser.add_argument("--round-trips", action="store_true",
                         help="on PostgreSQL, count the queries sent (pure-Python libpq binding: more CPU)")
     args = parser.parse_args()
+    if (args.round_trips or args.explain) and args.database != "postgres":
+        parser.error("--round-trips and --explain are PostgreSQL's: add --database postgres")
     if args.round_trips:
-        if args.database != "postgres":
-            parser.error("--round-trips counts PostgreSQL's round trips: add --database postgres")
         os.environ["PSYCOPG_IMPL"] = "python"  # before psycopg is imported
     sys.path.insert(0, os.getcwd())
     from bench._stack import cpu_seconds_tree
@@ -233,10 +278,13 @@ def main() -> None:
         postgres = PostgresServer(Path(workdir)) if args.database == "postgres" else None
         try:
             _configure(workdir, postgres.new_database("turn_cost") if postgres else None)
-            counters = Counters(args.by_caller)
+            counters = Counters(args.by_caller, args.explain)
             with _counting(counters):
                 rows = asyncio.run(_run(args, counters, lambda: cpu_seconds_tree(postgres.proc.pid)
                                         if postgres else 0.0))
+            plans, counters.explain = dict(counters.seen), False
+            if plans:
+                explain(plans)
         finally:
             if postgres is not None:
                 from django.db import connections
@@ -249,7 +297,7 @@ def main() -> None:
     # PostgreSQL's CPU comes in 10 ms ticks: a mean over the turns, not a median of mostly zeros.
     summary["database_cpu_ms"] = statistics.fmean(row["database_cpu_ms"] for row in warm)
     print(f"## bench/turn_cost.py: {args.turns} turns of /burst {args.chunks}, "
-          f"history from {args.history} messages, one process, {args.database}")
+          f"history from {args.history} messages, {args.old_turns} old turns, one process, {args.database}")
     print("| turn median ms | CPU ms per turn | PostgreSQL CPU ms per turn (mean) | SQL statements per turn "
           "| thread hops per turn | round trips per turn |")
     print("|--:|--:|--:|--:|--:|--:|")
