@@ -328,10 +328,12 @@ async def main_async(args: argparse.Namespace, row_ids: list[str], databases: li
           f"{' and '.join(DATABASE_LABELS[d] for d in databases)}) against the "
           f"reference AIChatAgent, tree {measured}, {time.strftime('%Y-%m-%d %H:%M')}")
     print(text)
+    peer_line = ("The peer's CPU and timings: the wrangler tree (node, workerd) with wrangler's esbuild watcher "
+                 f"paused (SIGSTOP for the run, SIGCONT after; paused: {paused or 'none found'})."
+                 if any(side.name == "peer" for side in sides) else "No peer in this run.")
     print(f"\n{verdict(results, databases)}. Ours' CPU \"servers + Redis + database\": the server processes, "
           f"their Redis and, on PostgreSQL, every process of its cluster (backends that exited included). "
-          f"The peer's CPU and timings: the wrangler tree (node, workerd) with wrangler's esbuild watcher "
-          f"paused (SIGSTOP for the run, SIGCONT after; paused: {paused or 'none found'}).")
+          f"{peer_line}")
     print(f"machine after: {machine_load()}")
     if peer is not None and peer.note:
         print(f"peer: {peer.note}")
