@@ -13,12 +13,15 @@ from django.utils.html import format_html
 from . import registry
 from .admin_base import ReadOnlyAdmin, conversation, pretty_json
 from .approvals import admin as approvals_admin
+from .lifecycle.admin import DestroyMixin
+from .mcp import admin as mcp_admin
 from .models import AgentInstance, LedgerEntry, Turn
 from .recovery import admin as recovery_admin
 from .schedules import admin as schedules_admin
+from .usage import admin as usage_admin
 
 # The features' admin modules, registered by being imported.
-__all__ = ["approvals_admin", "recovery_admin", "schedules_admin"]
+__all__ = ["approvals_admin", "mcp_admin", "recovery_admin", "schedules_admin", "usage_admin"]
 
 # Messages shown on an instance's page: the recent conversation (the whole transcript is on the
 # REST API: /api/agents/<slug>/<name>/messages/).
@@ -67,7 +70,7 @@ class SubAgentInline(admin.TabularInline):
 
 
 @admin.register(AgentInstance)
-class AgentInstanceAdmin(ReadOnlyAdmin):
+class AgentInstanceAdmin(DestroyMixin, ReadOnlyAdmin):
     """One conversation: who owns it, a link to open it in the chat, its transcript as messages, and
     its sub-agents (a sub-agent's page links back to its parent)."""
 
@@ -76,8 +79,8 @@ class AgentInstanceAdmin(ReadOnlyAdmin):
     search_fields = ["name", "owner__username"]
     list_select_related = ["owner", "parent"]
     fields = ["slug", "name", "owner", "parent", "chat_link", "created_at", "updated_at", "terminal_error",
-              "approval_links"]
-    readonly_fields = ["chat_link", "created_at", "updated_at", "approval_links"]
+              "approval_links", "mcp_servers"]
+    readonly_fields = ["chat_link", "created_at", "updated_at", "approval_links", "mcp_servers"]
     inlines = [SubAgentInline, TurnInline]
 
     @admin.display(description="chat")
@@ -96,6 +99,11 @@ class AgentInstanceAdmin(ReadOnlyAdmin):
             "<a href='{}?instance__id__exact={}'>decisions</a>",
             pending, obj.pk, obj.pending_approvals.count(), decided, obj.pk,
         )
+
+    @admin.display(description="MCP servers")
+    def mcp_servers(self, obj: AgentInstance) -> str:
+        """Its MCP servers, declared and runtime, with state, last error and tool count."""
+        return mcp_admin.servers_table(obj)
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
                            change: bool = False, form_url: str = "", obj: AgentInstance | None = None) -> Any:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make run`: the whole system on one machine, on the embedded defaults.
 #
-#   .venv (runtime requirements) -> migrate -> Redis -> seed_demo -> Daphne, Celery worker, beat
+#   .venv (runtime requirements) -> migrate -> Redis -> seed_demo -> demo MCP server, Daphne, Celery worker, beat
 #
 # Every server runs in its own session/process group with its output in var/log/<name>.log.
 # Ctrl-C (SIGINT) or SIGTERM stops everything this script started, and only that: a Redis that
@@ -135,6 +135,14 @@ if ! port_error=$("$PY" "$RUNLIB" port-free "$HOST" "$PORT" 2>&1); then
     die "Daphne cannot listen: $port_error. Stop what uses it (another 'make run'?) or pick another port: PORT=8001 make run"
 fi
 
+# The demo's MCP server (agents_app/demo/mcp_server.py) listens on loopback, next to Daphne's port;
+# DEMO_MCP_URL makes DemoAgent declare it (README "MCP servers"). DEMO_MCP_PORT moves it.
+DEMO_MCP_PORT=${DEMO_MCP_PORT:-$((PORT + 1))}
+if ! port_error=$("$PY" "$RUNLIB" port-free 127.0.0.1 "$DEMO_MCP_PORT" 2>&1); then
+    die "the demo MCP server cannot listen: $port_error. Pick another port: DEMO_MCP_PORT=8101 make run"
+fi
+export DEMO_MCP_URL=http://127.0.0.1:$DEMO_MCP_PORT/mcp
+
 # The production settings refuse to start without SECRET_KEY: one is made once and kept in
 # $VAR_DIR/secret_key (mode 600), so logins survive restarts.
 if [[ -z ${SECRET_KEY:-} ]]; then
@@ -198,6 +206,11 @@ printf '%s\n' "$seed_output"
 # ASGI application and server as the `daphne` command, plus /static/ served from the apps'
 # static/ folders (--insecure: also with DEBUG=0), so the chat page works with no collectstatic
 # and no extra web server. --noreload: one process, which stops on SIGTERM.
+# The demo MCP server first: DemoAgent's turns on Daphne and the worker connect to it.
+say "starting the demo MCP server on 127.0.0.1:$DEMO_MCP_PORT"
+start_server mcp-demo "$PY" -m agents_app.demo.mcp_server --host 127.0.0.1 --port "$DEMO_MCP_PORT"
+wait_until "${PIDS[-1]}" mcp-demo http_ready "$DEMO_MCP_URL"
+
 addrport="$HOST:$PORT"
 [[ $HOST == *:* ]] && addrport="[$HOST]:$PORT"
 say "starting Daphne on $addrport"
@@ -247,9 +260,10 @@ cat <<EOF
   API:     $base_url/api/  (docs: $base_url/api/docs/, Redoc: $base_url/api/redoc/)
   Log in:  $login_help
 ${email_line}  Model:   ${AGENT_MODEL:-demo}$([[ ${AGENT_MODEL:-demo} == demo ]] && echo " (offline demo model: try /slow 40, /fail, /tool get_weather {\"city\": \"Oslo\"})")
+  MCP:     /tool convert_units {"value": 10, "from_unit": "km", "to_unit": "mi"}  (demo-tools, an MCP server at $DEMO_MCP_URL)
   Actions: /tool refund_order {"order_id": "A1", "amount": 250}  (Approve in the chat; rows in Admin > Refunds)
            /tool deploy_release {"version": "1.4.2"}  (staff approve it in Admin > Pending approvals)
-  Logs:    $LOG_DIR/{daphne,celery-worker,celery-beat$([[ ${NAMES[0]} == redis ]] && echo ",redis")}.log
+  Logs:    $LOG_DIR/{daphne,celery-worker,celery-beat,mcp-demo$([[ ${NAMES[0]} == redis ]] && echo ",redis")}.log
 
   Press Ctrl-C to stop everything.
 ================================================================================

@@ -7,22 +7,27 @@ approval above 100, makes one ``demo.Refund`` per order however often retried (k
 ``refund:<order>``) and attaches a draft email; ``deploy_release`` parks until staff approve it
 in the admin ("Pending approvals"), then (doing nothing) lets the conversation continue by itself.
 ``research`` hands a task to a sub-agent (``ResearchAgent``) whose report streams into the tool's
-card, and the demo agent then sums it up.
+card, and the demo agent then sums it up. Under ``make run`` (``DEMO_MCP_URL`` set) it also uses the
+demo MCP server's tools, ``convert_units`` and ``count_words`` (``agents_app/demo/mcp_server.py``).
 """
 
 import asyncio
 from collections.abc import AsyncIterator
 from decimal import Decimal
 
+from django.conf import settings
 from pydantic import BaseModel, Field
 from pydantic_ai import RunContext
 
 from agents_app import ChatAgent, agent_tool, conf, llm
 from agents_app.actions import Action, action
 from agents_app.actions.context import ActionContext, TurnContext, TurnState
+from agents_app.mcp.servers import MCPServer
 from agents_app.tools import ClientTool, tool
 
 WEATHER = {"paris": "sunny, 21°C", "oslo": "snow, -3°C", "lisbon": "clear, 18°C"}
+# The demo MCP server's name (agents_app/demo/mcp_server.py's NAME): its id in cf_agent_mcp_servers.
+DEMO_MCP_SERVER = "demo-tools"
 # Refunds above this amount wait for the user's Approve / Reject.
 REFUND_APPROVAL_ABOVE = 100
 
@@ -140,6 +145,7 @@ class DemoAgent(ChatAgent):
         ("Crunch numbers: a tool that reports progress", "crunch_numbers count 10"),
         ("Browser info: a tool that runs in your browser", "getBrowserInfo"),
         ("Research: a sub-agent does it", 'research task "the history of Oslo"'),
+        ("Convert 10 km to miles: a tool of an MCP server", "convert_units value 10 from_unit km to_unit mi"),
         ("A slow reply: try Stop", "/slow 40"),
         ("A reply that fails", "/fail"),
     )
@@ -155,6 +161,11 @@ class DemoAgent(ChatAgent):
 
     def get_actions(self) -> dict[str, Action[BaseModel]]:
         return ACTIONS
+
+    def get_mcp_servers(self) -> list[MCPServer]:
+        """The demo MCP server that ``make run`` starts, at ``DEMO_MCP_URL`` (none when it is not set)."""
+        url = getattr(settings, "DEMO_MCP_URL", "")
+        return [MCPServer(name=DEMO_MCP_SERVER, url=url)] if url else []
 
     async def authorize_turn(self, turn: TurnContext) -> dict[str, object]:
         """Every demo user may refund and deploy; a real agent would ask ``turn.user``'s permissions."""

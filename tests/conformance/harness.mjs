@@ -194,6 +194,7 @@ class Tab {
     this.onToolCall = onToolCall;
     this.agentClass = agentClass;
     this.dataParts = []; // {t, part} per onData call
+    this.mcpUpdates = []; // {t, mcp} per onMcpUpdate call (cf_agent_mcp_servers)
     this.log = []; // {t, sock, dir: ">" (client to server) | "<", frame}
     this.sockets = [];
     this.socketEvents = []; // errors and closes, for diagnosis
@@ -288,6 +289,8 @@ function TabView({ tab }) {
     WebSocket: tab.WebSocketClass,
     minReconnectionDelay: 100,
     maxReconnectionDelay: 200,
+    // Every MCP structure the client hands over (cf_agent_mcp_servers), in arrival order.
+    onMcpUpdate: (mcp) => tab.mcpUpdates.push({ t: now(), mcp: structuredClone(mcp) }),
   });
   const chat = useAgentChat({
     agent,
@@ -802,6 +805,29 @@ const REFUND_CALL = {
 // deploy_release: a durable-pause action (docs/architecture.md#durable-pause).
 const DEPLOY_INPUT = { version: "1.4.2" };
 const PAUSE_MESSAGE = "This action is awaiting human approval. Stop and wait for the approval result before proceeding.";
+
+// The demo MCP server (agents_app/demo/mcp_server.py), which the demo agent declares when
+// DEMO_MCP_URL is set, and one call of its convert_units tool.
+const MCP_SERVER = "demo-tools";
+const MCP_INPUT = { value: 10, from_unit: "km", to_unit: "mi" };
+const MCP_OUTPUT = "10 km = 6.214 mi";
+
+// The reference's MCPServersState: four keys; every server with the MCPServer fields; every
+// tool, prompt and resource naming the server it comes from.
+function checkMcpShape(mcp, what) {
+  expectSame(Object.keys(mcp ?? {}).sort(), ["prompts", "resources", "servers", "tools"], `${what}: keys`);
+  for (const [id, server] of Object.entries(mcp.servers)) {
+    expectSame(Object.keys(server).sort(), ["auth_url", "capabilities", "error", "instructions", "name", "server_url", "state"],
+      `${what}: the fields of server ${id}`);
+    expect(["authenticating", "connecting", "connected", "discovering", "ready", "failed", "not-connected"].includes(server.state),
+      `${what}: server ${id}'s state ${JSON.stringify(server.state)}`);
+  }
+  for (const key of ["tools", "prompts", "resources"]) {
+    expect(Array.isArray(mcp[key]), `${what}: ${key} is not a list`);
+    expect(mcp[key].every((item) => item.serverId in mcp.servers && typeof item.name === "string"),
+      `${what}: every one of ${key} names a server and has a name: ${JSON.stringify(mcp[key])}`);
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Scenarios. Each gets a fresh instance name and returns a small summary for RESULT.
@@ -1406,6 +1432,48 @@ const scenarios = {
     });
     expect(toolParts(message)[0].preliminary !== true, "A: the final tool part is still marked preliminary");
     return { preliminary: outputs.length, onData: a.dataParts.length };
+  },
+
+  // MCP servers (docs/protocol.md#mcp-servers-frame): useAgent's onMcpUpdate gets the servers the
+  // demo agent declares (the demo MCP server, DEMO_MCP_URL) in the reference's MCPServersState
+  // shape; a turn calls one of its tools through the real MCP connection, the client sees the
+  // server ready with its tools, prompts and resources, and a second tab gets the same on connect.
+  async mcp(name) {
+    const a = await openTab("A", name);
+    await waitFor("A: an MCP update on connect", () => a.mcpUpdates.length > 0);
+    checkMcpShape(a.mcpUpdates[0].mcp, "A: the MCP structure on connect");
+    expect(MCP_SERVER in a.mcpUpdates[0].mcp.servers, `A: the declared server ${MCP_SERVER} on connect: ${JSON.stringify(a.mcpUpdates[0].mcp)}`);
+
+    const req = await sendAndFinish(a, `/tool convert_units ${JSON.stringify(MCP_INPUT)}`);
+    const stream = checkStream(a, req.id);
+    const outputs = stream.chunks.filter((c) => c.type === "tool-output-available").map((c) => c.output);
+    expectEqual(outputs, [MCP_OUTPUT], "A: the MCP tool's output in the stream");
+    const part = toolParts(a.chat.messages.at(-1))[0];
+    expectSame({ type: part?.type, state: part?.state, input: part?.input, output: part?.output },
+      { type: "tool-convert_units", state: "output-available", input: MCP_INPUT, output: MCP_OUTPUT }, "A: the tool part");
+
+    const ready = (tab) => {
+      const last = tab.mcpUpdates.at(-1)?.mcp;
+      return last?.servers?.[MCP_SERVER]?.state === "ready" ? last : null;
+    };
+    const seen = await waitFor("A: the demo server ready", () => ready(a));
+    checkMcpShape(seen, "A: the MCP structure once ready");
+    const server = seen.servers[MCP_SERVER];
+    expectEqual(server.name, MCP_SERVER, "A: the server's name");
+    expect(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/.test(server.server_url), `A: the server's URL: ${server.server_url}`);
+    expectEqual(server.error, null, "A: the ready server's error");
+    const of = (items) => items.filter((item) => item.serverId === MCP_SERVER).map((item) => item.name).sort();
+    expectEqual(of(seen.tools), ["convert_units", "count_words"], "A: the server's tools");
+    expectEqual(of(seen.prompts), ["convert"], "A: the server's prompts");
+    expectEqual(of(seen.resources), ["units"], "A: the server's resources");
+    const tool = seen.tools.find((t) => t.name === "convert_units");
+    expectSame(Object.keys(tool.inputSchema?.properties ?? {}).sort(), ["from_unit", "to_unit", "value"], "A: convert_units's input schema");
+
+    const b = await openTab("B", name);
+    const seenByB = await waitFor("B: the demo server ready on connect", () => ready(b));
+    expectSame(seenByB.servers, seen.servers, "B: the servers, as A last saw them");
+    expectSame(of(seenByB.tools), of(seen.tools), "B: the server's tools");
+    return { states: a.mcpUpdates.map((u) => u.mcp.servers?.[MCP_SERVER]?.state), tools: of(seen.tools) };
   },
 
   // A refused connection (no valid session) must close with a terminal code (1008 or 4000-4999,

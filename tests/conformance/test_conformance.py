@@ -1,9 +1,10 @@
 """The real ``@cloudflare/ai-chat`` client (``useAgentChat``, run by ``harness.mjs`` under Node)
 against a live server.
 
-One Redis + ASGI server serves every scenario of the module; each scenario uses its own agent
-instance. ``node_modules`` is installed from the lock file on first use (``npm ci``), so the suite
-needs ``node``/``npm`` and ``redis-server`` but never skips.
+One Redis + ASGI server serves every scenario of the module, with the demo MCP server its demo
+agent declares, as under ``make run`` (the "mcp" scenario: ``onMcpUpdate`` sees it); each
+scenario uses its own agent instance. ``node_modules`` is installed from the lock file on first
+use (``npm ci``), so the suite needs ``node``/``npm`` and ``redis-server`` but never skips.
 """
 
 import json
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.demo_mcp import DemoMcpServer
 from tests.support.live import LiveStack, RedisServer, Server
 
 pytestmark = pytest.mark.conformance
@@ -43,6 +45,7 @@ SCENARIOS = [
     "action-approval",
     "durable-pause",
     "recovering",
+    "mcp",
 ]
 USERNAME = "conformance"
 NPM_TIMEOUT = 280
@@ -79,13 +82,17 @@ def node_modules() -> Path:
 def live_daphne(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveStack, Server]]:
     workdir = tmp_path_factory.mktemp("conformance")
     redis = RedisServer(workdir)
+    # The demo agent declares the demo MCP server, as under `make run` (the "mcp" scenario).
+    mcp = DemoMcpServer(workdir)
     # The test agents (StallAgent for "recovering") beside the demo agent.
-    stack = LiveStack(workdir, redis.url, extra_env={"DJANGO_SETTINGS_MODULE": "tests.support.settings_live"})
+    stack = LiveStack(workdir, redis.url, extra_env={"DJANGO_SETTINGS_MODULE": "tests.support.settings_live",
+                                                     "DEMO_MCP_URL": mcp.url})
     try:
         stack.create_user(USERNAME)
         yield stack, stack.start_server()
     finally:
         stack.stop()
+        mcp.stop()
         redis.stop()
 
 

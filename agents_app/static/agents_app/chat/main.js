@@ -5,7 +5,8 @@
  * Native ES modules, no build step, no dependencies. The page provides:
  *   <section id="chat" data-agent="<slug>" data-name="<instance>"> with #messages, #composer,
  *   #input, #send, #stop, #clear, #status, #connection (a banner with a button) and optionally
- *   #error and #starters (buttons whose data-prompt fills the message box).
+ *   #error and #starters (buttons whose data-prompt fills the message box), and #mcp-servers
+ *   (the instance's MCP servers, shown from cf_agent_mcp_servers frames).
  *
  * Flow: GET /agents/<slug>/<name>/get-messages, then open ws(s)://<host>/agents/<slug>/<name>
  * (both with the page's data-query, e.g. owner=<username> when staff read another user's).
@@ -15,10 +16,12 @@
  * Modules: protocol.js (the wire), message-builder.js (chunks -> UIMessage, as the server
  * builds it), socket.js (connection and resume handshake), streams.js (the transcript and the
  * replies streaming into it), tools.js (client tools, approvals, tool cards), render.js (the
- * DOM), attachments.js and dom.js (rendering helpers). This one wires them together.
+ * DOM), mcp.js (the MCP servers panel), attachments.js and dom.js (rendering helpers). This
+ * one wires them together.
  */
 
 import { FRAME, connectionId, fetchHistory, frames } from "./protocol.js";
+import { McpServersView } from "./mcp.js";
 import { ChatView } from "./render.js";
 import { ChatSocket } from "./socket.js";
 import { Conversation } from "./streams.js";
@@ -76,6 +79,7 @@ function start(root) {
     },
   });
   const view = new ChatView(dom, conversation, socket, tools);
+  const mcpServers = new McpServersView(dom.mcpEl);
 
   function handleFrame(frame) {
     switch (frame.type) {
@@ -104,6 +108,9 @@ function start(root) {
         conversation.recovering = !!frame.recovering;
         view.updateControls();
         break;
+      case FRAME.MCP_SERVERS:
+        mcpServers.update(frame.mcp);
+        break;
       case FRAME.IDENTITY:
         socket.accepted();
         break;
@@ -114,7 +121,7 @@ function start(root) {
         break;
       }
       default:
-        break; // cf_agent_state, cf_agent_mcp_servers, rpc: nothing to show
+        break; // cf_agent_state, rpc: nothing to show
     }
   }
 
@@ -156,6 +163,7 @@ function start(root) {
     messages: () => JSON.parse(JSON.stringify(conversation.messages)),
     status: () => view.status,
     activeStreams: () => [...conversation.streams.keys()],
+    mcpServers: () => JSON.parse(JSON.stringify(mcpServers.state)),
   });
 
   view.updateControls();
@@ -233,5 +241,6 @@ function findElements(root) {
     errorEl,
     connectionEl: $("connection"),
     starters: $("starters"),
+    mcpEl: $("mcp-servers"),
   };
 }

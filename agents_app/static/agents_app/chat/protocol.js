@@ -19,6 +19,7 @@ export const FRAME = Object.freeze({
   MESSAGE_UPDATED: "cf_agent_message_updated",
   RECOVERING: "cf_agent_chat_recovering",
   IDENTITY: "cf_agent_identity",
+  MCP_SERVERS: "cf_agent_mcp_servers",
   ERROR: "cf_agent_error",
 });
 
