@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Model, signals
 from django.db.models.constants import OnConflict
 
@@ -31,6 +32,23 @@ def _alias(model: type[Model]) -> str:
 def connection_for(model: type[Model]) -> BaseDatabaseWrapper:
     """The connection the ORM would write ``model``'s rows with (reads go there too: one database)."""
     return connections[_alias(model)]
+
+
+def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
+    """A cursor for this module's statements. On PostgreSQL with prepared statements on (the
+    connection's ``prepare_threshold``, settings ``DB_PREPARE_THRESHOLD``) it binds parameters on
+    the server, so psycopg prepares each of these fixed texts once per connection and PostgreSQL
+    stops parsing and planning them every turn (docs/decisions.md#postgresql-on-the-turn-path). The
+    ORM's own queries keep Django's client-side binding. Elsewhere: ``connection.cursor()``."""
+    if connection.vendor != "postgresql" or connection.settings_dict["OPTIONS"].get("prepare_threshold") is None:
+        return connection.cursor()
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    # What ``connection.cursor()`` does, with the server-binding cursor class.
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        return connection._prepare_cursor(ServerBindingCursor(connection.connection))
 
 
 def table(model: type[Model], connection: BaseDatabaseWrapper) -> str:
@@ -69,7 +87,7 @@ def update(model: type[Model], where: dict[str, Any], **values: Any) -> int:
     connection = connection_for(model)
     sql = _update_sql(model, tuple(values), tuple(where), connection.alias)
     params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
-    with connection.cursor() as cursor:
+    with _cursor(connection) as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
 
@@ -84,7 +102,7 @@ def update_returning(model: type[Model], where: dict[str, Any], returned: "Colum
     connection = connection_for(model)
     sql = _update_returning_sql(model, tuple(values), tuple(where), returned, connection.alias)
     params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
-    with connection.cursor() as cursor:
+    with _cursor(connection) as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
 
@@ -102,7 +120,7 @@ def lock_row(model: type[Model], pk: Any, column: str) -> None:
     of the same row wait for it on PostgreSQL; on SQLite every write waits for the database's one."""
     connection = connection_for(model)
     sql = _lock_sql(model, column, connection.alias)
-    with connection.cursor() as cursor:
+    with _cursor(connection) as cursor:
         cursor.execute(sql, [model._meta.pk.get_db_prep_value(pk, connection)])
 
 
@@ -154,7 +172,7 @@ def insert(obj: Model) -> None:
     with_pk = obj.pk is not None
     returning = not with_pk and connection.features.can_return_columns_from_insert
     sql = _insert_sql(model, with_pk, 1, returning, connection.alias)
-    with connection.cursor() as cursor:
+    with _cursor(connection) as cursor:
         cursor.execute(sql, _row_params(obj, _insert_fields(model, with_pk), connection))
         if not with_pk:
             pk = cursor.fetchone()[0] if returning else connection.ops.last_insert_id(
@@ -173,7 +191,7 @@ def insert_many(objs: Sequence[Model], batch_size: int | None = None) -> None:
     connection = connection_for(model)
     fields = _insert_fields(model, with_pk=False)
     size = max(1, min(batch_size or len(objs), connection.ops.bulk_batch_size(list(fields), objs)))
-    with connection.cursor() as cursor:
+    with _cursor(connection) as cursor:
         for start in range(0, len(objs), size):
             batch = objs[start:start + size]
             params = [value for obj in batch for value in _row_params(obj, fields, connection)]
@@ -203,7 +221,7 @@ def upsert(obj: Model, unique: str, update: Sequence[str]) -> None:
     model = type(obj)
     _check_no_receivers(model)
     connection = connection_for(model)
-    with connection.cursor() as cursor:
+    with _cursor(connection) as cursor:
         cursor.execute(_upsert_sql(model, unique, tuple(update), connection.alias),
                        _row_params(obj, _insert_fields(model, True), connection))
     obj._state.adding, obj._state.db = False, connection.alias
@@ -243,7 +261,7 @@ class Write(Statement):
         connection = self.connection
         prepared = [_prepared(self.model, name, value, connection) for name, value in zip(self.params, values,
                                                                                           strict=True)]
-        with connection.cursor() as cursor:
+        with _cursor(connection) as cursor:
             cursor.execute(self._text(connection), prepared)
             return int(cursor.rowcount)
 
@@ -253,13 +271,13 @@ class Select(Statement):
 
     def rows(self, *params: Any) -> list[tuple[Any, ...]]:
         connection = self.connection
-        with connection.cursor() as cursor:
+        with _cursor(connection) as cursor:
             cursor.execute(self._text(connection), params)
             return cursor.fetchall()
 
     def row(self, *params: Any) -> tuple[Any, ...] | None:
         connection = self.connection
-        with connection.cursor() as cursor:
+        with _cursor(connection) as cursor:
             cursor.execute(self._text(connection), params)
             return cursor.fetchone()
 

@@ -10,9 +10,12 @@ start is never stopped.
 import argparse
 import contextlib
 import os
+import signal
 import subprocess
+import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlparse
@@ -74,6 +77,34 @@ def workerd_pids(pids: list[int]) -> list[int]:
             if f.read().strip() == "workerd":
                 out.append(pid)
     return out
+
+
+def watcher_pids(pids: list[int]) -> list[int]:
+    """The ``esbuild`` processes among ``pids``: wrangler's file watcher and bundler, dev tooling."""
+    out = []
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/comm") as f:
+            if f.read().strip() == "esbuild":
+                out.append(pid)
+    return out
+
+
+@contextlib.contextmanager
+def paused_watcher(pids: list[int]) -> Iterator[list[int]]:
+    """wrangler's esbuild watcher stopped (SIGSTOP) for the block and continued (SIGCONT) after,
+    also when the block ends by an exception or a SIGTERM: it is dev tooling, not the server, and
+    competes with both sides for the machine's cores. Yields the PIDs it paused."""
+    paused = watcher_pids(pids)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        for pid in paused:
+            os.kill(pid, signal.SIGSTOP)
+        yield paused
+    finally:
+        for pid in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def b36(i: int) -> str:

@@ -1,7 +1,8 @@
 """What the benchmarks share: a throwaway server stack, a cf_agent_* client turn, CPU and statistics.
 
-The stack reuses ``tests/support/live.py``: a Redis on a free port, a fresh SQLite database
-migrated by ``manage.py migrate`` in a temporary directory, Server processes running the real
+The stack reuses ``tests/support/live.py``: a Redis on a free port, a fresh database migrated by
+``manage.py migrate`` (an SQLite file in a temporary directory, or a PostgreSQL cluster of its own
+started there as the tests start one), Server processes running the real
 ``thinkproject.asgi:application`` with the production settings, and a user logged in through
 the real login form. Everything listens on 127.0.0.1 and is stopped (by PID) on exit.
 """
@@ -31,6 +32,7 @@ from tests.support.live import (
     PYTHON,
     ROOT,
     LiveStack,
+    PostgresServer,
     RedisServer,
     Server,
     free_port,
@@ -48,9 +50,16 @@ ORIGIN = "http://localhost"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+DATABASES = ("sqlite", "postgres")
+
+
 # --------------------------------------------------------------------------------------- stack
 class Stack:
-    """Redis + migrated SQLite + ``processes`` Server processes + a logged-in bench user.
+    """Redis + a migrated database + ``processes`` Server processes + a logged-in bench user.
+
+    ``database``: "sqlite" (a fresh file, the embedded default) or "postgres" (a throwaway cluster,
+    ``tests.support.live.PostgresServer``, with a fresh database; ``database_pid`` roots its
+    processes, whose CPU is part of our server side).
 
     ``extra_env`` is added to the servers' environment (e.g. ``AGENT_LOG_LEVEL=INFO``); ``app`` is
     the ASGI application of the project processes; ``server`` the ASGI server they run
@@ -61,8 +70,11 @@ class Stack:
 
     def __init__(self, processes: int = 1, *, profile_dir: Path | None = None, keep: bool = False,
                  app: str = "thinkproject.asgi:application", extra_env: dict[str, str] | None = None,
-                 server: str = DEFAULT_SERVER) -> None:
+                 server: str = DEFAULT_SERVER, database: str = "sqlite") -> None:
+        if database not in DATABASES:
+            raise ValueError(f"database is one of {DATABASES}, not {database!r}")
         self.processes = processes
+        self.database = database
         self.server = server
         self.app = app
         self.extra_env = {"AGENT_LOG_LEVEL": "WARNING", **(extra_env or {})}
@@ -70,6 +82,7 @@ class Stack:
         self.keep = keep
         self.workdir = Path(tempfile.mkdtemp(prefix="think-bench-"))
         self.redis: RedisServer | None = None
+        self.postgres: PostgresServer | None = None
         self.live: LiveStack | None = None
         self.servers: list[Server] = []
         self.extra: list[subprocess.Popen[Any]] = []
@@ -78,7 +91,11 @@ class Stack:
     def __enter__(self) -> "Stack":
         try:
             self.redis = RedisServer(self.workdir)
-            self.live = LiveStack(self.workdir, self.redis.url, extra_env=self.extra_env)
+            url = None
+            if self.database == "postgres":
+                self.postgres = PostgresServer(self.workdir)
+                url = self.postgres.new_database("bench")
+            self.live = LiveStack(self.workdir, self.redis.url, database_url=url, extra_env=self.extra_env)
             self.live.create_user(BENCH_USER)
             self.servers = [self._start(self.app) for _ in range(self.processes)]
             self.cookie = self.servers[0].login(BENCH_USER)
@@ -128,6 +145,15 @@ class Stack:
         assert self.redis is not None
         return self.redis.proc.pid
 
+    @property
+    def database_pid(self) -> int | None:
+        """The root of the PostgreSQL cluster's processes (None on SQLite: the servers run it)."""
+        return None if self.postgres is None else self.postgres.proc.pid
+
+    def database_cpu(self) -> float:
+        """CPU seconds of the database processes so far (``cpu_seconds_tree``; 0 on SQLite)."""
+        return 0.0 if self.postgres is None else cpu_seconds_tree(self.postgres.proc.pid)
+
     def close(self) -> None:
         # SIGINT: uvicorn re-raises the signal it stopped on, and a SIGTERM would end the process
         # before cProfile writes its file; a KeyboardInterrupt lets it.
@@ -138,6 +164,8 @@ class Stack:
             self.live.stop()
         if self.redis is not None:
             self.redis.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -178,6 +206,18 @@ def cpu_seconds(pids: Sequence[int]) -> float:
         with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
+
+
+def cpu_seconds_tree(root: int) -> float:
+    """CPU seconds of ``root`` and every process below it, including those that exited and were
+    reaped (``cutime``/``cstime``): a PostgreSQL cluster, whose backends come and go with their
+    connections and whose CPU would otherwise leave with them."""
+    total = 0.0
+    for pid in descendants(root):
+        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15]) / CLK_TCK
     return total
 
 

@@ -1,12 +1,14 @@
 """What one turn costs inside one process: SQL statements, thread hops, CPU and wall time.
 
     .venv/bin/python -m bench.turn_cost [--turns 30] [--chunks 1] [--history 0] [--by-caller]
+                                        [--database postgres [--round-trips]]
 
 Issue 16's P1 row (a minimal turn) is mostly fixed per-turn work, not streaming, and the other
 scripts see it only from outside. This one runs the project's ASGI application in this process
 (``channels.testing.WebsocketCommunicator``, the in-memory channel layer, a fresh SQLite file, the
 demo model), sends T sequential turns of ``/burst N`` on one socket with the whole history re-sent
-(as ``useAgentChat`` does; ``--history H`` starts from H stored messages), waits after each turn
+(as ``useAgentChat`` does; ``--history H`` starts from H stored messages, ``--old-turns N`` adds N
+finished turns of the same instance and user after the first turn), waits after each turn
 until its background work has settled, and counts, per turn:
 
 * SQL statements on every connection of the process (``connection.execute_wrapper``), with
@@ -17,6 +19,13 @@ until its background work has settled, and counts, per turn:
 * process CPU (``time.process_time``, every thread) and wall time from send to ``done``.
 
 It prints medians over the turns after the first (the first one creates the instance).
+
+``--database postgres`` runs the same on a throwaway PostgreSQL cluster (``tests.support.live.
+PostgresServer``) instead of the SQLite file; ``--round-trips`` then also counts the messages the
+process sends PostgreSQL (every libpq query, prepare and execute call, Django's health-check
+``SELECT 1``, ``BEGIN`` and ``COMMIT`` included: each one waits for its answer, a round trip). It
+loads psycopg's pure-Python libpq binding to count them, which costs CPU: leave it off when the
+CPU column matters.
 """
 
 import argparse
@@ -31,12 +40,15 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 
-def _configure(workdir: str) -> None:
+def _configure(workdir: str, database_url: str | None) -> None:
     os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret")
     os.environ["VAR_DIR"] = workdir
+    if database_url:
+        os.environ["DATABASE_URL"] = database_url
     os.environ["CHANNEL_LAYER"] = "memory"
     os.environ["AGENT_LOG_LEVEL"] = "WARNING"
     os.environ["DJANGO_SETTINGS_MODULE"] = "thinkproject.settings"
@@ -51,20 +63,27 @@ def _configure(workdir: str) -> None:
 class Counters:
     """Statements and hops seen while ``active``, with the caller of each statement."""
 
-    def __init__(self, by_caller: bool) -> None:
+    def __init__(self, by_caller: bool, explain: bool = False) -> None:
         self.by_caller = by_caller
+        # The turn's reads and updates (text → parameters), for ``--explain``.
+        self.explain = explain
+        self.seen: dict[str, Any] = {}
         self.statements = 0
         self.hops = 0
+        self.round_trips = 0
         self.callers: collections.Counter[str] = collections.Counter()
         self.hop_callers: collections.Counter[str] = collections.Counter()
 
     def reset(self) -> None:
-        self.statements = self.hops = 0
+        self.statements = self.hops = self.round_trips = 0
+        self.seen.clear()
         self.callers.clear()
         self.hop_callers.clear()
 
     def statement(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
         self.statements += 1
+        if self.explain and sql.lstrip().split(" ", 1)[0].upper() in ("SELECT", "UPDATE", "DELETE"):
+            self.seen.setdefault(sql, params)
         if self.by_caller:
             frames = [f for f in traceback.extract_stack()
                       if "/agents_app/" in f.filename and not f.filename.endswith("/agents_app/statements.py")]
@@ -96,13 +115,48 @@ def _counting(counters: Counters) -> Iterator[None]:
 
     sync.SyncToAsync.__call__ = counted  # type: ignore[method-assign]
     try:
-        yield
+        with _counting_round_trips(counters):
+            yield
     finally:
         sync.SyncToAsync.__call__ = original  # type: ignore[method-assign]
         connection_created.disconnect(install)
 
 
-async def _run(args: argparse.Namespace, counters: Counters) -> list[dict[str, float]]:
+LIBPQ_QUERIES = ("exec_", "exec_params", "exec_prepared", "send_query", "send_query_params",
+                 "send_prepare", "send_query_prepared")
+
+
+@contextmanager
+def _counting_round_trips(counters: Counters) -> Iterator[None]:
+    """Count the queries psycopg's pure-Python libpq binding sends (``--round-trips``; a no-op with
+    the C binding, whose methods cannot be wrapped)."""
+    import psycopg
+
+    if psycopg.pq.__impl__ != "python":
+        yield
+        return
+    from psycopg.pq import pq_ctypes
+
+    originals = {name: getattr(pq_ctypes.PGconn, name) for name in LIBPQ_QUERIES}
+
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            counters.round_trips += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+    for name, method in originals.items():
+        setattr(pq_ctypes.PGconn, name, wrap(method))
+    try:
+        yield
+    finally:
+        for name, method in originals.items():
+            setattr(pq_ctypes.PGconn, name, method)
+
+
+async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Callable[[], float]
+               ) -> list[dict[str, float]]:
     from channels.db import database_sync_to_async
     from channels.testing import WebsocketCommunicator
     from django.conf import settings
@@ -127,12 +181,14 @@ async def _run(args: argparse.Namespace, counters: Counters) -> list[dict[str, f
                         "parts": [{"type": "text", "text": f"(demo model, offline) You said: earlier {index}"}]})
     rows = []
     for turn in range(args.turns):
+        if turn == 1 and args.old_turns:
+            await database_sync_to_async(_old_turns)(args.old_turns)
         user = {"id": f"u{turn}", "role": "user", "parts": [{"type": "text", "text": f"/burst {args.chunks}"}]}
         body = {"messages": [*history, user], "trigger": "submit-message"}
         frame = {"type": "cf_agent_use_chat_request", "id": f"r{turn}",
                  "init": {"method": "POST", "body": json.dumps(body)}}
         counters.reset()
-        cpu, wall = time.process_time(), time.perf_counter()
+        cpu, wall, db_cpu = time.process_time(), time.perf_counter(), database_cpu()
         await ws.send_json_to(frame)
         text = []
         while True:
@@ -150,13 +206,47 @@ async def _run(args: argparse.Namespace, counters: Counters) -> list[dict[str, f
         if pending:
             await asyncio.wait(pending, timeout=60)
         rows.append({"wall_ms": done * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
-                     "statements": counters.statements, "hops": counters.hops})
+                     "database_cpu_ms": (database_cpu() - db_cpu) * 1000,
+                     "statements": counters.statements, "hops": counters.hops,
+                     "round_trips": counters.round_trips})
         if turn == args.turns - 1 and args.by_caller:
             rows[-1]["callers"] = dict(counters.callers)  # type: ignore[assignment]
             rows[-1]["hop_callers"] = dict(counters.hop_callers)  # type: ignore[assignment]
         history += [user, {"id": f"a{turn}", "role": "assistant", "parts": [{"type": "text", "text": "".join(text)}]}]
     await ws.disconnect()
     return rows
+
+
+def _old_turns(count: int) -> None:
+    """``count`` finished turns of the bench user's instance before the measured ones (``--old-turns``):
+    the history a long-lived conversation leaves, which the turn path's reads must not scan."""
+    from django.db import connection
+
+    from agents_app.models import Turn
+
+    last = Turn.objects.latest("id")
+    Turn.objects.bulk_create(
+        [Turn(instance_id=last.instance_id, user_id=last.user_id, request_id=f"old-{i}", status=Turn.Status.COMPLETED)
+         for i in range(count)], batch_size=2000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # the planner's statistics, as autovacuum would gather them
+
+
+def explain(seen: dict[str, Any]) -> None:
+    """PostgreSQL's plan of each read and update of the last turn, with sequential scans switched
+    off: a table this small is scanned whatever its indexes, so a ``Seq Scan`` that remains means
+    no index serves the statement (``--explain``)."""
+    from django.db import connection
+
+    print("Plans of the last turn's reads and updates (enable_seqscan off):")
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        for sql, params in seen.items():
+            cursor.execute(f"EXPLAIN {sql}", params)
+            print(f"\n{' '.join(sql.split())[:150]}")
+            for (line,) in cursor.fetchall():
+                print(f"    {line}")
+        cursor.execute("RESET enable_seqscan")
 
 
 def main() -> None:
@@ -167,22 +257,54 @@ def main() -> None:
     parser.add_argument("--by-caller", action="store_true",
                         help="the last turn's statements by caller, and its thread hops by function")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite",
+                        help="a fresh SQLite file (default) or a throwaway PostgreSQL cluster")
+    parser.add_argument("--old-turns", type=int, default=0,
+                        help="finished turns of the same instance and user stored after the first turn")
+    parser.add_argument("--explain", action="store_true",
+                        help="on PostgreSQL, the plan of each read and update of the last turn (seq scans off)")
+    parser.add_argument("--round-trips", action="store_true",
+                        help="on PostgreSQL, count the queries sent (pure-Python libpq binding: more CPU)")
     args = parser.parse_args()
+    if (args.round_trips or args.explain) and args.database != "postgres":
+        parser.error("--round-trips and --explain are PostgreSQL's: add --database postgres")
+    if args.round_trips:
+        os.environ["PSYCOPG_IMPL"] = "python"  # before psycopg is imported
     sys.path.insert(0, os.getcwd())
+    from bench._stack import cpu_seconds_tree
+    from tests.support.live import PostgresServer
+
     with tempfile.TemporaryDirectory(prefix="think-turn-cost-") as workdir:
-        _configure(workdir)
-        counters = Counters(args.by_caller)
-        with _counting(counters):
-            rows = asyncio.run(_run(args, counters))
+        postgres = PostgresServer(Path(workdir)) if args.database == "postgres" else None
+        try:
+            _configure(workdir, postgres.new_database("turn_cost") if postgres else None)
+            counters = Counters(args.by_caller, args.explain)
+            with _counting(counters):
+                rows = asyncio.run(_run(args, counters, lambda: cpu_seconds_tree(postgres.proc.pid)
+                                        if postgres else 0.0))
+            plans, counters.explain = dict(counters.seen), False
+            if plans:
+                explain(plans)
+        finally:
+            if postgres is not None:
+                from django.db import connections
+
+                connections.close_all()
+                postgres.stop()
     warm = rows[1:] or rows
     summary = {name: statistics.median(row[name] for row in warm)
-               for name in ("wall_ms", "cpu_ms", "statements", "hops")}
+               for name in ("wall_ms", "cpu_ms", "statements", "hops", "round_trips")}
+    # PostgreSQL's CPU comes in 10 ms ticks: a mean over the turns, not a median of mostly zeros.
+    summary["database_cpu_ms"] = statistics.fmean(row["database_cpu_ms"] for row in warm)
     print(f"## bench/turn_cost.py: {args.turns} turns of /burst {args.chunks}, "
-          f"history from {args.history} messages, one process")
-    print("| turn median ms | CPU ms per turn | SQL statements per turn | thread hops per turn |")
-    print("|--:|--:|--:|--:|")
-    print(f"| {summary['wall_ms']:.1f} | {summary['cpu_ms']:.1f} | {summary['statements']:.0f} "
-          f"| {summary['hops']:.0f} |")
+          f"history from {args.history} messages, {args.old_turns} old turns, one process, {args.database}")
+    print("| turn median ms | CPU ms per turn | PostgreSQL CPU ms per turn (mean) | SQL statements per turn "
+          "| thread hops per turn | round trips per turn |")
+    print("|--:|--:|--:|--:|--:|--:|")
+    trips = f"{summary['round_trips']:.0f}" if args.round_trips else ""
+    print(f"| {summary['wall_ms']:.1f} | {summary['cpu_ms']:.1f} | {summary['database_cpu_ms']:.1f} "
+          f"| {summary['statements']:.0f} "
+          f"| {summary['hops']:.0f} | {trips} |")
     callers = rows[-1].get("callers")
     if callers:
         print("\nStatements of the last turn by caller:\n")

@@ -107,6 +107,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # PostgreSQL, the production database (README "Deployment"). A turn runs the same dozen
+    # hand-written statements every time (agents_app/statements.py): psycopg prepares each one on a
+    # connection at its DB_PREPARE_THRESHOLD-th execution, and PostgreSQL then skips parsing and
+    # planning it (docs/decisions.md#postgresql-on-the-turn-path). "off": never (behind a
+    # transaction-mode pgbouncer older than 1.21, which cannot keep prepared statements).
+    _prepare = os.environ.get("DB_PREPARE_THRESHOLD", "2")
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}),
+        "prepare_threshold": None if _prepare == "off" else int(_prepare),
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
