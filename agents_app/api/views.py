@@ -32,8 +32,8 @@ class ApiRootView(APIView):
 
     @extend_schema(
         summary="The API's links",
-        description="Where to start: your conversations, the approvals queue (staff), model usage, the OpenAPI schema and its "
-                    "documentation (Swagger UI and Redoc). Needs no login.",
+        description="Where to start: your conversations, the approvals queue (staff), model usage, the OpenAPI "
+                    "schema and its documentation (Swagger UI and Redoc). Needs no login.",
         operation_id="api_root",
         responses={200: OpenApiResponse({"type": "object", "additionalProperties": {"type": "string",
                                                                                     "format": "uri"}})},
