@@ -137,6 +137,8 @@ class ScriptedServer:
         self._lock = threading.Lock()
         self._script: deque[Reply] = deque()
         self._requests: list[RecordedRequest] = []
+        # Streams whose client went away before their end (a cancelled turn closing its request).
+        self.disconnects = 0
         self._ids = itertools.count(1)
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -246,7 +248,9 @@ class _Handler(BaseHTTPRequestHandler):
         except StreamCut:
             self.close_connection = True
         except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True  # the client went away mid-stream (a cancelled turn)
+            self.close_connection = True
+            with self.fake._lock:
+                self.fake.disconnects += 1
 
     def do_GET(self) -> None:
         self.fake.answer_get(self, self.path.split("?", 1)[0])

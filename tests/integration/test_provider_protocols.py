@@ -1,0 +1,317 @@
+"""Every turn feature through every provider protocol, against local servers speaking it for real.
+
+``AGENT_MODEL`` points the demo agent at one of ``tests/support/provider_protocols.PROTOCOLS``:
+OpenAI Chat Completions, an OpenAI-compatible server, OpenAI's Responses API and Anthropic
+Messages. Turns go over the WebSocket as a browser sends them, through ``llm.get_model`` →
+pydantic-ai's model for the provider → the vendor's SDK → HTTP/SSE → the frame encoder → the turn
+engine → the transcript. Nothing is mocked; each test asserts what the client received, what was
+stored, and what the provider server was sent. The README's provider matrix names these tests.
+"""
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.test import override_settings
+from pydantic_ai import models
+
+from agents_app.demo.models import Refund
+from agents_app.models import Turn
+from tests.support.fake_provider import (
+    CutReply,
+    ErrorReply,
+    ScriptedServer,
+    StreamErrorReply,
+    TextReply,
+    ToolCall,
+    ToolCallsReply,
+)
+from tests.support.frames import (
+    RESP,
+    chat_request,
+    chunks,
+    follow_continuation,
+    is_done,
+    open_agent,
+    receive_until,
+    text_of,
+    user_message,
+)
+from tests.support.provider_protocols import API_KEY, PROTOCOLS, Protocol
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AGENT = "/agents/demo-agent"
+# Retry-After of 1 ms: the SDKs' retries of a 5xx/529 stay fast.
+FAST_RETRY = {"retry-after-ms": "1"}
+
+
+@dataclass(frozen=True)
+class Live:
+    """A protocol with its server running and ``AGENT_MODEL`` pointing at it."""
+
+    protocol: Protocol
+    server: ScriptedServer
+
+
+@pytest.fixture(params=list(PROTOCOLS))
+def live(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
+    # tests/conftest.py forbids real model requests; these talk to a local server only.
+    monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", True)
+    protocol = PROTOCOLS[request.param]
+    with protocol.server() as server, override_settings(
+        AGENT_MODEL=protocol.spec, AGENT_MODEL_BASE_URL=server.base_url, AGENT_MODEL_API_KEY=API_KEY,
+    ):
+        yield Live(protocol, server)
+
+
+async def history(user: Any, name: str) -> list[dict[str, Any]]:
+    from django.test import AsyncClient
+
+    client = AsyncClient()
+    await client.aforce_login(user)
+    response = await client.get(f"{AGENT}/{name}/get-messages")
+    assert response.status_code == 200
+    return response.json()
+
+
+async def turn(a: WebsocketCommunicator, request_id: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One chat request; its response frames up to and including its done frame."""
+    await a.send_json_to(chat_request(request_id, messages))
+    frames = await receive_until(a, is_done(request_id), timeout=20)
+    return [f for f in frames if f.get("type") == RESP and f.get("id") == request_id]
+
+
+def kinds(frames: list[dict[str, Any]]) -> list[str]:
+    return [c["type"] for c in chunks(frames)]
+
+
+def tool_part(message: dict[str, Any], call_id: str) -> dict[str, Any]:
+    return next(p for p in message["parts"] if p.get("toolCallId") == call_id)
+
+
+def the_error(frames: list[dict[str, Any]]) -> str:
+    """The in-band model error: one ``error`` frame right before a done frame ``outcome: error``."""
+    [error] = [f for f in frames if f.get("error")]
+    assert frames.index(error) == len(frames) - 2
+    assert frames[-1]["done"] is True
+    assert frames[-1]["outcome"] == "error"
+    return error["body"]
+
+
+# --- streamed text ----------------------------------------------------------------------------------
+async def test_streamed_text(live: Live, ws: Any, user: Any) -> None:
+    pieces = ["Hello", " from", " the", " provider", ", ünïcode ✓."]
+    live.server.script(TextReply(pieces))
+    a = await open_agent(ws, f"{AGENT}/text")
+
+    frames = await turn(a, "r1", [user_message("u1", "hi there")])
+
+    assert kinds(frames) == [
+        "start", "start-step", "text-start", *["text-delta"] * len(pieces), "text-end", "finish-step", "finish",
+    ]
+    assert [c["delta"] for c in chunks(frames) if c["type"] == "text-delta"] == pieces
+    assert chunks(frames)[-1]["messageMetadata"] == {"finishReason": "stop"}
+    [request] = live.server.requests
+    assert request.stream is True
+    assert request.body["model"] == live.protocol.model_name
+    assert live.protocol.auth(request) == API_KEY
+    assert [m["role"] for m in await history(user, "text")] == ["user", "assistant"]
+    stored = (await history(user, "text"))[-1]
+    assert next(p for p in stored["parts"] if p["type"] == "text")["text"] == "".join(pieces)
+    assert (await Turn.objects.aget(request_id="r1")).status == Turn.Status.COMPLETED
+
+
+# --- tools ------------------------------------------------------------------------------------------
+async def test_one_tool_call(live: Live, ws: Any, user: Any) -> None:
+    call = ToolCall("get_weather", '{"city": "Paris"}', id="call_paris", chunk_size=5)
+    live.server.script(ToolCallsReply([call]), TextReply(["Paris is ", "sunny."]))
+    a = await open_agent(ws, f"{AGENT}/tool")
+
+    frames = await turn(a, "r1", [user_message("u1", "Weather in Paris?")])
+
+    body = chunks(frames)
+    assert [c["inputTextDelta"] for c in body if c["type"] == "tool-input-delta"] == call.argument_pieces()
+    [available] = [c for c in body if c["type"] == "tool-input-available"]
+    assert (available["toolName"], available["input"]) == ("get_weather", {"city": "Paris"})
+    assert {c["toolCallId"]: c["output"] for c in body if c["type"] == "tool-output-available"} == {
+        "call_paris": "Paris: sunny, 21°C"}
+    assert text_of(frames) == "Paris is sunny."
+    first, second = live.server.requests
+    assert live.protocol.tool_results(first) == {}
+    assert live.protocol.tool_results(second) == {"call_paris": "Paris: sunny, 21°C"}
+    stored = (await history(user, "tool"))[-1]
+    assert tool_part(stored, "call_paris")["state"] == "output-available"
+
+
+async def test_two_tool_calls_in_one_response(live: Live, ws: Any) -> None:
+    live.server.script(
+        ToolCallsReply([ToolCall("get_weather", '{"city": "Oslo"}', id="call_oslo"),
+                        ToolCall("get_weather", '{"city": "Lisbon"}', id="call_lisbon")]),
+        TextReply(["Cold in Oslo, mild in Lisbon."]),
+    )
+    a = await open_agent(ws, f"{AGENT}/two")
+
+    frames = await turn(a, "r1", [user_message("u1", "Oslo and Lisbon?")])
+
+    outputs = {c["toolCallId"]: c["output"] for c in chunks(frames) if c["type"] == "tool-output-available"}
+    assert outputs == {"call_oslo": "Oslo: snow, -3°C", "call_lisbon": "Lisbon: clear, 18°C"}
+    assert live.protocol.tool_results(live.server.requests[1]) == outputs
+    assert text_of(frames) == "Cold in Oslo, mild in Lisbon."
+
+
+async def test_tool_that_needs_approval(live: Live, ws: Any, user: Any) -> None:
+    call = ToolCall("send_email", '{"to": "bob@example.com", "subject": "hi"}', id="call_mail")
+    live.server.script(ToolCallsReply([call]), TextReply(["Sent."]))
+    a = await open_agent(ws, f"{AGENT}/approve")
+
+    first = await turn(a, "r1", [user_message("u1", "Mail Bob")])
+    assert {"type": "tool-approval-request", "approvalId": "call_mail", "toolCallId": "call_mail"} in chunks(first)
+    assert len(live.server.requests) == 1, "nothing runs, and the model waits, until the user decides"
+    assert tool_part((await history(user, "approve"))[-1], "call_mail")["state"] == "approval-requested"
+
+    await a.send_json_to({"type": "cf_agent_tool_approval", "toolCallId": "call_mail", "approved": True,
+                          "autoContinue": True})
+    frames = await follow_continuation(a)
+
+    assert text_of(frames) == "Sent."
+    sent = "Email to bob@example.com about 'hi' sent (demo)."
+    assert live.protocol.tool_results(live.server.requests[1]) == {"call_mail": sent}
+    part = tool_part((await history(user, "approve"))[-1], "call_mail")
+    assert (part["state"], part["output"]) == ("output-available", sent)
+
+
+async def test_client_tool(live: Live, ws: Any, user: Any) -> None:
+    live.server.script(ToolCallsReply([ToolCall("getBrowserInfo", "{}", id="call_browser")]), TextReply(["French."]))
+    a = await open_agent(ws, f"{AGENT}/client")
+
+    first = await turn(a, "r1", [user_message("u1", "Which language?")])
+    assert kinds(first)[-3:] == ["tool-input-available", "finish-step", "finish"]
+    await a.send_json_to({"type": "cf_agent_tool_result", "toolCallId": "call_browser", "toolName": "getBrowserInfo",
+                          "output": {"language": "fr"}, "autoContinue": True})
+    frames = await follow_continuation(a)
+
+    assert text_of(frames) == "French."
+    [result] = live.protocol.tool_results(live.server.requests[1]).values()
+    assert json.loads(result) == {"language": "fr"}
+    part = tool_part((await history(user, "client"))[-1], "call_browser")
+    assert (part["state"], part["output"]) == ("output-available", {"language": "fr"})
+
+
+async def test_action_through_the_ledger(live: Live, ws: Any, user: Any) -> None:
+    call = ToolCall("refund_order", '{"order_id": "A-17", "amount": 20, "reason": "late"}', id="call_refund")
+    live.server.script(ToolCallsReply([call]), TextReply(["Refunded."]))
+    a = await open_agent(ws, f"{AGENT}/action")
+
+    frames = await turn(a, "r1", [user_message("u1", "Refund A-17")])
+
+    [output] = [c["output"] for c in chunks(frames) if c["type"] == "tool-output-available"]
+    refund = await Refund.objects.aget(order_id="A-17")
+    assert (refund.tool_call_id, refund.request_id) == ("call_refund", "r1")
+    assert output["refund_id"] == refund.pk
+    assert json.loads(live.protocol.tool_results(live.server.requests[1])["call_refund"])["refund_id"] == refund.pk
+    assert text_of(frames) == "Refunded."
+
+
+# --- cancellation -----------------------------------------------------------------------------------
+async def test_cancel_mid_stream_closes_the_provider_stream(live: Live, ws: Any, user: Any) -> None:
+    live.server.chunk_delay = 0.02
+    live.server.script(TextReply([f"w{i} " for i in range(300)]))
+    a = await open_agent(ws, f"{AGENT}/cancel")
+    await a.send_json_to(chat_request("r1", [user_message("u1", "Talk a lot")]))
+    await receive_until(a, lambda f: f.get("type") == RESP and '"text-delta"' in f.get("body", "") and f["seq"] >= 5,
+                        timeout=20)
+
+    await a.send_json_to({"type": "cf_agent_chat_request_cancel", "id": "r1"})
+    frames = await receive_until(a, is_done("r1"), timeout=20)
+
+    assert frames[-1]["outcome"] == "aborted"
+    assert (await Turn.objects.aget(request_id="r1")).status == Turn.Status.ABORTED
+    # The provider's stream was closed: the server saw its client go away before the reply's end.
+    async def disconnects() -> int:
+        return live.server.disconnects
+
+    await eventually(disconnects, "the provider stream closed", timeout=10)
+    stored = (await history(user, "cancel"))[-1]
+    partial = "".join(p.get("text", "") for p in stored["parts"] if p["type"] == "text")
+    assert partial.startswith("w0 w1 w2 ")
+    assert len(partial.split()) < 300
+
+
+# --- provider errors --------------------------------------------------------------------------------
+async def test_401_is_reported_and_not_retried(live: Live, ws: Any) -> None:
+    error_type = "authentication_error" if live.protocol.key == "anthropic" else "invalid_request_error"
+    live.server.script(ErrorReply(401, "Incorrect API key provided.", type=error_type, code="invalid_api_key"),
+                       TextReply(["Back again."]))
+    a = await open_agent(ws, f"{AGENT}/e401")
+
+    frames = await turn(a, "r1", [user_message("u1", "hello")])
+
+    error = the_error(frames)
+    assert "401" in error
+    assert "Incorrect API key provided." in error
+    assert len(live.server.requests) == 1
+    assert (await Turn.objects.aget(request_id="r1")).status == Turn.Status.ERROR
+    frames = await turn(a, "r2", [user_message("u1", "hello"), user_message("u2", "again")])
+    assert text_of(frames) == "Back again."
+
+
+async def test_429_with_retry_after_is_retried(live: Live, ws: Any) -> None:
+    error_type = "rate_limit_error" if live.protocol.key == "anthropic" else "requests"
+    live.server.script(ErrorReply(429, "Rate limit reached.", type=error_type, headers={"retry-after": "1"}),
+                       TextReply(["Fine."]))
+    a = await open_agent(ws, f"{AGENT}/e429")
+
+    frames = await turn(a, "r1", [user_message("u1", "hello")])
+
+    assert not [f for f in frames if f.get("error")]
+    assert text_of(frames) == "Fine."
+    assert len(live.server.requests) == 2
+    assert (await Turn.objects.aget(request_id="r1")).status == Turn.Status.COMPLETED
+
+
+async def test_500_is_retried_then_reported(live: Live, ws: Any) -> None:
+    failure = ErrorReply(500, "The server had an error.", headers=FAST_RETRY)
+    live.server.script(failure, failure, failure)
+    a = await open_agent(ws, f"{AGENT}/e500")
+
+    frames = await turn(a, "r1", [user_message("u1", "hello")])
+
+    error = the_error(frames)
+    assert "500" in error
+    assert "The server had an error." in error
+    assert len(live.server.requests) == 3, "the SDK's two retries, then the turn fails"
+
+
+async def test_error_event_in_the_middle_of_the_stream(live: Live, ws: Any, user: Any) -> None:
+    # Anthropic's way is an ``event: error`` (here ``overloaded_error``); Responses' a ``response.failed``.
+    kind = "overloaded_error" if live.protocol.key == "anthropic" else "server_error"
+    live.server.script(StreamErrorReply(["Partial ", "answer "], "Overloaded mid-stream.", type=kind))
+    a = await open_agent(ws, f"{AGENT}/inband")
+
+    frames = await turn(a, "r1", [user_message("u1", "hello")])
+
+    assert kinds(frames) == ["start", "start-step", "text-start", "text-delta", "text-delta", "text-end"]
+    assert "Overloaded mid-stream." in the_error(frames)
+    stored = (await history(user, "inband"))[-1]
+    assert [p["text"] for p in stored["parts"] if p["type"] == "text"] == ["Partial answer "]
+    assert (await Turn.objects.aget(request_id="r1")).status == Turn.Status.ERROR
+
+
+async def test_stream_that_breaks_in_the_middle(live: Live, ws: Any, user: Any) -> None:
+    live.server.script(CutReply(["Partial ", "answer "]), TextReply(["Whole answer."]))
+    a = await open_agent(ws, f"{AGENT}/cut")
+
+    frames = await turn(a, "r1", [user_message("u1", "hello")])
+
+    assert kinds(frames)[:5] == ["start", "start-step", "text-start", "text-delta", "text-delta"]
+    assert the_error(frames)
+    stored = (await history(user, "cut"))[-1]
+    assert [p["text"] for p in stored["parts"] if p["type"] == "text"] == ["Partial answer "]
+    assert (await Turn.objects.aget(request_id="r1")).status == Turn.Status.ERROR
+    frames = await turn(a, "r2", [*await history(user, "cut"), user_message("u2", "again")])
+    assert text_of(frames) == "Whole answer."

@@ -1,0 +1,86 @@
+"""The provider protocols the tests drive turns through, and how to read what each server received.
+
+``PROTOCOLS`` names one ``AGENT_MODEL`` per wire protocol our provider code speaks: OpenAI Chat
+Completions (``openai-chat:``, and ``openai-compatible:`` as vLLM/Ollama are reached), OpenAI's
+Responses API (``openai:``) and Anthropic Messages (``anthropic:``). Each ``Protocol`` starts its
+local server (``tests/support/fake_*_server.py``) and reads a recorded request in a
+provider-neutral way (the tool results sent back, the user's content, the reasoning replayed), so
+that one feature test can run on every protocol while still asserting the provider's own format.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.support.fake_anthropic_server import FakeAnthropicServer
+from tests.support.fake_openai_server import FakeOpenAIServer
+from tests.support.fake_provider import RecordedRequest, ScriptedServer
+from tests.support.fake_responses_server import FakeResponsesServer
+
+API_KEY = "test-key"
+
+
+def _text(content: Any) -> str:
+    """A tool result's or message's content as text (a string, or a list of text blocks)."""
+    if isinstance(content, str):
+        return content
+    return "".join(block.get("text", "") for block in content if isinstance(block, dict))
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One wire protocol: the ``AGENT_MODEL`` that selects it and how to read its requests."""
+
+    key: str
+    spec: str
+    server: Callable[[], ScriptedServer]
+
+    @property
+    def model_name(self) -> str:
+        return self.spec.partition(":")[2]
+
+    # --- what a request carried ------------------------------------------------------------------
+    def tool_results(self, request: RecordedRequest) -> dict[str, str]:
+        """The tool results the request sends back to the model, by call id."""
+        body = request.body
+        if self.key == "anthropic":
+            return {block["tool_use_id"]: _text(block["content"])
+                    for message in body["messages"] if message["role"] == "user"
+                    and isinstance(message["content"], list)
+                    for block in message["content"] if block.get("type") == "tool_result"}
+        if self.key == "openai-responses":
+            return {item["call_id"]: _text(item["output"]) for item in body["input"]
+                    if item.get("type") == "function_call_output"}
+        return {m["tool_call_id"]: _text(m["content"]) for m in body["messages"] if m["role"] == "tool"}
+
+    def user_contents(self, request: RecordedRequest) -> list[Any]:
+        """The content of each user message of the request, in the provider's format."""
+        body = request.body
+        if self.key == "openai-responses":
+            return [item["content"] for item in body["input"] if item.get("role") == "user"]
+        return [m["content"] for m in body["messages"] if m["role"] == "user"]
+
+    def replayed_reasoning(self, request: RecordedRequest) -> list[dict[str, Any]]:
+        """The reasoning the request sends back: Anthropic's thinking blocks, Responses' reasoning items."""
+        body = request.body
+        if self.key == "anthropic":
+            return [block for message in body["messages"] if message["role"] == "assistant"
+                    and isinstance(message["content"], list)
+                    for block in message["content"] if block.get("type") in ("thinking", "redacted_thinking")]
+        if self.key == "openai-responses":
+            return [item for item in body["input"] if item.get("type") == "reasoning"]
+        return []
+
+    def auth(self, request: RecordedRequest) -> str:
+        """The API key the request carried (Anthropic's SDK sends ``x-api-key`` or, lately, a bearer token)."""
+        return request.headers.get("x-api-key") or request.headers["authorization"].removeprefix("Bearer ")
+
+
+PROTOCOLS = {
+    "openai-chat": Protocol("openai-chat", "openai-chat:gpt-4o-mini", FakeOpenAIServer),
+    "openai-compatible": Protocol("openai-compatible", "openai-compatible:qwen2.5-7b-instruct", FakeOpenAIServer),
+    "openai-responses": Protocol("openai-responses", "openai:gpt-5.2", FakeResponsesServer),
+    "anthropic": Protocol("anthropic", "anthropic:claude-sonnet-4-5", FakeAnthropicServer),
+}
+# The protocols that stream reasoning (thinking blocks, reasoning summaries) the next request needs.
+REASONING_PROTOCOLS = ("openai-responses", "anthropic")
