@@ -40,7 +40,7 @@ from tests.support.frames import (
     text_of,
     user_message,
 )
-from tests.support.provider_protocols import API_KEY, PROTOCOLS, Protocol
+from tests.support.provider_protocols import API_KEY, PROTOCOLS, REASONING_PROTOCOLS, Protocol
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -315,3 +315,74 @@ async def test_stream_that_breaks_in_the_middle(live: Live, ws: Any, user: Any) 
     assert (await Turn.objects.aget(request_id="r1")).status == Turn.Status.ERROR
     frames = await turn(a, "r2", [*await history(user, "cut"), user_message("u2", "again")])
     assert text_of(frames) == "Whole answer."
+
+
+# --- reasoning --------------------------------------------------------------------------------------
+@pytest.fixture(params=REASONING_PROTOCOLS)
+def thinking(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
+    """``live`` for the protocols whose reasoning the next request must carry back."""
+    monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", True)
+    protocol = PROTOCOLS[request.param]
+    with protocol.server() as server, override_settings(
+        AGENT_MODEL=protocol.spec, AGENT_MODEL_BASE_URL=server.base_url, AGENT_MODEL_API_KEY=API_KEY,
+    ):
+        yield Live(protocol, server)
+
+
+async def test_reasoning_streams_is_stored_and_goes_back_signed(thinking: Live, ws: Any, user: Any) -> None:
+    reasoning = ["The user ", "greets me; ", "greet back."]
+    thinking.server.script(TextReply(["Hello!"], reasoning=reasoning), TextReply(["Bye."]))
+    a = await open_agent(ws, f"{AGENT}/reasoning")
+
+    frames = await turn(a, "r1", [user_message("u1", "hi")])
+
+    assert kinds(frames) == [
+        "start", "start-step", "reasoning-start", *["reasoning-delta"] * len(reasoning), "reasoning-end",
+        "text-start", "text-delta", "text-end", "finish-step", "finish",
+    ]
+    body = chunks(frames)
+    assert [c["delta"] for c in body if c["type"] == "reasoning-delta"] == reasoning
+    stored = (await history(user, "reasoning"))[-1]
+    [part] = [p for p in stored["parts"] if p["type"] == "reasoning"]
+    assert part["text"] == "".join(reasoning)
+    assert part["state"] == "done"
+
+    frames = await turn(a, "r2", [*await history(user, "reasoning"), user_message("u2", "bye")])
+
+    assert text_of(frames) == "Bye."
+    [replayed] = thinking.protocol.replayed_reasoning(thinking.server.requests[1])
+    assert replayed == thinking.protocol.signed_reasoning("".join(reasoning))
+
+
+async def test_reasoning_before_a_tool_call_goes_back_within_the_turn(thinking: Live, ws: Any) -> None:
+    reasoning = ["Need the ", "weather."]
+    thinking.server.script(
+        ToolCallsReply([ToolCall("get_weather", '{"city": "Paris"}', id="call_paris")], reasoning=reasoning),
+        TextReply(["Sunny."]),
+    )
+    a = await open_agent(ws, f"{AGENT}/reasoning-tool")
+
+    frames = await turn(a, "r1", [user_message("u1", "Weather in Paris?")])
+
+    assert kinds(frames).index("reasoning-end") < kinds(frames).index("tool-input-start")
+    assert text_of(frames) == "Sunny."
+    [replayed] = thinking.protocol.replayed_reasoning(thinking.server.requests[1])
+    assert replayed == thinking.protocol.signed_reasoning("".join(reasoning))
+
+
+async def test_reasoning_without_text_is_kept_when_signed(thinking: Live, ws: Any, user: Any) -> None:
+    # A reasoning block with no text to show (thinking not displayed, a summary not asked for) still
+    # carries the signature or encrypted content the next request must send back: the sanitizer keeps it.
+    thinking.server.script(TextReply(["Hello!"], reasoning=[""]), TextReply(["Bye."]))
+    a = await open_agent(ws, f"{AGENT}/reasoning-empty")
+
+    await turn(a, "r1", [user_message("u1", "hi")])
+
+    stored = await history(user, "reasoning-empty")
+    [part] = [p for p in stored[-1]["parts"] if p["type"] == "reasoning"]
+    assert part["text"] == ""
+    assert part["providerMetadata"]["pydantic_ai"]["signature"] == thinking.protocol.signed_reasoning("")[
+        "signature" if thinking.protocol.key == "anthropic" else "encrypted_content"]
+    await turn(a, "r2", [*stored, user_message("u2", "bye")])
+    [replayed] = thinking.protocol.replayed_reasoning(thinking.server.requests[1])
+    assert replayed == thinking.protocol.signed_reasoning("")

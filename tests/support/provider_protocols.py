@@ -12,12 +12,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support.fake_anthropic_server import FakeAnthropicServer
+from tests.support.fake_anthropic_server import FakeAnthropicServer, signature_of
 from tests.support.fake_openai_server import FakeOpenAIServer
 from tests.support.fake_provider import RecordedRequest, ScriptedServer
-from tests.support.fake_responses_server import FakeResponsesServer
+from tests.support.fake_responses_server import FakeResponsesServer, encrypted_of
 
 API_KEY = "test-key"
+
+
+class _AnyId(str):
+    """Equal to any reasoning item id the server made (``rs_…``)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other.startswith("rs_")
+
+    __hash__ = str.__hash__
+
+
+ANY_ID = _AnyId("rs_*")
 
 
 def _text(content: Any) -> str:
@@ -70,6 +82,13 @@ class Protocol:
         if self.key == "openai-responses":
             return [item for item in body["input"] if item.get("type") == "reasoning"]
         return []
+
+    def signed_reasoning(self, text: str) -> dict[str, Any]:
+        """The block or item a request must carry back for reasoning ``text`` the server produced."""
+        if self.key == "anthropic":
+            return {"type": "thinking", "thinking": text, "signature": signature_of(text)}
+        summary = [{"type": "summary_text", "text": text}] if text else []
+        return {"type": "reasoning", "id": ANY_ID, "summary": summary, "encrypted_content": encrypted_of(text)}
 
     def auth(self, request: RecordedRequest) -> str:
         """The API key the request carried (Anthropic's SDK sends ``x-api-key`` or, lately, a bearer token)."""
