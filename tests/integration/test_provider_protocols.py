@@ -8,6 +8,7 @@ engine → the transcript. Nothing is mocked; each test asserts what the client 
 stored, and what the provider server was sent. The README's provider matrix names these tests.
 """
 
+import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -386,3 +387,78 @@ async def test_reasoning_without_text_is_kept_when_signed(thinking: Live, ws: An
     await turn(a, "r2", [*stored, user_message("u2", "bye")])
     [replayed] = thinking.protocol.replayed_reasoning(thinking.server.requests[1])
     assert replayed == thinking.protocol.signed_reasoning("")
+
+
+# --- files from the client --------------------------------------------------------------------------
+# A 1x1 PNG and a one-page PDF: small real files, as ``sendMessage({text, files})`` sends them.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+PDF = (b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj 2 0 obj<</Type/Pages/Count 0/Kids[]>>endobj\n"
+       b"trailer<</Root 1 0 R>>\n%%EOF\n")
+
+
+def data_url(media_type: str, data: bytes) -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
+def file_message(message_id: str, text: str, *files: tuple[str, str, str]) -> dict[str, Any]:
+    """A user message as useAgentChat's ``sendMessage({text, files})`` makes it: the file parts, then the text."""
+    parts = [{"type": "file", "mediaType": media_type, "filename": name, "url": url} for media_type, name, url in files]
+    return {"id": message_id, "role": "user", "parts": [*parts, {"type": "text", "text": text}]}
+
+
+async def test_inline_image_and_pdf_reach_the_model(live: Live, ws: Any, user: Any) -> None:
+    live.server.script(TextReply(["A pixel and an empty PDF."]))
+    a = await open_agent(ws, f"{AGENT}/files")
+    message = file_message("u1", "What are these?", ("image/png", "pixel.png", data_url("image/png", PNG)),
+                           ("application/pdf", "doc.pdf", data_url("application/pdf", PDF)))
+
+    frames = await turn(a, "r1", [message])
+
+    assert text_of(frames) == "A pixel and an empty PDF."
+    [content] = live.protocol.user_contents(live.server.requests[0])
+    assert live.protocol.files_sent(content) == [
+        ("image", "image/png", base64.b64encode(PNG).decode()),
+        ("document", "application/pdf", base64.b64encode(PDF).decode()),
+        ("text", None, "What are these?"),
+    ]
+    # Stored as sent: the next turn's history carries the files again.
+    assert (await history(user, "files"))[0] == message
+
+
+async def test_image_by_url_reaches_the_model(live: Live, ws: Any) -> None:
+    live.server.files["/files/pixel.png"] = ("image/png", PNG)
+    url = f"{live.server.url}/files/pixel.png"
+    live.server.script(TextReply(["A pixel."]))
+    a = await open_agent(ws, f"{AGENT}/file-url")
+
+    frames = await turn(a, "r1", [file_message("u1", "And this?", ("image/png", "pixel.png", url))])
+
+    assert text_of(frames) == "A pixel."
+    [content] = live.protocol.user_contents(live.server.requests[0])
+    [image, _] = live.protocol.files_sent(content)
+    # Every provider here takes an image by URL: it is passed on, not downloaded by our server.
+    assert image == ("image", None, url)
+    assert live.server.downloads == []
+
+
+async def test_inline_file_above_the_limit_gets_an_error_frame_and_stores_nothing(live: Live, ws: Any,
+                                                                                 user: Any) -> None:
+    live.server.script(TextReply(["Small enough."]))
+    a = await open_agent(ws, f"{AGENT}/too-big")
+    big = data_url("image/png", PNG + bytes(2048))
+
+    with override_settings(AGENT_MAX_FILE_BYTES=1024):
+        await a.send_json_to(chat_request("r1", [file_message("u1", "Look", ("image/png", "big.png", big))]))
+        error = await a.receive_json_from(timeout=10)
+        assert error["type"] == "cf_agent_error"
+        assert error["code"] == "invalid_message"
+        assert error["error"] == (f"File 'big.png' in message 'u1', part 0, is {len(PNG) + 2048:,} bytes; a file sent "
+                                  "inline may have at most 1,024 (AGENT_MAX_FILE_BYTES): send it by URL instead")
+        assert live.server.requests == []
+        assert await history(user, "too-big") == []
+
+        # The same conversation goes on with a file that fits.
+        fits = ("image/png", "pixel.png", data_url("image/png", PNG))
+        frames = await turn(a, "r2", [file_message("u2", "Look", fits)])
+    assert text_of(frames) == "Small enough."

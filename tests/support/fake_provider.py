@@ -139,6 +139,9 @@ class ScriptedServer:
         self._requests: list[RecordedRequest] = []
         # Streams whose client went away before their end (a cancelled turn closing its request).
         self.disconnects = 0
+        # Files served on GET (path -> media type, bytes): what a model provider fetches by URL.
+        self.files: dict[str, tuple[str, bytes]] = {}
+        self.downloads: list[str] = []
         self._ids = itertools.count(1)
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -253,7 +256,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self.fake.disconnects += 1
 
     def do_GET(self) -> None:
-        self.fake.answer_get(self, self.path.split("?", 1)[0])
+        path = self.path.split("?", 1)[0]
+        if path in self.fake.files:
+            media_type, data = self.fake.files[path]
+            self.fake.downloads.append(path)
+            self.send_response(200)
+            self.send_header("Content-Type", media_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.fake.answer_get(self, path)
 
     # --- writers --------------------------------------------------------------------------------
     def send_json(self, status: int, data: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:

@@ -90,9 +90,42 @@ class Protocol:
         summary = [{"type": "summary_text", "text": text}] if text else []
         return {"type": "reasoning", "id": ANY_ID, "summary": summary, "encrypted_content": encrypted_of(text)}
 
+    def files_sent(self, content: Any) -> list[tuple[str, str | None, str]]:
+        """A user message's content as (kind, media type, data or URL) per block, whatever the format:
+        kind ``image``, ``document`` or ``text``; the data is base64 (inline) or the URL (by reference)."""
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        return [_file_block(self.key, block) for block in blocks]
+
     def auth(self, request: RecordedRequest) -> str:
         """The API key the request carried (Anthropic's SDK sends ``x-api-key`` or, lately, a bearer token)."""
         return request.headers.get("x-api-key") or request.headers["authorization"].removeprefix("Bearer ")
+
+
+def _split_data_url(url: str) -> tuple[str | None, str]:
+    if not url.startswith("data:"):
+        return None, url
+    header, _, data = url.partition(",")
+    return header.removeprefix("data:").removesuffix(";base64"), data
+
+
+def _file_block(key: str, block: dict[str, Any]) -> tuple[str, str | None, str]:
+    kind = block.get("type")
+    if kind in ("text", "input_text"):
+        return "text", None, block["text"]
+    if key == "anthropic":
+        source = block["source"]
+        if source["type"] == "base64":
+            return ("image" if kind == "image" else "document"), source["media_type"], source["data"]
+        return ("image" if kind == "image" else "document"), None, source["url"]
+    if kind == "image_url":  # Chat Completions
+        return ("image", *_split_data_url(block["image_url"]["url"]))
+    if kind == "input_image":  # Responses
+        return ("image", *_split_data_url(block["image_url"]))
+    if kind == "file":  # Chat Completions
+        return ("document", *_split_data_url(block["file"]["file_data"]))
+    if kind == "input_file":  # Responses
+        return ("document", *_split_data_url(block.get("file_data") or block.get("file_url", "")))
+    raise AssertionError(f"unexpected content block {block}")
 
 
 PROTOCOLS = {
