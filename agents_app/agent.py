@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from channels.db import database_sync_to_async
 from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.usage import UsageLimits
 
@@ -30,6 +30,7 @@ from .actions.pipeline import action_tool, needs_approval
 from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
 from .llm import direct, ui_messages
+from .llm import recovery as llm_recovery
 from .llm.chunks import ChunkStream
 from .messages import UIMessage
 from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
@@ -149,6 +150,8 @@ class ChatAgent:
       stream is cut and recovered (0, the default: never).
     * ``starter_prompts``: ``(label, prompt)`` pairs the chat page offers while a conversation is
       empty; a click puts the prompt in the message box (the demo agent lists its demos).
+    * ``recovery_strategy``: how a recovery continues a cut reply: ``"prefill"``, ``"synthetic"``
+      or ``"retrieve"`` (``agents_app.llm.recovery``); None (default): the model's provider decides.
     """
 
     shared: ClassVar[bool] = False
@@ -160,6 +163,7 @@ class ChatAgent:
     chat_recovery: ClassVar[ChatRecovery | dict[str, Any] | bool] = True
     chat_stream_stall_timeout: ClassVar[float] = 0
     starter_prompts: ClassVar[tuple[tuple[str, str], ...]] = ()
+    recovery_strategy: ClassVar[str | None] = None
 
     def __init__(self, instance: "AgentInstance") -> None:
         self.instance = instance
@@ -382,7 +386,13 @@ class ChatAgent:
             action_gates={name: _approval_gate(a) for name, a in actions.items() if a.approval_configured},
         )
         turn.tool_names = sorted([*(t.name for t in toolset.server), *toolset.client_names])
-        return _RunPlan(model=self.get_model(), toolset=toolset, instructions=self.get_system_prompt(),
+        model = self.get_model()
+        if llm_recovery.strategy_for(model, self.recovery_strategy) is llm_recovery.Strategy.RETRIEVE:
+            # Records the response id as the reply streams; a recovery fetches the response (``llm.recovery``).
+            model = llm_recovery.RetrievingModel(
+                model, on_response_id=lambda rid: turn.write(llm_recovery.response_id_chunk(rid)),
+                resume_id=llm_recovery.response_id_of(turn.messages) if turn.continuation else None)
+        return _RunPlan(model=model, toolset=toolset, instructions=self.get_system_prompt(),
                         action_models={name: a.input_schema for name, a in actions.items()})
 
     def _agent(self, plan: "_RunPlan") -> Agent[TurnState[Any], Any]:
@@ -438,10 +448,11 @@ class ChatAgent:
         await self._authorize_turn(model)
         history = await ui_messages.model_history(turn.messages, repair_last_response=not turn.continuation)
         deferred = _approved_calls(turn.messages) if turn.continuation else None
+        strategy = llm_recovery.strategy_for(model, self.recovery_strategy) if isinstance(model, Model) else None
         if history and isinstance(history[-1], ModelResponse) and deferred is None:
-            # Nothing to resume and no new user message (``continue_last_turn``): an empty
-            # request makes pydantic-ai ask the model to go on instead of ending at once.
-            history = [*history, ModelRequest(parts=[])]
+            # Nothing to resume and no new user message (a recovery, ``continue_last_turn``): the
+            # model is asked to go on, as its provider allows (``llm.recovery``).
+            history = [*history, llm_recovery.go_on_request(strategy or llm_recovery.Strategy.PREFILL)]
         step = None
         # Only a new reply's first request: a continuation resumes one, in the agent run it left.
         if (first is not None and isinstance(model, Model) and not turn.continuation

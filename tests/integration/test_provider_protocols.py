@@ -88,7 +88,9 @@ async def turn(a: WebsocketCommunicator, request_id: str, messages: list[dict[st
 
 
 def kinds(frames: list[dict[str, Any]]) -> list[str]:
-    return [c["type"] for c in chunks(frames)]
+    """The chunk types, but for the ``message-metadata`` recording a Responses API response's id
+    (asserted by ``test_streamed_text``)."""
+    return [c["type"] for c in chunks(frames) if c["type"] != "message-metadata"]
 
 
 def tool_part(message: dict[str, Any], call_id: str) -> dict[str, Any]:
@@ -119,6 +121,13 @@ async def test_streamed_text(live: Live, ws: Any, user: Any) -> None:
     assert chunks(frames)[-1]["messageMetadata"] == {"finishReason": "stop"}
     [request] = live.server.requests
     assert request.stream is True
+    recorded = [c["messageMetadata"] for c in chunks(frames) if c["type"] == "message-metadata"]
+    if live.protocol.key == "openai-responses":
+        # The response id, as the stream starts: a recovery fetches the response instead of generating.
+        assert recorded == [{"providerResponseId": "resp_fake1"}]
+        assert request.body["background"] is True
+    else:
+        assert recorded == []
     assert request.body["model"] == live.protocol.model_name
     assert live.protocol.auth(request) == API_KEY
     assert [m["role"] for m in await history(user, "text")] == ["user", "assistant"]
