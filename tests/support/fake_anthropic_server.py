@@ -65,6 +65,10 @@ class FakeAnthropicServer(ScriptedServer):
         return {"type": "error", "error": {"type": error_type, "message": reply.message},
                 "request_id": "req_fake"}
 
+    def is_piece(self, data: dict[str, Any] | str) -> bool:
+        return isinstance(data, dict) and data.get("type") == "content_block_delta" and (
+            data["delta"]["type"] != "signature_delta")
+
     def answer(self, handler: _Handler, request: RecordedRequest) -> None:
         model = str(request.body.get("model", ""))
         reply = self.next_reply()

@@ -70,6 +70,12 @@ class FakeOpenAIServer(ScriptedServer):
     def error_body(self, reply: ErrorReply | StreamErrorReply) -> dict[str, Any]:
         return {"error": {"message": reply.message, "type": reply.type, "param": None, "code": reply.code}}
 
+    def is_piece(self, data: dict[str, Any] | str) -> bool:
+        if not isinstance(data, dict) or not data.get("choices"):
+            return False
+        delta = data["choices"][0]["delta"]
+        return bool(delta.get("content") or any(c["function"].get("arguments") for c in delta.get("tool_calls") or []))
+
     def answer(self, handler: _Handler, request: RecordedRequest) -> None:
         body = request.body
         model = str(body.get("model", ""))

@@ -139,6 +139,10 @@ class ScriptedServer:
         self._requests: list[RecordedRequest] = []
         # Streams whose client went away before their end (a cancelled turn closing its request).
         self.disconnects = 0
+        # Output tokens generated, counting one per streamed piece (text, arguments, reasoning), sent
+        # or not: what the replies cost. A reply cut by its client stops generating unless it runs
+        # in the background (``generated`` goes on while ``disconnects`` counts the cut).
+        self.generated = 0
         # Files served on GET (path -> media type, bytes): what a model provider fetches by URL.
         self.files: dict[str, tuple[str, bytes]] = {}
         self.downloads: list[str] = []
@@ -223,6 +227,10 @@ class ScriptedServer:
         """The protocol's JSON error body for ``reply``."""
         raise NotImplementedError
 
+    def is_piece(self, data: dict[str, Any] | str) -> bool:
+        """The event carries a generated piece (counted in ``generated``)."""
+        raise NotImplementedError
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -297,6 +305,9 @@ class _Handler(BaseHTTPRequestHandler):
         text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
         frame = (f"event: {event}\n" if event else "") + f"data: {text}\n\n"
         encoded = frame.encode()
+        if self.fake.is_piece(data):
+            with self.fake._lock:
+                self.fake.generated += 1
         self.wfile.write(f"{len(encoded):X}\r\n".encode() + encoded + b"\r\n")
         self.wfile.flush()
         if self.fake.chunk_delay:

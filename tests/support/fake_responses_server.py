@@ -18,6 +18,8 @@ An in-band failure is ``response.failed`` (``{"response": {"status": "failed", "
 message}}}``); HTTP errors carry ``{"error": {message, type, param, code}}``. The shapes follow the
 SDK's ``ResponseStreamEvent`` types. Every response is kept, and ``GET /v1/responses/{id}``
 returns it as it stands (how a client fetches a stored response instead of generating it again).
+A response created with ``"background": true`` goes on to its end when its client goes away, as
+OpenAI's background mode does.
 """
 
 import hashlib
@@ -41,6 +43,9 @@ RESPONSES_PATH = "/v1/responses"
 ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
 
 Event = tuple[None, dict[str, Any]]
+# The events that carry a generated piece (``ScriptedServer.generated``).
+PIECES = frozenset({"response.output_text.delta", "response.function_call_arguments.delta",
+                    "response.reasoning_summary_text.delta"})
 
 
 def encrypted_of(summary: str) -> str:
@@ -85,6 +90,9 @@ class FakeResponsesServer(ScriptedServer):
         self.retrievals.append(response_id)
         handler.send_json(200, stored)
 
+    def is_piece(self, data: dict[str, Any] | str) -> bool:
+        return isinstance(data, dict) and data.get("type") in PIECES
+
     def answer(self, handler: _Handler, request: RecordedRequest) -> None:
         body = request.body
         reply = self.next_reply()
@@ -109,15 +117,34 @@ class FakeResponsesServer(ScriptedServer):
             handler.end_stream()
         elif request.stream:
             handler.start_stream()
+            gone = False
             for _, data in self.stream_events(reply, body, encrypted):
                 if data["type"] in ("response.created", "response.completed"):
                     self._store(data["response"])
-                handler.write_event(data)
-            handler.end_stream()
+                if gone:  # a background response is generated to its end without its client
+                    self._generate_unsent(data)
+                    continue
+                try:
+                    handler.write_event(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    if not body.get("background"):
+                        raise
+                    gone = True
+                    with self._lock:
+                        self.disconnects += 1
+            if not gone:
+                handler.end_stream()
         else:
             *_, (_, completed) = self.stream_events(reply, body, encrypted)
             self._store(completed["response"])
             handler.send_json(200, completed["response"])
+
+    def _generate_unsent(self, data: dict[str, Any]) -> None:
+        if self.is_piece(data):
+            with self._lock:
+                self.generated += 1
+        if self.chunk_delay:
+            time.sleep(self.chunk_delay)
 
     # --- wire format ----------------------------------------------------------------------------
     def _response(self, response_id: str, body: dict[str, Any], status: str,
