@@ -74,6 +74,13 @@ class FakeResponsesServer(ScriptedServer):
         with self._stored_lock:
             return self._stored.get(response_id)
 
+    def complete(self, reply: TextReply | ToolCallsReply, model: str) -> str:
+        """Generate ``reply`` as a finished response nobody streamed (a background job done while its
+        client was gone); its id."""
+        *_, (_, done) = self.stream_events(reply, {"model": model, "background": True}, encrypted=False)
+        self._store(done["response"])
+        return str(done["response"]["id"])
+
     def _store(self, response: dict[str, Any]) -> None:
         with self._stored_lock:
             self._stored[response["id"]] = response
