@@ -71,11 +71,14 @@ def responses(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServer
                              {"AGENT_MODEL": "openai:gpt-5.2", "AGENT_MODEL_BASE_URL": server.base_url})
 
 
-@pytest.fixture
-def anthropic(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServer) -> Iterator[Cut]:
-    with FakeAnthropicServer() as server:
+@pytest.fixture(params=["anthropic", "openai-chat"])
+def synthetic(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServer) -> Iterator[Cut]:
+    """Anthropic Messages or OpenAI Chat Completions: both continue with a synthetic user message."""
+    spec, server_class = {"anthropic": ("anthropic:claude-sonnet-4-5", FakeAnthropicServer),
+                          "openai-chat": ("openai-chat:gpt-4o-mini", FakeOpenAIServer)}[request.param]
+    with server_class() as server:
         yield from cut_stack(request, tmp_path, redis, server,
-                             {"AGENT_MODEL": "anthropic:claude-sonnet-4-5", "AGENT_MODEL_BASE_URL": server.base_url})
+                             {"AGENT_MODEL": spec, "AGENT_MODEL_BASE_URL": server.base_url})
 
 
 @pytest.fixture
@@ -121,6 +124,11 @@ def text_of(message: dict[str, Any]) -> str:
     return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
 
 
+def text_of_content(content: str | list[dict[str, Any]]) -> str:
+    """A message's text, as Chat Completions (a string) or Anthropic (text blocks) sends it."""
+    return content if isinstance(content, str) else "".join(block["text"] for block in content)
+
+
 def report(strategy: str, server: ScriptedServer, requests: int) -> None:
     print(f"\n{strategy}: {requests} model requests, {server.generated} output tokens generated "
           f"for a reply of {len(WHOLE)} (+{len(REST)} continued)")
@@ -144,18 +152,17 @@ def test_responses_api_fetches_the_completed_response(responses: Cut) -> None:
     report("retrieve", server, len(server.requests))
 
 
-def test_anthropic_continues_with_a_synthetic_user_message(anthropic: Cut) -> None:
-    server = anthropic.server
+def test_a_synthetic_user_message_continues_the_partial(synthetic: Cut) -> None:
+    server = synthetic.server
     server.script(TextReply(WHOLE), TextReply(REST))
 
-    reply = kill_mid_stream(anthropic)
+    reply = kill_mid_stream(synthetic)
 
     _, second = server.requests
     *_, partial, ask = second.body["messages"]
-    assert ask == {"role": "user", "content": [{"type": "text", "text": CONTINUE_PROMPT}]}
+    assert (ask["role"], text_of_content(ask["content"])) == ("user", CONTINUE_PROMPT)
     assert partial["role"] == "assistant"
-    [block] = partial["content"]
-    sent = block["text"]
+    sent = text_of_content(partial["content"])
     assert "".join(WHOLE).startswith(sent)
     # What was stored of the partial at the kill (the stream buffer's crash window may lose a few).
     assert 0 < len(sent.split()) < len(WHOLE)
