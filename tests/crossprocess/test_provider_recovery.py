@@ -129,6 +129,17 @@ def text_of_content(content: str | list[dict[str, Any]]) -> str:
     return content if isinstance(content, str) else "".join(block["text"] for block in content)
 
 
+def assert_continued(partial: dict[str, Any], reply: dict[str, Any]) -> None:
+    """``partial``, the second request's assistant message, is the start of the reply that was cut
+    (as much as was stored at the kill: the stream buffer's crash window may lose a few pieces),
+    and the stored reply is that partial and the continuation's rest."""
+    assert partial["role"] == "assistant"
+    sent = text_of_content(partial["content"])
+    assert "".join(WHOLE).startswith(sent)
+    assert 0 < len(sent.split()) < len(WHOLE)
+    assert text_of(reply) == sent + "".join(REST)
+
+
 def report(strategy: str, server: ScriptedServer, requests: int) -> None:
     print(f"\n{strategy}: {requests} model requests, {server.generated} output tokens generated "
           f"for a reply of {len(WHOLE)} (+{len(REST)} continued)")
@@ -161,12 +172,7 @@ def test_a_synthetic_user_message_continues_the_partial(synthetic: Cut) -> None:
     _, second = server.requests
     *_, partial, ask = second.body["messages"]
     assert (ask["role"], text_of_content(ask["content"])) == ("user", CONTINUE_PROMPT)
-    assert partial["role"] == "assistant"
-    sent = text_of_content(partial["content"])
-    assert "".join(WHOLE).startswith(sent)
-    # What was stored of the partial at the kill (the stream buffer's crash window may lose a few).
-    assert 0 < len(sent.split()) < len(WHOLE)
-    assert text_of(reply) == sent + "".join(REST)
+    assert_continued(partial, reply)
     # The cut stream stopped generating when its client died; the continuation generated the rest.
     assert server.disconnects == 1
     assert server.generated < len(WHOLE) + len(REST)
@@ -182,11 +188,6 @@ def test_ollama_continues_the_partial_by_prefill(ollama: Cut) -> None:
     _, second = server.requests
     *_, user, partial = second.messages
     assert user == {"role": "user", "content": "Tell me a story"}
-    assert partial["role"] == "assistant", "the request ends with the partial reply: the model continues it"
-    sent = partial["content"]
-    assert "".join(WHOLE).startswith(sent)
-    # What was stored of the partial at the kill (the stream buffer's crash window may lose a few).
-    assert 0 < len(sent.split()) < len(WHOLE)
-    assert text_of(reply) == sent + "".join(REST)
+    assert_continued(partial, reply)  # the request ends with the partial reply: the model continues it
     assert server.disconnects == 1
     report("prefill", server, len(server.requests))

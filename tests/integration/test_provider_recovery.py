@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
-from django.test import override_settings
-from pydantic_ai import models
 
 from agents_app import transcript, turns
 from agents_app.demo.agents import DemoAgent
@@ -20,8 +18,7 @@ from agents_app.llm.recovery import CONTINUE_PROMPT, RESPONSE_ID_KEY
 from agents_app.models import RecoveryIncident
 from tests.integration.test_chat_recovery import crash, text_chunks
 from tests.support.fake_provider import TextReply
-from tests.support.fake_responses_server import FakeResponsesServer
-from tests.support.provider_protocols import API_KEY, PROTOCOLS
+from tests.support.provider_protocols import PROTOCOLS, running
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,12 +28,8 @@ WHOLE = "Once upon a time."
 
 @pytest.fixture(params=list(PROTOCOLS))
 def protocol_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", True)
-    protocol = PROTOCOLS[request.param]
-    with protocol.server() as server, override_settings(
-        AGENT_MODEL=protocol.spec, AGENT_MODEL_BASE_URL=server.base_url, AGENT_MODEL_API_KEY=API_KEY,
-    ):
-        yield protocol, server
+    with running(request.param, monkeypatch) as running_server:
+        yield running_server
 
 
 async def recover(user: Any, chunks: list[dict[str, Any]]) -> str:
@@ -106,11 +99,7 @@ async def test_an_agent_may_choose_its_strategy(protocol_server: Any, user: Any,
 
 async def test_a_response_that_cannot_be_fetched_is_continued_instead(user: Any,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", True)
-    protocol = PROTOCOLS["openai-responses"]
-    with FakeResponsesServer() as server, override_settings(
-        AGENT_MODEL=protocol.spec, AGENT_MODEL_BASE_URL=server.base_url, AGENT_MODEL_API_KEY=API_KEY,
-    ):
+    with running("openai-responses", monkeypatch) as (protocol, server):
         server.script(TextReply(["a time."]))
         chunks = text_chunks(*PARTIAL)
         chunks.insert(1, {"type": "message-metadata", "messageMetadata": {RESPONSE_ID_KEY: "resp_gone"}})

@@ -8,9 +8,14 @@ provider-neutral way (the tool results sent back, the user's content, the reason
 that one feature test can run on every protocol while still asserting the provider's own format.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import pytest
+from django.test import override_settings
+from pydantic_ai import models
 
 from tests.support.fake_anthropic_server import FakeAnthropicServer, signature_of
 from tests.support.fake_openai_server import FakeOpenAIServer
@@ -136,3 +141,18 @@ PROTOCOLS = {
 }
 # The protocols that stream reasoning (thinking blocks, reasoning summaries) the next request needs.
 REASONING_PROTOCOLS = ("openai-responses", "anthropic")
+
+
+@contextmanager
+def running(key: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Protocol, ScriptedServer]]:
+    """The protocol's server running, with ``AGENT_MODEL`` (and its base URL and key) pointing at it.
+
+    tests/conftest.py forbids real model requests; these go to the local server only.
+    """
+    monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", True)
+    protocol = PROTOCOLS[key]
+    with protocol.server() as server, override_settings(
+        AGENT_MODEL=protocol.spec, AGENT_MODEL_BASE_URL=server.base_url, AGENT_MODEL_API_KEY=API_KEY,
+    ):
+        yield protocol, server
+
