@@ -15,7 +15,8 @@ may name one (``ChatAgent.recovery_strategy``):
   chunks), requests run in background mode so the response completes without its client, and the
   recovery fetches the completed response and streams what the partial had not shown: no tokens
   are generated again. A response that is gone, failed, or still running after
-  ``RETRIEVE_PATIENCE`` seconds falls back to ``synthetic``.
+  ``RETRIEVE_PATIENCE`` seconds falls back to ``synthetic``. A reply left before its end while
+  its process lives (a cancelled turn) cancels its background response.
 """
 
 import asyncio
@@ -134,7 +135,23 @@ class RetrievingModel(WrapperModel):
         settings = cast(ModelSettings, {**(model_settings or {}), "openai_background": True})
         async with self.wrapped.request_stream(messages, settings, model_request_parameters, run_context) as stream:
             _record_id(stream, self._on_response_id)
-            yield stream
+            try:
+                yield stream
+            finally:
+                if stream.provider_response_id and stream.state == "suspended":
+                    # Left before its end (a cancelled turn): a background response would otherwise
+                    # go on generating, and costing, on the provider's side.
+                    await asyncio.shield(self._cancel(stream.provider_response_id))
+
+    async def _cancel(self, response_id: str) -> None:
+        from openai import OpenAIError
+        from pydantic_ai.models.openai import OpenAIResponsesModel
+
+        assert isinstance(self.wrapped, OpenAIResponsesModel)
+        try:
+            await self.wrapped.client.responses.cancel(response_id)
+        except OpenAIError as exc:
+            logger.warning("response %s could not be cancelled (%s)", response_id, exc)
 
     async def _remainder(self, response_id: str, messages: list[ModelMessage], settings: ModelSettings | None,
                          parameters: ModelRequestParameters) -> ModelResponse | None:

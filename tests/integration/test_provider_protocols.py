@@ -29,6 +29,7 @@ from tests.support.fake_provider import (
     ToolCall,
     ToolCallsReply,
 )
+from tests.support.fake_responses_server import FakeResponsesServer
 from tests.support.frames import (
     RESP,
     chat_request,
@@ -241,11 +242,19 @@ async def test_cancel_mid_stream_closes_the_provider_stream(live: Live, ws: Any,
 
     assert frames[-1]["outcome"] == "aborted"
     assert (await Turn.objects.aget(request_id="r1")).status == Turn.Status.ABORTED
-    # The provider's stream was closed: the server saw its client go away before the reply's end.
-    async def disconnects() -> int:
-        return live.server.disconnects
+    # The provider's stream was closed: the server saw its client go away before the reply's end;
+    # a Responses API reply, running in the background, was cancelled on the server.
+    server = live.server
 
-    await eventually(disconnects, "the provider stream closed", timeout=10)
+    async def stopped() -> bool:
+        if isinstance(server, FakeResponsesServer):
+            return server.cancelled == ["resp_fake1"]
+        return server.disconnects == 1
+
+    await eventually(stopped, "the provider stream to stop", timeout=10)
+    if isinstance(server, FakeResponsesServer):
+        assert server.stored("resp_fake1")["status"] == "cancelled"
+    assert server.generated < 300
     stored = (await history(user, "cancel"))[-1]
     partial = "".join(p.get("text", "") for p in stored["parts"] if p["type"] == "text")
     assert partial.startswith("w0 w1 w2 ")

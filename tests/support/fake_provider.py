@@ -215,8 +215,12 @@ class ScriptedServer:
         return f"{prefix}{next(self._ids)}"
 
     # --- the protocol (subclasses) ----------------------------------------------------------------
+    def accepts(self, path: str) -> bool:
+        """The server answers a POST to ``path`` (else a 404)."""
+        return path in self.post_paths
+
     def answer(self, handler: "_Handler", request: RecordedRequest) -> None:
-        """Answer one POST to one of ``post_paths``."""
+        """Answer one POST to a path it ``accepts``."""
         raise NotImplementedError
 
     def answer_get(self, handler: "_Handler", path: str) -> None:
@@ -251,7 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
             method="POST", path=path, headers={k.lower(): v for k, v in self.headers.items()}, body=body,
         )
         self.fake.record(request)
-        if path not in self.fake.post_paths:
+        if not self.fake.accepts(path):
             self.send_error_reply(ErrorReply(404, f"Invalid URL (POST {path})", type="invalid_request_error"))
             return
         try:

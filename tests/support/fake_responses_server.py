@@ -64,6 +64,8 @@ class FakeResponsesServer(ScriptedServer):
         self._stored: dict[str, dict[str, Any]] = {}
         self._stored_lock = threading.Lock()
         self.retrievals: list[str] = []
+        # Responses cancelled by ``POST /v1/responses/{id}/cancel``: their generation stops.
+        self.cancelled: list[str] = []
 
     @property
     def base_url(self) -> str:
@@ -100,7 +102,25 @@ class FakeResponsesServer(ScriptedServer):
     def is_piece(self, data: dict[str, Any] | str) -> bool:
         return isinstance(data, dict) and data.get("type") in PIECES
 
+    def accepts(self, path: str) -> bool:
+        return path in self.post_paths or (path.startswith(f"{RESPONSES_PATH}/") and path.endswith("/cancel"))
+
+    def _answer_cancel(self, handler: _Handler, path: str) -> None:
+        response_id = path.removeprefix(f"{RESPONSES_PATH}/").removesuffix("/cancel")
+        stored = self.stored(response_id)
+        if stored is None:
+            handler.send_error_reply(ErrorReply(404, f"No response with id '{response_id}'.",
+                                                type="invalid_request_error"))
+            return
+        with self._stored_lock:
+            self.cancelled.append(response_id)
+        self._store({**stored, "status": "cancelled"})
+        handler.send_json(200, {**stored, "status": "cancelled"})
+
     def answer(self, handler: _Handler, request: RecordedRequest) -> None:
+        if request.path != RESPONSES_PATH:
+            self._answer_cancel(handler, request.path)
+            return
         body = request.body
         reply = self.next_reply()
         if isinstance(reply, ErrorReply):
@@ -124,8 +144,11 @@ class FakeResponsesServer(ScriptedServer):
             handler.end_stream()
         elif request.stream:
             handler.start_stream()
-            gone = False
+            gone, current = False, None
             for _, data in self.stream_events(reply, body, encrypted):
+                current = data["response"]["id"] if "response" in data else current
+                if current in self.cancelled:
+                    break
                 if data["type"] in ("response.created", "response.completed"):
                     self._store(data["response"])
                 if gone:  # a background response is generated to its end without its client
