@@ -306,6 +306,19 @@ async def test_500_is_retried_then_reported(live: Live, ws: Any) -> None:
     assert len(live.server.requests) == 3, "the SDK's two retries, then the turn fails"
 
 
+async def test_anthropic_529_overloaded_is_retried(ws: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Anthropic's HTTP form of ``overloaded_error``; its SDK retries it as a 5xx.
+    with running("anthropic", monkeypatch) as (_, server):
+        server.script(ErrorReply(529, "Overloaded", type="overloaded_error", headers=FAST_RETRY), TextReply(["Fine."]))
+        a = await open_agent(ws, f"{AGENT}/e529")
+
+        frames = await turn(a, "r1", [user_message("u1", "hello")])
+
+        assert text_of(frames) == "Fine."
+        assert len(server.requests) == 2
+        assert (await Turn.objects.aget(request_id="r1")).status == Turn.Status.COMPLETED
+
+
 async def test_error_event_in_the_middle_of_the_stream(live: Live, ws: Any, user: Any) -> None:
     # Anthropic's way is an ``event: error`` (here ``overloaded_error``); Responses' a ``response.failed``.
     kind = "overloaded_error" if live.protocol.key == "anthropic" else "server_error"
