@@ -41,7 +41,14 @@ from tests.support.frames import (
     text_of,
     user_message,
 )
-from tests.support.provider_protocols import API_KEY, PROTOCOLS, REASONING_PROTOCOLS, Protocol, running
+from tests.support.provider_protocols import (
+    API_KEY,
+    PROTOCOLS,
+    REASONING_PROTOCOLS,
+    SIGNED_REASONING_PROTOCOLS,
+    Protocol,
+    running,
+)
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -398,7 +405,15 @@ async def test_reasoning_before_a_tool_call_goes_back_within_the_turn(thinking: 
     assert replayed == thinking.protocol.signed_reasoning("".join(reasoning))
 
 
-async def test_reasoning_without_text_is_kept_when_signed(thinking: Live, ws: Any, user: Any) -> None:
+@pytest.fixture(params=SIGNED_REASONING_PROTOCOLS)
+def signed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
+    """``live`` for the protocols whose reasoning is signed."""
+    with running(request.param, monkeypatch) as (protocol, server):
+        yield Live(protocol, server)
+
+
+async def test_reasoning_without_text_is_kept_when_signed(signed: Live, ws: Any, user: Any) -> None:
+    thinking = signed
     # A reasoning block with no text to show (thinking not displayed, a summary not asked for) still
     # carries the signature or encrypted content the next request must send back: the sanitizer keeps it.
     thinking.server.script(TextReply(["Hello!"], reasoning=[""]), TextReply(["Bye."]))

@@ -145,6 +145,9 @@ class FakeOpenAIServer(ScriptedServer):
                 data["usage"] = None
             return data
 
+        # Reasoning as vLLM and DeepSeek stream it: ``reasoning_content`` deltas before the answer.
+        for piece in reply.reasoning:
+            yield chunk({"role": "assistant", "content": None, "reasoning_content": piece})
         if isinstance(reply, TextReply):
             yield chunk({"role": "assistant", "content": "", "refusal": None})
             for piece in reply.pieces:

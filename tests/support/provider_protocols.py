@@ -86,12 +86,15 @@ class Protocol:
                     for block in message["content"] if block.get("type") in ("thinking", "redacted_thinking")]
         if self.key == "openai-responses":
             return [item for item in body["input"] if item.get("type") == "reasoning"]
-        return []
+        return [{"reasoning_content": m["reasoning_content"]} for m in body["messages"]
+                if m["role"] == "assistant" and "reasoning_content" in m]
 
     def signed_reasoning(self, text: str) -> dict[str, Any]:
-        """The block or item a request must carry back for reasoning ``text`` the server produced."""
+        """The block, item or field a request must carry back for reasoning ``text`` the server produced."""
         if self.key == "anthropic":
             return {"type": "thinking", "thinking": text, "signature": signature_of(text)}
+        if self.key not in SIGNED_REASONING_PROTOCOLS:  # Chat Completions: the field it came in, unsigned
+            return {"reasoning_content": text}
         summary = [{"type": "summary_text", "text": text}] if text else []
         return {"type": "reasoning", "id": ANY_ID, "summary": summary, "encrypted_content": encrypted_of(text)}
 
@@ -139,8 +142,11 @@ PROTOCOLS = {
     "openai-responses": Protocol("openai-responses", "openai:gpt-5.2", FakeResponsesServer),
     "anthropic": Protocol("anthropic", "anthropic:claude-sonnet-4-5", FakeAnthropicServer),
 }
-# The protocols that stream reasoning (thinking blocks, reasoning summaries) the next request needs.
-REASONING_PROTOCOLS = ("openai-responses", "anthropic")
+# The protocols that stream reasoning the next request carries back: thinking blocks, reasoning
+# summaries, and the ``reasoning_content`` of OpenAI-compatible servers (vLLM, DeepSeek).
+REASONING_PROTOCOLS = ("openai-compatible", "openai-responses", "anthropic")
+# Those whose reasoning is signed (a signature, encrypted content) even when it shows no text.
+SIGNED_REASONING_PROTOCOLS = ("openai-responses", "anthropic")
 
 
 @contextmanager
