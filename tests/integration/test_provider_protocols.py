@@ -504,3 +504,24 @@ async def test_inline_file_above_the_limit_gets_an_error_frame_and_stores_nothin
         fits = ("image/png", "pixel.png", data_url("image/png", PNG))
         frames = await turn(a, "r2", [file_message("u2", "Look", fits)])
     assert text_of(frames) == "Small enough."
+
+
+async def test_pdf_by_url(live: Live, ws: Any) -> None:
+    """Responses and Anthropic take a document by URL; for Chat Completions, which does not,
+    pydantic-ai downloads it, and refuses a private address (SSRF): the turn fails in-band."""
+    live.server.files["/files/doc.pdf"] = ("application/pdf", PDF)
+    url = f"{live.server.url}/files/doc.pdf"
+    live.server.script(TextReply(["An empty PDF."]))
+    a = await open_agent(ws, f"{AGENT}/pdf-url")
+
+    frames = await turn(a, "r1", [file_message("u1", "Summarise", ("application/pdf", "doc.pdf", url))])
+
+    if live.protocol.key in ("openai-chat", "openai-compatible"):
+        assert "Access to private/internal IP address (127.0.0.1) is blocked" in the_error(frames)
+        assert live.server.requests == []
+        assert live.server.downloads == []
+        return
+    assert text_of(frames) == "An empty PDF."
+    [content] = live.protocol.user_contents(live.server.requests[0])
+    assert live.protocol.files_sent(content)[0] == ("document", None, url)
+    assert live.server.downloads == []
