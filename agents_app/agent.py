@@ -146,12 +146,12 @@ class ChatAgent:
     * ``chat_recovery``: how a turn cut by a crash or a stalled stream is recovered: a
       ``ChatRecovery`` (or a dict of its fields); ``True``/``False`` mean the defaults, as
       recovery is always on (``agents_app.recovery.policy``).
+    * ``recovery_strategy``: how a recovery continues a cut reply: ``"prefill"``, ``"synthetic"``
+      or ``"retrieve"`` (``agents_app.llm.recovery``); None (default): the model's provider decides.
     * ``chat_stream_stall_timeout``: seconds without a chunk from the model after which the
       stream is cut and recovered (0, the default: never).
     * ``starter_prompts``: ``(label, prompt)`` pairs the chat page offers while a conversation is
       empty; a click puts the prompt in the message box (the demo agent lists its demos).
-    * ``recovery_strategy``: how a recovery continues a cut reply: ``"prefill"``, ``"synthetic"``
-      or ``"retrieve"`` (``agents_app.llm.recovery``); None (default): the model's provider decides.
     """
 
     shared: ClassVar[bool] = False
@@ -161,9 +161,9 @@ class ChatAgent:
     max_persisted_messages: ClassVar[int | None] = None
     max_steps: ClassVar[int | None] = None
     chat_recovery: ClassVar[ChatRecovery | dict[str, Any] | bool] = True
+    recovery_strategy: ClassVar[str | None] = None
     chat_stream_stall_timeout: ClassVar[float] = 0
     starter_prompts: ClassVar[tuple[tuple[str, str], ...]] = ()
-    recovery_strategy: ClassVar[str | None] = None
 
     def __init__(self, instance: "AgentInstance") -> None:
         self.instance = instance
@@ -386,13 +386,7 @@ class ChatAgent:
             action_gates={name: _approval_gate(a) for name, a in actions.items() if a.approval_configured},
         )
         turn.tool_names = sorted([*(t.name for t in toolset.server), *toolset.client_names])
-        model = self.get_model()
-        if llm_recovery.strategy_for(model, self.recovery_strategy) is llm_recovery.Strategy.RETRIEVE:
-            # Records the response id as the reply streams; a recovery fetches the response (``llm.recovery``).
-            model = llm_recovery.RetrievingModel(
-                model, on_response_id=lambda rid: turn.write(llm_recovery.response_id_chunk(rid)),
-                resume_id=llm_recovery.response_id_of(turn.messages) if turn.continuation else None)
-        return _RunPlan(model=model, toolset=toolset, instructions=self.get_system_prompt(),
+        return _RunPlan(model=self.get_model(), toolset=toolset, instructions=self.get_system_prompt(),
                         action_models={name: a.input_schema for name, a in actions.items()})
 
     def _agent(self, plan: "_RunPlan") -> Agent[TurnState[Any], Any]:
@@ -438,7 +432,7 @@ class ChatAgent:
         """
         turn = self.turn
         if type(self).build_pydantic_agent is ChatAgent.build_pydantic_agent:
-            plan = self._plan()
+            plan = self._retrieving(self._plan())
             model: Model | str | None = plan.model
             first = plan.first_request()
             agent: Callable[[], Agent[TurnState[Any], Any]] = functools.partial(self._agent, plan)
@@ -462,6 +456,16 @@ class ChatAgent:
         async for chunk in ChunkStream().chunks(self._model_events(agent, history, deferred, step)):
             if not _is_encoder_internal(chunk):
                 yield self._annotate(chunk)
+
+    def _retrieving(self, plan: "_RunPlan") -> "_RunPlan":
+        """The plan with its model recording the response id as the reply streams, and fetching the
+        response when a recovery continues it, where the strategy is ``retrieve`` (``llm.recovery``)."""
+        if llm_recovery.strategy_for(plan.model, self.recovery_strategy) is not llm_recovery.Strategy.RETRIEVE:
+            return plan
+        turn = self.turn
+        return replace(plan, model=llm_recovery.RetrievingModel(
+            plan.model, on_response_id=lambda rid: turn.write(llm_recovery.response_id_chunk(rid)),
+            resume_id=llm_recovery.response_id_of(turn.messages) if turn.continuation else None))
 
     async def _model_events(self, agent: Callable[[], Agent[TurnState[Any], Any]], history: list[ModelMessage],
                             deferred: DeferredToolResults | None, step: direct.FirstStep | None) -> AsyncIterator[Any]:
