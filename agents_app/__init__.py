@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .followers import StreamCallback
     from .handles import AgentHandle
     from .hooks import ToolCall, ToolCallDecision
+    from .lifecycle.connections import Connection, ConnectionRequest
+    from .mcp.servers import MCPServer
     from .recovery.policy import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext
     from .rpc import callable
     from .schedules.declared import ScheduleEntry
@@ -48,6 +50,9 @@ _EXPORTS = {
     "ChatRecoveryContext": ".recovery.policy",
     "ChatRecoveryExhaustedContext": ".recovery.policy",
     "ChatResponseResult": ".agent",
+    "Connection": ".lifecycle.connections",
+    "ConnectionRequest": ".lifecycle.connections",
+    "MCPServer": ".mcp.servers",
     "Debounce": ".concurrency",
     "SaveMessagesResult": ".agent",
     "ScheduleEntry": ".schedules.declared",
@@ -76,7 +81,10 @@ __all__ = [
     "ChatRecoveryContext",
     "ChatRecoveryExhaustedContext",
     "ChatResponseResult",
+    "Connection",
+    "ConnectionRequest",
     "Debounce",
+    "MCPServer",
     "SaveMessagesResult",
     "ScheduleEntry",
     "ScheduledTaskContext",

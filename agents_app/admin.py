@@ -13,12 +13,14 @@ from django.utils.html import format_html
 from . import registry
 from .admin_base import ReadOnlyAdmin, conversation, pretty_json
 from .approvals import admin as approvals_admin
+from .lifecycle.admin import DestroyMixin
 from .models import AgentInstance, LedgerEntry, Turn
 from .recovery import admin as recovery_admin
 from .schedules import admin as schedules_admin
+from .usage import admin as usage_admin
 
 # The features' admin modules, registered by being imported.
-__all__ = ["approvals_admin", "recovery_admin", "schedules_admin"]
+__all__ = ["approvals_admin", "recovery_admin", "schedules_admin", "usage_admin"]
 
 # Messages shown on an instance's page: the recent conversation (the whole transcript is on the
 # REST API: /api/agents/<slug>/<name>/messages/).
@@ -67,7 +69,7 @@ class SubAgentInline(admin.TabularInline):
 
 
 @admin.register(AgentInstance)
-class AgentInstanceAdmin(ReadOnlyAdmin):
+class AgentInstanceAdmin(DestroyMixin, ReadOnlyAdmin):
     """One conversation: who owns it, a link to open it in the chat, its transcript as messages, and
     its sub-agents (a sub-agent's page links back to its parent)."""
 

@@ -8,10 +8,13 @@ returns a handle on the instance (``agents_app.handles.AgentHandle``: ``save_mes
 ``pending_approvals``, ``approve_execution`` ...).
 """
 
+import asyncio
 import contextlib
 import functools
+import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from channels.db import database_sync_to_async
@@ -19,27 +22,36 @@ from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, Deferred
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.usage import UsageLimits
 
-from . import conf, llm
+from . import conf, events, llm, transcript
 from .abort import AbortSignal
 from .actions import Action, call_maybe_async, compile_actions
 from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext, TurnState
 from .actions.envelopes import missing_permission_message
+from .actions.ledger import USE_SETTING, UseSetting
 from .actions.pipeline import action_tool, needs_approval
 from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
 from .llm import direct, ui_messages
 from .llm import recovery as llm_recovery
 from .llm.chunks import ChunkStream
+from .mcp import connections as mcp_connections
+from .mcp.servers import MCPServer
 from .messages import UIMessage
 from .protocol.naming import DEFAULT_INSTANCE_NAME, camel_case_to_kebab_case
 from .recovery.policy import ChatRecovery, ChatRecoveryContext
 from .schedules.language import ScheduledTask
+from .steps import BeforeStep, StepConfig, StepContext
 from .tools import ApprovalGate, ToolPolicy, Toolset, client_tools_from_schemas, compile_tools
+from .usage import service as quotas
 
 if TYPE_CHECKING:
+    from .lifecycle.connections import Connection, ConnectionRequest
     from .models import AgentInstance
+
+logger = logging.getLogger("agents_app.agent")
 
 # What on_chat_message may return: UI message chunks (dicts), plain-text pieces (str), a whole
 # plain-text reply, or None for "no response".
@@ -76,9 +88,16 @@ class _RunPlan:
     instructions: str
     # Actions' input models by tool name: hooks see and return their JSON (``ToolPolicy.models``).
     action_models: dict[str, Any]
+    # The tools of the turn's ready MCP servers, one toolset per server.
+    mcp: list[AbstractToolset[Any]] = field(default_factory=list)
 
     def first_request(self) -> ModelRequestParameters | None:
-        """The parameters of the first request, when ``llm.direct`` can make it (``direct.parameters``)."""
+        """The parameters of the first request, when ``llm.direct`` can make it (``direct.parameters``).
+
+        Not with MCP tools: their definitions come from the servers, inside an agent run.
+        """
+        if self.mcp:
+            return None
         external = self.toolset.external
         defs = [replace(d, kind="external") for d in external.tool_defs] if external else []
         return direct.parameters(self.toolset.server, defs, self.instructions)
@@ -152,6 +171,12 @@ class ChatAgent:
       stream is cut and recovered (0, the default: never).
     * ``starter_prompts``: ``(label, prompt)`` pairs the chat page offers while a conversation is
       empty; a click puts the prompt in the message box (the demo agent lists its demos).
+    * ``action_ledger_pending_retry_lease``: how old a pending ledger row of this agent's actions
+      must be before a retry may run it again (a timedelta; None: never). Default: the setting
+      ``AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE`` (docs/architecture.md#ledger).
+    * ``wait_for_mcp_connections``: before ``on_chat_message``, wait for the MCP connections this
+      process is opening: ``True`` (until each is ready or failed), ``False`` (not at all: servers
+      not ready yet are left out of this turn) or ``{"timeout": seconds}`` (default 10 s).
     """
 
     shared: ClassVar[bool] = False
@@ -164,11 +189,14 @@ class ChatAgent:
     recovery_strategy: ClassVar[str | None] = None
     chat_stream_stall_timeout: ClassVar[float] = 0
     starter_prompts: ClassVar[tuple[tuple[str, str], ...]] = ()
+    action_ledger_pending_retry_lease: ClassVar[timedelta | UseSetting | None] = USE_SETTING
+    wait_for_mcp_connections: ClassVar[bool | dict[str, float]] = {"timeout": 10.0}
 
     def __init__(self, instance: "AgentInstance") -> None:
         self.instance = instance
         self.name: str = instance.name
         self._turn: TurnState[Any] | None = None
+        self._mcp: mcp_connections.TurnServers | None = None
 
     @classmethod
     def for_turn(cls, instance: "AgentInstance", **state: Any) -> "ChatAgent":
@@ -223,6 +251,9 @@ class ChatAgent:
     # Read-only views of the turn for hooks (``on_chat_message``...); empty outside a turn.
     @property
     def messages(self) -> list[UIMessage]:
+        """The turn's messages; outside a turn, the transcript ``load_messages()`` read (else empty)."""
+        if self._transcript is not None:
+            return self._transcript
         return self._turn.messages if self._turn is not None else []
 
     @property
@@ -275,6 +306,49 @@ class ChatAgent:
         """
         return {}
 
+    def get_mcp_servers(self) -> list[MCPServer]:
+        """The MCP servers every instance of this agent uses: ``[MCPServer(name=..., url=...), ...]``.
+
+        Their tools join the turn's tools (docs/architecture.md#mcp-servers); headers and stdio
+        environment values are references (``env("TOKEN", prefix="Bearer ")``, ``setting("NAME")``).
+        Servers added at runtime (``handle.add_mcp_server``) come after these.
+        """
+        return []
+
+    async def connect_mcp_servers(self) -> mcp_connections.TurnServers:
+        """This turn's MCP servers, declared and runtime, with this process's connections to them
+        started (made once per turn; the engine calls it before ``on_chat_message``)."""
+        if self._mcp is None:
+            self._mcp = await mcp_connections.open_servers(self.instance.pk, self.get_mcp_servers())
+        return self._mcp
+
+    async def wait_for_connections(self, timeout: float | None = None) -> list[str]:  # noqa: ASYNC109 - the reference's API
+        """Wait until this turn's MCP connections are ready or failed, at most ``timeout`` seconds
+        (None: no limit). Returns the servers still connecting. For ``on_chat_message`` code that
+        needs every server's tools whatever ``wait_for_mcp_connections`` says."""
+        return await (await self.connect_mcp_servers()).wait(timeout)
+
+    async def start_mcp(self) -> None:
+        """Open the turn's MCP connections and wait for them as ``wait_for_mcp_connections`` says.
+
+        The wait ends early when the turn is cancelled; a server still connecting then is left out
+        of this turn (``chat:mcp:wait`` names it) and goes on connecting for the next.
+        """
+        servers = await self.connect_mcp_servers()
+        wait = self.wait_for_mcp_connections
+        if not servers.connections or wait is False:
+            return
+        timeout = float(wait["timeout"]) if isinstance(wait, dict) else None
+        waiting = asyncio.ensure_future(servers.wait(timeout))
+        aborted = asyncio.ensure_future(self.abort_signal.wait())
+        try:
+            await asyncio.wait([waiting, aborted], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+            aborted.cancel()
+        pending = [c.server.name for c in servers.connections if not c.settled.is_set()]
+        events.emit_chat(self.instance, events.MCP_WAIT, requestId=self.request_id, timeout=timeout, pending=pending)
+
     def compiled_actions(self) -> dict[str, Action[Any]]:
         """``get_actions()`` validated, by tool name; raises ``AgentConfigurationError`` if malformed."""
         return compile_actions(self.get_actions())
@@ -323,6 +397,20 @@ class ChatAgent:
     def get_max_steps(self) -> int:
         return self.max_steps if self.max_steps is not None else int(conf.get("AGENT_MAX_STEPS"))
 
+    async def before_step(self, ctx: StepContext) -> StepConfig | None:
+        """Change one model request of the turn (Think's ``beforeStep``; docs/architecture.md#pruning).
+
+        Called before every request of the model run, with ``ctx.step_number`` (0 first) and the
+        ``ctx.messages`` about to be sent; return ``StepConfig(messages=…, model=…, active_tools=…)``
+        to send other messages (``agents_app.pruning.prune_messages``), use another model, or offer
+        fewer tools, for that request only. None (the default) changes nothing.
+        """
+        return None
+
+    def _steps_prepared(self) -> bool:
+        """Whether ``before_step`` is overridden: then every request goes through the agent run that calls it."""
+        return type(self).before_step is not ChatAgent.before_step
+
     def sanitize_message_for_persistence(self, message: UIMessage) -> UIMessage:
         """Change a message before it is stored (after the built-in sanitizer, before the row-size guard).
 
@@ -368,6 +456,31 @@ class ChatAgent:
         """Keep ``data`` (JSON) with the running turn: ``on_chat_recovery`` gets it if the turn is cut."""
         await self.turn.stash(data)
 
+    # --- connections and the transcript outside a turn (docs/architecture.md#connection-hooks) ---------
+    # The transcript ``load_messages()`` read: what ``messages`` shows hooks that run outside a turn.
+    _transcript: list[UIMessage] | None = None
+
+    async def load_messages(self) -> list[UIMessage]:
+        """Read the stored transcript into ``self.messages``, as the reference's ``this.messages``
+        is outside a turn; the engine calls it before ``on_chat_response``, a scheduled handler, a
+        callable method, ``on_connect`` and ``on_close`` (empty for a conversation not stored yet)."""
+        if self.instance.pk is None:
+            self._transcript = []
+        else:
+            self._transcript = await database_sync_to_async(transcript.load)(self.instance)
+        return self._transcript
+
+    async def on_connect(self, connection: "Connection", request: "ConnectionRequest") -> None:
+        """A WebSocket connected to this instance (``agents_app.lifecycle.connections``).
+
+        ``await connection.send(frame)`` sends it a frame of yours; ``await connection.close(code,
+        reason)`` refuses it (use 4000-4999 so the npm client does not reconnect). Runs after the
+        address check and before the conversation's frames; a raise is logged and the socket stays.
+        """
+
+    async def on_close(self, connection: "Connection", code: int, reason: str) -> None:
+        """A WebSocket of this instance closed, with the close ``code`` and ``reason`` (errors are logged)."""
+
     # --- the default model turn -----------------------------------------------------------------
     def build_pydantic_agent(self) -> Agent[TurnState[Any], Any]:
         """The pydantic-ai agent of this turn: model, instructions, tools, actions and client tools.
@@ -385,9 +498,44 @@ class ChatAgent:
             actions={name: action_tool(a) for name, a in actions.items()},
             action_gates={name: _approval_gate(a) for name, a in actions.items() if a.approval_configured},
         )
-        turn.tool_names = sorted([*(t.name for t in toolset.server), *toolset.client_names])
+        mcp = self._mcp_tools(toolset)
+        turn.tool_names = sorted([*(t.name for t in toolset.server), *toolset.client_names,
+                                  *(name for _, names in mcp for name in names)])
         return _RunPlan(model=self.get_model(), toolset=toolset, instructions=self.get_system_prompt(),
-                        action_models={name: a.input_schema for name, a in actions.items()})
+                        action_models={name: a.input_schema for name, a in actions.items()},
+                        mcp=[connection.turn_toolset(names) for connection, names in mcp])
+
+    def _mcp_tools(self, toolset: Toolset) -> list[tuple[mcp_connections.Connection, set[str]]]:
+        """The tools of the ready MCP servers, merged into ``toolset`` (docs/architecture.md#mcp-tool-names).
+
+        A declared server's tool replaces a ``get_tools()`` or action tool of its name (the
+        reference's order); a runtime server's never replaces anything. A client tool beats both,
+        and of two servers offering one name the first listed keeps it. Clashes are logged.
+        """
+        if self._mcp is None:
+            return []
+        declared = {s.name for s in self.get_mcp_servers()}
+        server_names = {t.name for t in toolset.server}
+        taken: set[str] = set(toolset.client_names)
+        merged = []
+        for connection in self._mcp.ready():
+            keep = set()
+            for name in connection.tools():
+                if name in taken or (name in server_names and connection.server.name not in declared):
+                    logger.warning("MCP tool %s of server %s is left out of %s's turn: another tool has its name",
+                                   name, connection.server.name, self.instance)
+                    continue
+                if name in server_names:
+                    logger.warning("MCP tool %s of server %s replaces the agent's own tool of that name",
+                                   name, connection.server.name)
+                    toolset.server = [t for t in toolset.server if t.name != name]
+                    toolset.approval_gates.pop(name, None)
+                taken.add(name)
+                keep.add(name)
+                if connection.server.approval_for(name[len(connection.server.tool_prefix):]):
+                    toolset.approval_gates[name] = _always_ask
+            merged.append((connection, keep))
+        return merged
 
     def _agent(self, plan: "_RunPlan") -> Agent[TurnState[Any], Any]:
         toolset = plan.toolset
@@ -396,11 +544,11 @@ class ChatAgent:
             deps_type=TurnState,
             instructions=plan.instructions,
             tools=toolset.server,
-            toolsets=[toolset.external] if toolset.external else [],
+            toolsets=[*([toolset.external] if toolset.external else []), *plan.mcp],
             output_type=[str, DeferredToolRequests],
             capabilities=[ToolPolicy(
                 agent=self, approval_gates=toolset.approval_gates, emit=self.turn.write, models=plan.action_models,
-            )],
+            ), *([BeforeStep(agent=self)] if self._steps_prepared() else [])],
         )
 
     async def _authorize_turn(self, model: Model | str | None) -> None:
@@ -431,6 +579,12 @@ class ChatAgent:
         become pydantic-ai's deferred results); a new prompt closes calls left unanswered.
         """
         turn = self.turn
+        refused = (await database_sync_to_async(quotas.refusal)(turn.user, self.slug())
+                   if quotas.may_refuse(turn.user, self.slug()) else None)
+        if refused is not None:  # before any model request: the turn ends with this error frame
+            turn.metered.limit = refused.limit
+            yield {"type": "error", "errorText": refused.message}
+            return
         if type(self).build_pydantic_agent is ChatAgent.build_pydantic_agent:
             plan = self._retrieving(self._plan())
             model: Model | str | None = plan.model
@@ -440,6 +594,7 @@ class ChatAgent:
             built = self.build_pydantic_agent()
             model, first, agent = built.model, None, lambda: built
         await self._authorize_turn(model)
+        turn.metered.model = str(getattr(model, "model_name", model))
         history = await ui_messages.model_history(turn.messages, repair_last_response=not turn.continuation)
         deferred = _approved_calls(turn.messages) if turn.continuation else None
         strategy = llm_recovery.strategy_for(model, self.recovery_strategy) if isinstance(model, Model) else None
@@ -449,13 +604,18 @@ class ChatAgent:
             history = [*history, llm_recovery.go_on_request(strategy or llm_recovery.Strategy.PREFILL)]
         step = None
         # Only a new reply's first request: a continuation resumes one, in the agent run it left.
-        if (first is not None and isinstance(model, Model) and not turn.continuation
+        if (first is not None and isinstance(model, Model) and not turn.continuation and not self._steps_prepared()
                 and direct.FirstStep.can_start(history) and self.get_max_steps() >= 1
                 and conf.get("AGENT_DIRECT_FIRST_STEP")):
             step = direct.FirstStep(model, history, first)
-        async for chunk in ChunkStream().chunks(self._model_events(agent, history, deferred, step)):
-            if not _is_encoder_internal(chunk):
-                yield self._annotate(chunk)
+        # The turn's MCP sessions are in use until its reply ends: none closes as idle meanwhile (a
+        # session counts as used when it became ready, so none closes between the plan and here).
+        async with contextlib.AsyncExitStack() as borrowing:
+            for connection in self._mcp.ready() if self._mcp is not None else []:
+                await borrowing.enter_async_context(connection.borrowed())
+            async for chunk in ChunkStream().chunks(self._model_events(agent, history, deferred, step)):
+                if not _is_encoder_internal(chunk):
+                    yield self._annotate(chunk)
 
     def _retrieving(self, plan: "_RunPlan") -> "_RunPlan":
         """The plan with its model recording the response id as the reply streams, and fetching the
@@ -479,15 +639,17 @@ class ChatAgent:
         engine's (``rewrite_finish``).
         """
         turn = self.turn
-        usage = None
+        # The turn's usage: the agent run below adds each of its requests to it in place.
+        usage = turn.metered.usage
         if step is not None:
             # The model's context opens (and closes) the provider's HTTP client, as the agent's does.
             async with step.model:
                 async for event in step.events():
                     yield event
+            usage.incr(step.usage)
             if not step.calls_tools:
                 return
-            history, usage = step.history, step.usage
+            history = step.history
         token = CancellationToken()
         turn.abort_signal.add_callback(token.cancel)
         limits = UsageLimits(request_limit=self.get_max_steps())
@@ -509,6 +671,11 @@ async def _until_step_limit(events: AsyncIterator[Any]) -> AsyncIterator[Any]:
     with contextlib.suppress(UsageLimitExceeded):
         async for event in events:
             yield event
+
+
+async def _always_ask(ctx: RunContext[TurnState[Any]], args: dict[str, Any]) -> bool:
+    """The approval gate of an MCP tool declared ``needs_approval``."""
+    return True
 
 
 def _approval_gate(action: Action[Any]) -> ApprovalGate:

@@ -4,17 +4,18 @@ When the parent's model calls the tool with a ``task``, a sub-agent of the paren
 on it (``AgentHandle.chat``, on any process); its text streams to the parent's client as the
 tool's preliminary output (``tool-output-available`` with ``preliminary: true``), and its final
 text is the tool's result, which the parent's model reads. Cancelling the parent's turn cancels
-the sub-agent's.
+the sub-agent's. ``delegate_to`` makes the same hand-over an action's ``execute`` (the kind
+``delegated-agent``).
 """
 
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic_ai import RunContext
 
-from .actions.context import TurnState
+from .actions.context import ActionContext, TurnState
 from .messages import UIMessage, new_message_id
 from .tools import ServerTool, tool
 
@@ -92,12 +93,46 @@ def agent_tool(agent_class: type["ChatAgent"], *, name: str, description: str,
             if not running.done():
                 signal.abort("The parent's turn was cancelled")
                 await asyncio.shield(running)
-        if result.status != "completed":
-            raise RuntimeError(relay.error or f"{agent_class.slug()} ended {result.status}"
-                               + (" (interrupted; its recovery goes on)" if relay.interrupted else ""))
-        yield relay.text
+        yield _final_text(agent_class, result, relay)
 
     run.__name__ = name
     run.__doc__ = description
     return tool(run, name=name, description=description)
+
+
+def _final_text(agent_class: type["ChatAgent"], result: Any, relay: _Relay) -> str:
+    """The sub-agent's reply, or the error its turn ended with (the caller's model reads either)."""
+    if result.status != "completed":
+        raise RuntimeError(relay.error or f"{agent_class.slug()} ended {result.status}"
+                           + (" (interrupted; its recovery goes on)" if relay.interrupted else ""))
+    return relay.text
+
+
+def delegate_to(agent_class: type["ChatAgent"], *, task: Callable[[Any], str] | None = None,
+                instance_name: Callable[[Any, ActionContext], str] | None = None) -> Callable[..., Any]:
+    """The ``execute`` of a ``delegated-agent`` action: a turn of a sub-agent of class ``agent_class``.
+
+    ``action(kind="delegated-agent", execute=delegate_to(ResearchAgent, task=lambda input: input.topic))``
+    (docs/architecture.md#delegated-agent-actions). Every rule of actions applies around it
+    (authorization, approval, the ledger, the timeout: raise ``timeout_ms`` for long tasks); the
+    action's signal cancels the sub-agent's turn. ``task(input)`` is the sub-agent's message
+    (default: the input as JSON); ``instance_name(input, ctx)`` names the sub-agent (default: one
+    per call, ``<action>-<tool call id>``). The result is the sub-agent's final text.
+    """
+
+    async def execute(input: Any, ctx: ActionContext) -> str:
+        name = instance_name(input, ctx) if instance_name is not None else f"{ctx.action}-{ctx.tool_call_id}"
+        child = await cast("ChatAgent", ctx.agent).sub_agent(agent_class, name)
+        text = task(input) if task is not None else json.dumps(input.model_dump(mode="json"))
+        relay = _Relay()
+        chatting = asyncio.ensure_future(child.chat(task_message(type(ctx.agent).slug(), text), relay,
+                                                    signal=ctx.signal))
+        # A timeout or the turn's cancel aborts ``ctx.signal`` (which cancels the sub-agent's turn),
+        # then cancels this coroutine: the chat goes on until that turn has ended, not cut mid-way.
+        chatting.add_done_callback(lambda done: done.cancelled() or done.exception())
+        result = await asyncio.shield(chatting)
+        return _final_text(agent_class, result, relay)
+
+    execute.delegates_to = agent_class  # type: ignore[attr-defined]  # what action() checks the kind by
+    return execute
 

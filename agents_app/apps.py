@@ -19,6 +19,8 @@ class AgentsAppConfig(AppConfig):
         from . import checks  # noqa: F401 - registers the system checks
         from .agent import register_handle_factory
         from .handles import AgentHandle
+        from .mcp import checks as mcp_checks  # noqa: F401 - registers the MCP system checks
+        from .metrics import observers, tracing
         from .models import AgentInstance
         from .schedules.declared import on_instance_saved
 
@@ -27,3 +29,6 @@ class AgentsAppConfig(AppConfig):
         setting_changed.connect(_reset_registry)
         # A new instance gets the schedules its class declares (``get_scheduled_tasks()``) at once.
         post_save.connect(on_instance_saved, sender=AgentInstance, dispatch_uid="agents_app.schedules.declared")
+        # Metrics follow the app's events; traces, when switched on (docs/operations.md#metrics).
+        observers.install()
+        tracing.install()

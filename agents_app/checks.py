@@ -29,7 +29,7 @@ def check_agent_classes(app_configs: Any, **kwargs: Any) -> list[Error]:
     return []
 
 
-def _registered_classes() -> dict[str, Any]:
+def registered_classes() -> dict[str, Any]:
     """The agent classes by slug; empty when AGENT_CLASSES is broken (E001 reports that)."""
     from .errors import AgentConfigurationError
     from .registry import agent_classes
@@ -51,7 +51,7 @@ def check_agent_actions(app_configs: Any, **kwargs: Any) -> list[Error]:
     from .errors import AgentConfigurationError
 
     errors = []
-    for slug, agent_class in sorted(_registered_classes().items()):
+    for slug, agent_class in sorted(registered_classes().items()):
         try:
             agent_class(SimpleNamespace(name="(system check)", pk=None)).compiled_actions()
         except AgentConfigurationError as exc:
@@ -65,7 +65,7 @@ def check_agent_options(app_configs: Any, **kwargs: Any) -> list[Error]:
     from .concurrency import STRATEGIES, is_valid
 
     errors = []
-    for slug, agent_class in sorted(_registered_classes().items()):
+    for slug, agent_class in sorted(registered_classes().items()):
         problems = []
         if not is_valid(agent_class.message_concurrency):
             problems.append(f"message_concurrency must be one of {', '.join(STRATEGIES)} or Debounce(ms=...), "
@@ -74,9 +74,25 @@ def check_agent_options(app_configs: Any, **kwargs: Any) -> list[Error]:
             value = getattr(agent_class, option)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < minimum):
                 problems.append(f"{option} must be None or an integer ≥ {minimum}, not {value!r}")
+        problems += _lease_problems(agent_class)
         errors += [Error(f"{agent_class.__qualname__} ({slug}): {problem}", hint="Fix the class attribute.", id=E005)
                    for problem in problems]
     return errors
+
+
+def _lease_problems(agent_class: Any) -> list[str]:
+    """``action_ledger_pending_retry_lease``: a timedelta, None, or the setting (the default)."""
+    from types import SimpleNamespace
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .actions import ledger
+
+    try:
+        ledger.lease_of(agent_class(SimpleNamespace(name="(system check)", pk=None)))
+    except ImproperlyConfigured as exc:
+        return [str(exc)]
+    return []
 
 
 @register(Tags.compatibility)
@@ -91,7 +107,7 @@ def check_scheduled_tasks(app_configs: Any, **kwargs: Any) -> list[Error]:
     from .schedules.declared import declared_tasks
 
     errors = []
-    for slug, agent_class in sorted(_registered_classes().items()):
+    for slug, agent_class in sorted(registered_classes().items()):
         try:
             declared_tasks(agent_class(AgentInstance(slug=slug, name="(system check)")))
         except AgentConfigurationError as exc:

@@ -38,6 +38,22 @@ DEFAULTS: dict[str, Any] = {
     # Most turns one user may have queued or running at once, over all instances and processes;
     # a chat request beyond it gets an error frame and stores nothing. None: no limit.
     "AGENT_MAX_ACTIVE_TURNS_PER_USER": 20,
+    # Token quotas (input + output tokens, counted per UTC day and calendar month; None: no
+    # limit). "user_per_day"/"user_per_month": each user's tokens over every agent (an admin
+    # "user quota" replaces both for one user); "agent_per_day"/"agent_per_month": each agent's
+    # tokens over every user, keyed by agent slug ("*": every agent without its own key). A turn
+    # over a limit gets an error frame before any model request (docs/operations.md#usage-and-quotas).
+    "AGENT_USAGE_QUOTAS": {"user_per_day": None, "user_per_month": None, "agent_per_day": {}, "agent_per_month": {}},
+    # Prices per million tokens by model name (as ``TurnUsage.model`` shows it), for the cost of
+    # each turn: {"gpt-4o-mini": {"input": "0.15", "output": "0.60"}}. Models not listed have no cost.
+    "AGENT_MODEL_PRICES": {},
+    # Who may read /metrics (docs/operations.md#metrics): a request with ``Authorization: Bearer
+    # <token>`` when a token is set, or from an address in the allow-list (exact IPs or networks).
+    "AGENT_METRICS_TOKEN": None,
+    "AGENT_METRICS_ALLOWED_IPS": ["127.0.0.1", "::1"],
+    # Trace turns and model calls with OpenTelemetry through pydantic-ai's own instrumentation
+    # (its spans go to the globally configured tracer provider; off: no spans are made).
+    "AGENT_OTEL_TRACING": False,
     # Largest number of model requests in one turn (tool loops), as pydantic-ai's request limit.
     "AGENT_MAX_STEPS": 10,
     # Make a turn's first model request with pydantic-ai's direct API, and go on as an agent run
@@ -84,6 +100,17 @@ DEFAULTS: dict[str, Any] = {
     # How long a message sent over the REST API with ``wait=true`` waits for its reply, in seconds
     # (default 30); a reply still running then is answered with its status (202), not an error.
     "AGENT_API_WAIT_TIMEOUT": 30.0,
+    # A process closes an MCP connection no turn has used for this many seconds (default 300);
+    # the next turn that needs the server opens it again (docs/architecture.md#mcp-servers).
+    "AGENT_MCP_IDLE_SECONDS": 300.0,
+    # After a connection to an MCP server fails, turns on this process go without it for this
+    # many seconds before one tries again (default 5): a server that is down is not dialled by
+    # every turn.
+    "AGENT_MCP_RETRY_SECONDS": 5.0,
+    # Seconds a server process that shuts down (SIGTERM) lets its running turns end on their own
+    # before it hands the rest to recovery (docs/operations.md#lifespan). Keep it below the process
+    # manager's stop timeout; 0 hands every running turn off at once.
+    "AGENT_SHUTDOWN_GRACE_SECONDS": 10.0,
 }
 
 

@@ -1,20 +1,31 @@
 """Observability events: the reference's event names, emitted to the log and to in-process subscribers.
 
 The constants here are the whole vocabulary (docs/architecture.md#events): the action events the
-reference's code emits (not the longer list of its design notes) and the chat events of
+reference's code emits and those its actions design lists, and the chat events of
 ``AIChatAgent`` (``message:*``, ``tool:*``) and Think (``chat:turn:*``, ``chat:request:failed``).
 Payload keys are the reference's (``inputHash``, ``ageMs``, ``executionId``…), so a dashboard reads
 the same fields as on Cloudflare. Tests assert on names and payloads, never on log text. A
 subscriber runs synchronously inside ``emit()``; one that raises is logged and skipped, because
-observability must never change what the caller does.
+observability must never change what the caller does. A subscriber may ask for one of the
+reference's channels or a name prefix instead of everything.
 """
 
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final, overload
 
 __all__ = [
+    "ACTION_APPROVAL_REQUESTED",
+    "ACTION_APPROVAL_RESOLVED",
+    "ACTION_AUTHORIZED",
+    "ACTION_DENIED",
+    "ACTION_ERROR",
+    "ACTION_INVOKED",
+    "ACTION_REPLAYED",
+    "ACTION_SETTLED",
+    "ACTION_TIMED_OUT",
+    "CHANNELS",
     "LEDGER_CONFLICT",
     "LEDGER_PENDING",
     "LEDGER_RECLAIMED",
@@ -22,6 +33,11 @@ __all__ = [
     "LEDGER_SERIALIZE_FAILED",
     "LEDGER_SETTLED",
     "LEDGER_SWEPT",
+    "MCP_CLOSE",
+    "MCP_CONNECT",
+    "MCP_DISCOVER",
+    "MCP_PRECONNECT",
+    "MCP_WAIT",
     "MESSAGE_CANCEL",
     "MESSAGE_CLEAR",
     "MESSAGE_ERROR",
@@ -49,6 +65,7 @@ __all__ = [
     "TURN_FINISH",
     "TURN_START",
     "Subscriber",
+    "channel_of",
     "emit",
     "emit_chat",
     "subscribe",
@@ -80,6 +97,25 @@ PAUSE_SWEPT = "action:pause:swept"
 
 # Reply attachments (§5.12). {action?, attachmentType}
 REPLY_ATTACHED = "action:reply-attached"
+
+# An action call's life, as the reference's actions design lists it (its code does not emit them;
+# docs/architecture.md#action-events). Every payload has {action, requestId, toolCallId}, plus:
+# {kind}
+ACTION_INVOKED = "action:invoked"
+# {required, granted} (granted None: the turn grants everything); denied adds {reason}
+ACTION_AUTHORIZED = "action:authorized"
+ACTION_DENIED = "action:denied"
+# {kind} (approval-gated: the user is asked; durable-pause: the call parked for staff)
+ACTION_APPROVAL_REQUESTED = "action:approval-requested"
+# {approved}
+ACTION_APPROVAL_RESOLVED = "action:approval-resolved"
+# execute returned: {durationMs, truncated}
+ACTION_SETTLED = "action:settled"
+# The ledger answered with a stored result: {from: "ledger"}
+ACTION_REPLAYED = "action:replayed"
+# execute passed its timeout / raised: {name, message} (the error envelope's)
+ACTION_TIMED_OUT = "action:timed-out"
+ACTION_ERROR = "action:error"
 
 # Chat (§4.8). Every payload also names the conversation: {agent: <slug>, name: <instance name>},
 # as Cloudflare puts them beside the payload.
@@ -123,27 +159,86 @@ RECOVERY_SKIPPED = "chat:recovery:skipped"
 RECOVERY_FAILED = "chat:recovery:failed"
 RECOVERY_EXHAUSTED = "chat:recovery:exhausted"
 
+# MCP connections (the reference's ``mcp:client:*`` events), per process. A connection starts
+# {serverId, instance}; it is ready or failed {serverId, url, transport, state, error?}; what it
+# offers was listed {serverId, url, state, tools}; it closed (idle, removed, changed) {serverId, url, state}.
+MCP_PRECONNECT = "mcp:client:preconnect"
+MCP_CONNECT = "mcp:client:connect"
+MCP_DISCOVER = "mcp:client:discover"
+MCP_CLOSE = "mcp:client:close"
+# Ours: a turn waited for its MCP connections (``wait_for_mcp_connections``). {requestId, timeout
+# (seconds, None: no limit), pending: the servers still connecting when it stopped waiting}
+MCP_WAIT = "chat:mcp:wait"
+
 Subscriber = Callable[[str, dict[str, Any]], object]
 
-_subscribers: list[Subscriber] = []
+# The reference's observability channels, and the event-name prefixes each carries (the first
+# match wins, so ``chat:transcript:`` goes to ``transcript`` before ``chat:`` takes the rest).
+# ``subscribe("chat", fn)`` gets the events of one channel (docs/architecture.md#events).
+_ROUTES: tuple[tuple[str, str], ...] = (
+    ("mcp:", "mcp"), ("workflow:", "workflow"), ("fiber:", "fiber"), ("transcript:", "transcript"),
+    ("chat:transcript:", "transcript"), ("chat:", "chat"), ("agent_tool:", "agentTool"), ("schedule:", "schedule"),
+    ("queue:", "schedule"), ("message:", "message"), ("tool:", "message"), ("submission:", "message"),
+    ("action:", "message"), ("rpc:", "rpc"), ("state:", "state"), ("email:", "email"), ("channel:", "channel"),
+    ("notice:", "channel"),
+)
+CHANNELS: Final[tuple[str, ...]] = (
+    "state", "rpc", "message", "chat", "transcript", "fiber", "agentTool", "schedule", "lifecycle", "workflow", "mcp",
+    "email", "channel",
+)
+
+# (channel or name prefix or None for all, callback); None is the catch-all.
+_subscribers: list[tuple[str | None, Subscriber]] = []
 # emit() may run in several threads at once (sync_to_async workers, Celery threads).
 _lock = threading.Lock()
 
 
-def subscribe(callback: Subscriber) -> Callable[[], None]:
-    """Call ``callback(name, data)`` on every event; returns a function that unsubscribes it.
+def channel_of(name: str) -> str:
+    """The reference's channel of event ``name`` (``lifecycle`` for connect, disconnect, destroy...)."""
+    if name == "rpc":
+        return "rpc"
+    return next((channel for prefix, channel in _ROUTES if name.startswith(prefix)), "lifecycle")
 
+
+@overload
+def subscribe(callback: Subscriber, /) -> Callable[[], None]: ...
+
+
+@overload
+def subscribe(selector: str, callback: Subscriber, /) -> Callable[[], None]: ...
+
+
+def subscribe(selector: str | Subscriber, callback: Subscriber | None = None, /) -> Callable[[], None]:
+    """Call ``callback(name, data)`` on events; returns a function that unsubscribes it.
+
+    ``subscribe(fn)``: every event. ``subscribe("chat", fn)``: the events of one of the
+    reference's channels (``CHANNELS``; ``channel_of`` says which). ``subscribe("action:", fn)``:
+    the events whose name starts with that prefix (anything that is not a channel is a prefix).
     Unsubscribing twice is harmless, so a test fixture can always call it in its teardown.
     """
+    if callback is None:
+        if not callable(selector):
+            raise TypeError("subscribe(fn) or subscribe(channel_or_prefix, fn)")
+        entry: tuple[str | None, Subscriber] = (None, selector)
+    elif isinstance(selector, str) and selector and callable(callback):
+        entry = (selector, callback)
+    else:
+        raise TypeError("subscribe(channel_or_prefix, fn) takes a non-empty string and a callable")
     with _lock:
-        _subscribers.append(callback)
+        _subscribers.append(entry)
 
     def unsubscribe() -> None:
         with _lock:
-            if callback in _subscribers:
-                _subscribers.remove(callback)
+            if entry in _subscribers:
+                _subscribers.remove(entry)
 
     return unsubscribe
+
+
+def _wants(selector: str | None, name: str) -> bool:
+    if selector is None:
+        return True
+    return channel_of(name) == selector if selector in CHANNELS else name.startswith(selector)
 
 
 def emit_chat(instance: Any, name: str, /, **data: Any) -> None:
@@ -158,7 +253,7 @@ def emit(name: str, /, **data: Any) -> None:
     """
     logger.info("%s %s", name, data, extra={"event": name, "event_data": data})
     with _lock:
-        subscribers = list(_subscribers)
+        subscribers = [callback for selector, callback in _subscribers if _wants(selector, name)]
     for callback in subscribers:
         try:
             callback(name, dict(data))

@@ -14,12 +14,14 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from . import registry, turns
+from . import registry, transcript, turns
 from .abort import AbortSignal
 from .agent import ChatAgent, SaveMessagesResult
 from .approvals import service as approvals
 from .errors import UnknownAgent
 from .followers import TurnFollower, notify
+from .lifecycle import service as lifecycle
+from .mcp import service as mcp
 from .messages import UIMessage, new_request_id
 from .models import AgentInstance, Turn
 from .schedules import declared
@@ -112,12 +114,13 @@ class AgentHandle:
         return await turns.persist_messages(self.instance, messages)
 
     async def continue_last_turn(self, body: dict[str, Any] | None = None, *,
-                                 signal: AbortSignal | None = None) -> SaveMessagesResult:
-        """Have the model go on after the last reply, in a new message marked ``continuation: true``.
+                                 signal: AbortSignal | None = None, append: bool = False) -> SaveMessagesResult:
+        """Have the model go on after the last reply, in a new message marked ``continuation: true``
+        (as Think does), or, with ``append=True``, in the last reply itself (as AIChatAgent does).
 
         ``skipped`` (empty request id) when the transcript does not end with an assistant message.
         """
-        return await turns.continue_last_turn(self.instance, body, signal=signal)
+        return await turns.continue_last_turn(self.instance, body, signal=signal, append=append)
 
     async def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
         """Cancel one queued or running turn (its reply so far is kept); False if it is unknown or over."""
@@ -155,6 +158,17 @@ class AgentHandle:
         turn = await finished.order_by("-pk").only("attachments").afirst()
         return list(turn.attachments) if turn is not None else []
 
+    # --- the transcript and the instance's end (docs/architecture.md#connection-hooks) ------------
+    async def get_messages(self) -> list[UIMessage]:
+        """The stored transcript (the reference's ``this.messages`` read from outside a turn)."""
+        return await database_sync_to_async(transcript.load)(self.instance)
+
+    async def destroy(self) -> lifecycle.Destroyed:
+        """Cancel the instance's turns, then delete its transcript, turns, stream buffers, ledger rows,
+        schedules and sub-agents, and close its sockets (``agents_app.lifecycle.service``); the address then
+        names a new, empty conversation. The reference Agent's ``destroy()``."""
+        return await lifecycle.destroy(self.instance)
+
     # --- staff decisions on parked actions --------------------------------------------------------
     async def pending_approvals(self, execution_id: str | None = None) -> list[dict[str, Any]]:
         """Parked durable-pause calls of this instance: ``[{executionId, source, descriptor}]``."""
@@ -167,6 +181,36 @@ class AgentHandle:
     async def reject_execution(self, execution_id: str, reason: str | None = None, *, actor: Any = None) -> Any:
         """Refuse a parked call and continue the conversation (``approvals.reject_execution``)."""
         return await approvals.reject_execution(execution_id, reason, actor=actor, instance=self.instance)
+
+    # --- MCP servers (the reference Agent's addMcpServer / removeMcpServer / getMcpServers) ---------
+    async def add_mcp_server(self, name: str, url: str, *, headers: dict[str, Any] | None = None,
+                             transport: str | None = None, needs_approval: bool | list[str] = False,
+                             tool_prefix: str = "", connect: bool = True) -> dict[str, Any]:
+        """Add an MCP server to this instance: stored, so turns on every process use it.
+
+        ``headers`` values are references, never secrets: ``env("TOKEN", prefix="Bearer ")``,
+        ``setting("NAME")``, or the strings ``"env:NAME"`` / ``"setting:NAME"``. ``transport``:
+        ``"streamable-http"`` (default) or ``"sse"``. With ``connect`` this process connects once
+        at once, so clients see its tools. Returns ``{id, state, error}``.
+
+        Raises:
+            MCPConfigurationError: a bad name, URL or header; ``MCPServerExists`` when taken.
+        """
+        return await mcp.aadd_server(self.instance, name, url, headers=headers, transport=transport,
+                                     needs_approval=needs_approval, tool_prefix=tool_prefix, connect=connect)
+
+    async def remove_mcp_server(self, name: str) -> bool:
+        """Remove a server added with ``add_mcp_server``; False when there is none by that name."""
+        return await mcp.aremove_server(self.instance, name)
+
+    async def list_mcp_servers(self) -> list[dict[str, Any]]:
+        """This instance's MCP servers, declared and added: ``[{id, name, server_url, state, error,
+        declared, tools, ...}]``."""
+        return await database_sync_to_async(mcp.list_servers)(self.instance)
+
+    async def get_mcp_servers(self) -> dict[str, Any]:
+        """The state clients receive (``cf_agent_mcp_servers``): ``{servers, tools, prompts, resources}``."""
+        return (await database_sync_to_async(mcp.snapshot)(self.instance)).as_json()
 
     # --- schedules (the reference Agent's schedule API) -------------------------------------------
     async def schedule(self, when: float | datetime | str, callback: str, payload: Any = None, *,

@@ -10,6 +10,7 @@ from django.db.models import Q
 
 from .querysets import AgentInstanceQuerySet, TurnQuerySet
 from .recovery import policy as chat_recovery
+from .usage.models import TurnUsage, UsageQuota  # noqa: F401 - the app's models too (docs/operations.md#usage-and-quotas)
 
 
 class AgentInstance(models.Model):
@@ -173,6 +174,9 @@ class Turn(models.Model):
     attachments = models.JSONField(default=list, blank=True)
     # Which process runs it (host:pid), for crash detection by the recovery sweep.
     worker = models.CharField(max_length=200, blank=True, default="")
+    # That process's memory cgroup and its OOM-kill count when it claimed the turn
+    # (``recovery.memory.watch``): a death with a higher count was the OOM killer's.
+    memory_watch = models.CharField(max_length=500, blank=True, default="")
     # A turn that only one process can run: it holds what the turn needs in its memory (the
     # function of ``save_messages(fn)``, which computes the messages when the turn starts).
     # Other processes leave it queued while that process lives (``turns.lock``).
@@ -257,6 +261,8 @@ class RecoveryIncident(models.Model):
     last_progress_at = models.DateTimeField()
     # Every attempt made, progress or not (the admin's count).
     attempts_total = models.PositiveIntegerField(default=0)
+    # Cuts that were out-of-memory kills (``ChatRecovery.max_oom_retries``; never reset by progress).
+    oom_attempts = models.PositiveIntegerField(default=0)
     # Why it was given up (``chat_recovery.Reason``) or skipped; the error when it failed.
     reason = models.CharField(max_length=40, blank=True, default="")
     error = models.TextField(blank=True, default="")
@@ -601,3 +607,81 @@ class ScheduleRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.occurrence_key} ({self.status})"
+
+
+class MCPServerConfig(models.Model):
+    """An MCP server added to one instance at runtime (``handle.add_mcp_server``; docs/architecture.md#mcp-servers).
+
+    Declared servers (``get_mcp_servers()``) live in code, not here. A row holds a URL, never a
+    secret: ``headers`` maps each header to a reference (``{"source": "env"|"setting", "name",
+    "prefix"}``) resolved when a process opens the connection. Every process reads these rows at
+    a turn's start, so a server added through one process is used by turns on any other.
+    """
+
+    class Transport(models.TextChoices):
+        STREAMABLE_HTTP = "streamable-http"
+        SSE = "sse"
+
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="mcp_servers")
+    name = models.CharField(max_length=100)
+    url = models.URLField(max_length=2000)
+    transport = models.CharField(max_length=20, choices=Transport.choices, default=Transport.STREAMABLE_HTTP)
+    headers = models.JSONField(default=dict, blank=True)
+    # The names of the tools that wait for the user's approval; ``approve_all`` puts every tool there.
+    needs_approval = models.JSONField(default=list, blank=True)
+    approve_all = models.BooleanField(default=False)
+    tool_prefix = models.CharField(max_length=50, blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "MCP server"
+        ordering = ["instance_id", "created_at", "pk"]
+        permissions = [("manage_mcp_servers", "Can add and remove the MCP servers of agent instances")]
+        constraints = [models.UniqueConstraint(fields=["instance", "name"], name="unique_mcp_server_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.instance}"
+
+
+class MCPServerStatus(models.Model):
+    """The last known state of one MCP server of one instance, declared or runtime: what
+    ``cf_agent_mcp_servers`` carries (docs/architecture.md#mcp-servers).
+
+    Connections are per process; whichever process opens, discovers or loses one writes here
+    (last writer wins) and broadcasts, so every process reads one state and sends it on connect.
+    """
+
+    class State(models.TextChoices):
+        # The reference's connection states (MCPConnectionState).
+        NOT_CONNECTED = "not-connected"
+        AUTHENTICATING = "authenticating"
+        CONNECTING = "connecting"
+        CONNECTED = "connected"
+        DISCOVERING = "discovering"
+        READY = "ready"
+        FAILED = "failed"
+
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="mcp_statuses")
+    name = models.CharField(max_length=100)
+    server_url = models.CharField(max_length=2000, blank=True, default="")
+    state = models.CharField(max_length=20, choices=State.choices, default=State.NOT_CONNECTED)
+    error = models.TextField(blank=True, default="")
+    instructions = models.TextField(blank=True, default="")
+    capabilities = models.JSONField(null=True, blank=True)
+    # What the server offers, as MCP lists them (tools with their input schemas).
+    tools = models.JSONField(default=list, blank=True)
+    prompts = models.JSONField(default=list, blank=True)
+    resources = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "MCP server state"
+        verbose_name_plural = "MCP server states"
+        ordering = ["instance_id", "pk"]
+        constraints = [models.UniqueConstraint(fields=["instance", "name"], name="unique_mcp_status_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.instance}: {self.state}"

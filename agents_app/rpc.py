@@ -81,6 +81,7 @@ async def call(instance: AgentInstance, user: Any, method: str, args: list[Any])
         if not getattr(found, _MARK, False):
             raise RpcError(f"Method {method} is not callable")
         target = getattr(agent, method)
+        await agent.load_messages()  # ``self.messages`` outside a turn, as the reference's callables see it
     try:
         result = target(*args)
         if inspect.isawaitable(result):

@@ -13,13 +13,14 @@ from django.contrib.auth import get_user_model
 from . import dispatch, registry, turns
 from .actions import ledger
 from .approvals import tasks as approval_tasks
+from .operations import tasks as operations_tasks
 from .recovery import tasks as recovery_tasks
 from .schedules import tasks as schedule_tasks
 from .streaming import buffer
 from .turns.control import run_sync
 
 # Each feature's tasks, registered with Celery by being imported here.
-__all__ = ["approval_tasks", "recovery_tasks", "schedule_tasks"]
+__all__ = ["approval_tasks", "operations_tasks", "recovery_tasks", "schedule_tasks"]
 
 
 async def _save_messages(slug: str, name: str, texts: list[str] | str, owner_id: int | None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from agents_app import ChatAgent, ChatResponseResult
 from agents_app.actions import Action, action
-from agents_app.actions.context import ActionContext, TurnContext
+from agents_app.actions.context import ActionAuthorizationContext, ActionContext, TurnContext
 from agents_app.hooks import ToolCall, ToolCallDecision
 
 
@@ -61,6 +61,8 @@ class Setup:
     echo_attaches: bool = False
     # echo's idempotency_key function attaches (ignored: policies get a no-op attach_reply).
     key_attaches: bool = False
+    # authorize_action's override: None keeps the default (the turn's granted permissions).
+    authorize: Callable[[ActionAuthorizationContext], Any] | None = None
 
 
 @dataclass
@@ -196,6 +198,11 @@ class ActionTestAgent(ChatAgent):
         if granted == "user":
             granted = ["echo:run"] if turn.user is not None else []
         return {"allowed": self.setup.turn_allowed, "granted_permissions": granted}
+
+    async def authorize_action(self, ctx: ActionAuthorizationContext) -> Any:
+        if self.setup.authorize is None:
+            return await super().authorize_action(ctx)
+        return self.setup.authorize(ctx)
 
     async def before_tool_call(self, call: ToolCall) -> ToolCallDecision | None:
         probe(self.name).before.append(call)

@@ -19,6 +19,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from genai_prices.data_snapshot import get_snapshot  # noqa: E402
 
+from agents_app.operations import lifespan  # noqa: E402
 from agents_app.web.routing import websocket_urlpatterns  # noqa: E402
 from thinkproject.middleware import websocket_auth_stack  # noqa: E402 - needs Django set up first
 
@@ -38,5 +39,7 @@ application = ProtocolTypeRouter(
     {
         "http": http_application,
         "websocket": AllowedHostsOriginValidator(websocket_auth_stack(URLRouter(websocket_urlpatterns))),
+        # Start-up and shutdown of the process (docs/operations.md#lifespan).
+        "lifespan": lifespan.application,
     }
 )

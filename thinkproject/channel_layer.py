@@ -75,6 +75,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from agents_app.metrics import instruments as metrics
+
 logger = logging.getLogger(__name__)
 
 # Groups whose remote members a process remembers; past this the memory starts afresh (publish again).
@@ -109,6 +111,7 @@ class Outage:
         """A message for other processes was dropped because of ``error``."""
         self.lost(error)
         self.dropped += 1
+        metrics.PUBLISH_FAILURES.inc()
 
     def back(self) -> None:
         """A Redis operation succeeded: an outage, if any, is over."""
@@ -278,7 +281,15 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
             self.deliver_locally(topic.decode()[len(self.topic("")):], self.deserialize(payload))
 
     async def flush(self) -> None:
-        # The groups and the subscription go even when Redis fails the flush: a subscription left
+        await self._stop_then(super().flush)
+
+    async def close_pools(self) -> None:
+        """Stop the pump and the subscription, then close the pools, deleting nothing in Redis (a
+        process that stops: the pump would otherwise read from a closed connection and report an outage)."""
+        await self._stop_then(super().close_pools)
+
+    async def _stop_then(self, then: Callable[[], Awaitable[None]]) -> None:
+        # The groups and the subscription go even when Redis fails ``then``: a subscription left
         # behind would keep receiving the groups' publications.
         try:
             if self._pump is not None:
@@ -286,7 +297,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._pump
                 self._pump = None
-            await super().flush()
+            await then()
         finally:
             self.local_groups.clear()
             if self._subscriber is not None:

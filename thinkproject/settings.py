@@ -199,6 +199,8 @@ CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "0") == "1
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Seconds between two claims of due scheduled prompts (default 5): how late a run may start.
 AGENT_SCHEDULE_TICK_SECONDS = float(os.environ.get("AGENT_SCHEDULE_TICK_SECONDS", "5"))
+# How long a stopping server lets its running turns end before handing them to recovery.
+AGENT_SHUTDOWN_GRACE_SECONDS = float(os.environ.get("AGENT_SHUTDOWN_GRACE_SECONDS", "10"))
 # Periodic maintenance (Celery beat): every minute, run turns no process picked up; every
 # AGENT_RECOVERY_SWEEP_SECONDS (10), cut and recover turns whose process died (a turn's lease is
 # 15 s, so a crash on another host is found within 25 s, one on the same host at the next sweep);
@@ -293,6 +295,17 @@ AGENT_DEMO_DELAY_MS = int(os.environ.get("AGENT_DEMO_DELAY_MS", "15"))
 AGENT_STREAM_BUFFER = os.environ.get("AGENT_STREAM_BUFFER", "1") == "1"
 # First model request of a turn through pydantic-ai's direct API (default on; agents_app/conf.py).
 AGENT_DIRECT_FIRST_STEP = os.environ.get("AGENT_DIRECT_FIRST_STEP", "1") == "1"
+# Who may scrape /metrics: a bearer token, and client addresses or networks, comma-separated
+# (docs/operations.md#metrics). Traces of turns and model calls with OpenTelemetry (default off).
+AGENT_METRICS_TOKEN = os.environ.get("AGENT_METRICS_TOKEN") or None
+AGENT_METRICS_ALLOWED_IPS = [a for a in os.environ.get("AGENT_METRICS_ALLOWED_IPS", "127.0.0.1,::1").split(",") if a]
+AGENT_OTEL_TRACING = os.environ.get("AGENT_OTEL_TRACING", "0") == "1"
+# Tokens each user may use per UTC day and per month (empty: no limit; per-user overrides in the
+# admin, per-agent limits in AGENT_USAGE_QUOTAS: docs/operations.md#usage-and-quotas).
+AGENT_USAGE_QUOTAS = {
+    "user_per_day": int(os.environ.get("AGENT_QUOTA_USER_DAY_TOKENS") or 0) or None,
+    "user_per_month": int(os.environ.get("AGENT_QUOTA_USER_MONTH_TOKENS") or 0) or None,
+}
 
 # Daphne (make run: runserver) refuses WebSocket messages above 1 MiB by closing the socket; accept up to 16 MiB so an
 # oversized chat frame reaches the app and gets a clear error frame (AGENT_MAX_FRAME_BYTES is the
@@ -307,5 +320,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {
         "agents_app": {"handlers": ["console"], "level": os.environ.get("AGENT_LOG_LEVEL", "INFO")},
+        # A failed probe check is in /readyz's answer; logged, it would be a traceback a second.
+        "health_check": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }

@@ -8,12 +8,17 @@ from drf_spectacular.renderers import OpenApiJsonRenderer, OpenApiJsonRenderer2,
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from accounts.views import LoginView
+from agents_app.metrics import views as metrics
+from agents_app.operations import views as operations_views
 
 # application/json first: what a browser (and any client without a preference) gets, shown in place.
 SCHEMA_RENDERERS = [OpenApiJsonRenderer2, OpenApiJsonRenderer, OpenApiYamlRenderer]
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Probes for load balancers and orchestrators: JSON, no login (docs/operations.md#probes).
+    path("healthz", operations_views.healthz, name="healthz"),
+    path("readyz", operations_views.readyz, name="readyz"),
     # Ours first (its page links sign-up and reset), then sign-up and invitations, then Django's own
     # logout, password reset and password change, drawn by templates/registration/.
     path("accounts/login/", LoginView.as_view(), name="login"),
@@ -25,6 +30,8 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("api/", include("agents_app.api.urls")),
+    # Prometheus, for the addresses or token of AGENT_METRICS_* (docs/operations.md#metrics).
+    path("metrics", metrics.metrics, name="metrics"),
     # Browsers ask for /favicon.ico on pages that name no icon (the admin, the API docs).
     path("favicon.ico", RedirectView.as_view(url=static("agents_app/favicon.ico"), permanent=True)),
     path("", include("agents_app.web.urls")),

@@ -19,6 +19,7 @@ from django.conf import LazySettings, settings
 
 from ..abort import AbortSignal
 from ..messages import UIMessage
+from ..usage.metered import Metered
 from .attachments import NO_ATTACHMENTS, AttachmentAttempt, NullReplyAttachments, ReplyAttachments
 from .descriptor import ActionKind
 
@@ -161,6 +162,8 @@ class TurnState(Generic[AgentT]):
     # Sends a chunk into the reply; stores the ``stash()`` data with the turn (set by the engine).
     emit: Callable[[dict[str, Any]], Awaitable[None]] | None = None
     keep: Callable[[Any], Awaitable[None]] | None = None
+    # What the turn's model runs used, and a quota that refused it (``agents_app.usage``).
+    metered: Metered = field(default_factory=Metered)
 
     async def write(self, chunk: dict[str, Any]) -> None:
         """Send a chunk of your own into this turn's reply, e.g. a data part::

@@ -24,6 +24,7 @@ __all__ = [
     "ACTION_KINDS",
     "APPROVAL_RISKS",
     "DEFAULT_ACTION_TIMEOUT_MS",
+    "UNSUPPORTED_ACTION_KINDS",
     "Action",
     "ActionKind",
     "ApprovalRisk",
@@ -42,8 +43,23 @@ __all__ = [
 # ``action(timeout_ms=...)``; ``<= 0`` disables the timer.
 DEFAULT_ACTION_TIMEOUT_MS: Final = 30_000
 
-ActionKind: TypeAlias = Literal["server", "client", "approval-gated", "durable-pause", "delegated-agent"]
-ACTION_KINDS: Final[tuple[ActionKind, ...]] = ("server", "client", "approval-gated", "durable-pause", "delegated-agent")
+ActionKind: TypeAlias = Literal["server", "approval-gated", "durable-pause", "delegated-agent"]
+ACTION_KINDS: Final[tuple[ActionKind, ...]] = ("server", "approval-gated", "durable-pause", "delegated-agent")
+# The reference's design lists one more kind, which its code runs as ``server``. We refuse it at
+# definition rather than run a silent stand-in, and say what to write instead
+# (docs/architecture.md#declaring-an-action).
+UNSUPPORTED_ACTION_KINDS: Final[dict[str, str]] = {
+    "client": (
+        'kind "client" is not supported: a call the browser resolves is a client tool. Declare it as '
+        "ClientTool(name, description, parameters) in get_tools() (or let the client send it in clientTools); "
+        "the ledger and server-side approval do not apply to a call the server never runs."
+    ),
+}
+# What a ``delegated-agent`` action without a delegation is told.
+_DELEGATED_NEEDS_AGENT = (
+    'Action "{name}": kind "delegated-agent" runs a sub-agent turn: give it execute=delegate_to(ChildAgent, ...) '
+    "(agents_app.agent_tools), not a function of your own."
+)
 ApprovalRisk: TypeAlias = Literal["low", "medium", "high"]
 APPROVAL_RISKS: Final[tuple[ApprovalRisk, ...]] = ("low", "medium", "high")
 
@@ -172,8 +188,10 @@ def action(
     """Declare an action; raises ``AgentConfigurationError`` if the declaration is wrong.
 
     ``kind`` defaults by the truthiness of ``approval``, as the reference infers it:
-    ``"approval-gated"`` for ``True`` or a predicate, ``"server"`` otherwise; ``client`` and
-    ``delegated-agent`` are never inferred and behave like ``server``.
+    ``"approval-gated"`` for ``True`` or a predicate, ``"server"`` otherwise, and
+    ``"delegated-agent"`` for an ``execute`` made by ``agent_tools.delegate_to(...)`` (a sub-agent
+    turn), which that kind requires.
+    The reference's ``client`` is refused (``UNSUPPORTED_ACTION_KINDS`` says what to use).
     ``kind="durable-pause"`` with ``approval=False`` is refused, since it could never park;
     without ``approval`` it always parks (docs/architecture.md#reference-discrepancies).
 
@@ -195,11 +213,17 @@ def action(
     def build(function: ExecuteFn) -> Action[InputT]:
         if not callable(function):
             raise AgentConfigurationError(f'Action "{shown}": execute must be callable, not {function!r}.')
+        delegates = getattr(function, "delegates_to", None) is not None
+        if kind == "delegated-agent" and not delegates:
+            raise AgentConfigurationError(_DELEGATED_NEEDS_AGENT.format(name=shown))
+        if delegates and kind not in (None, "delegated-agent"):
+            raise AgentConfigurationError(f'Action "{shown}": execute=delegate_to(...) is kind "delegated-agent", '
+                                          f'not "{kind}".')
         return Action(
             name=name, description=description, input_schema=input_schema, output_schema=output_schema,
             permissions=permissions if callable(permissions) else tuple(permissions), approval=approval,
             approval_summary=approval_summary, approval_risk=approval_risk, idempotency_key=idempotency_key,
-            timeout_ms=timeout_ms, kind=resolved_kind, execute=function,
+            timeout_ms=timeout_ms, kind="delegated-agent" if delegates else resolved_kind, execute=function,
         )
 
     return build if execute is None else build(execute)
@@ -239,6 +263,8 @@ def _check_declaration(shown: str, **config: Any) -> None:
     timeout_ms = config["timeout_ms"]
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int | float):
         raise fail("timeout_ms must be a number of milliseconds (<= 0 disables the timeout).")
+    if isinstance(kind, str) and kind in UNSUPPORTED_ACTION_KINDS:
+        raise fail(UNSUPPORTED_ACTION_KINDS[kind])
     if kind is not None and kind not in ACTION_KINDS:
         raise fail(f"kind must be one of {', '.join(ACTION_KINDS)}.")
     if kind == "durable-pause" and approval is False:

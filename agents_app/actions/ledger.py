@@ -50,6 +50,7 @@ __all__ = [
     "conflict_message",
     "empty_key_message",
     "input_hash",
+    "lease_of",
     "ledger_key",
     "pending_retry_lease",
     "release",
@@ -118,6 +119,22 @@ def pending_retry_lease() -> timedelta | None:
     lease = conf.get("AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE")
     if lease is not None and not isinstance(lease, timedelta):
         raise ImproperlyConfigured("AGENT_ACTION_LEDGER_PENDING_RETRY_LEASE must be a timedelta or None.")
+    return lease
+
+
+def lease_of(agent: object) -> timedelta | None:
+    """The pending-retry lease of ``agent``'s class: its ``action_ledger_pending_retry_lease``.
+
+    The class attribute defaults to ``USE_SETTING``, which reads the global setting; a class may
+    set its own timedelta, or None to never reclaim (docs/architecture.md#ledger).
+    """
+    lease = getattr(type(agent), "action_ledger_pending_retry_lease", USE_SETTING)
+    if lease is USE_SETTING:
+        return pending_retry_lease()
+    if lease is not None and not isinstance(lease, timedelta):
+        raise ImproperlyConfigured(
+            f"{type(agent).__qualname__}.action_ledger_pending_retry_lease must be a timedelta or None."
+        )
     return lease
 
 

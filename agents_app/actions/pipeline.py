@@ -14,6 +14,7 @@ anyone); ``run_approved_pause`` runs a parked call once staff approve it, with n
 import asyncio
 import dataclasses
 import functools
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from .descriptor import (
     resolve_permissions,
 )
 from .envelopes import (
+    ACTION_OUTPUT_MAX_CHARS,
     aborted_error,
     authorization_error,
     error_envelope,
@@ -125,6 +127,7 @@ async def needs_approval(turn: TurnState[Any], action: Action[Any], input: Any, 
     turn.approval_descriptors[tool_call_id] = approval_descriptor(
         action, request_id=turn.request_id, tool_call_id=tool_call_id, input=input, permissions=permissions,
     )
+    _emit(events.ACTION_APPROVAL_REQUESTED, ctx, kind=action.kind)
     return True
 
 
@@ -135,21 +138,41 @@ async def execute_action(turn: TurnState[Any], action: Action[Any], input: Any, 
     ``approved_input`` is the input the user approved, when this call ran after an approval.
     """
     ctx = _context(turn, action, tool_call_id, messages)
+    _emit(events.ACTION_INVOKED, ctx, kind=action.kind)
     try:
         if approved_input is not None and ledger.input_hash(input_json(input)) != ledger.input_hash(approved_input):
             raise ActionApprovalInputError()
         policy = ctx.for_policy()
         permissions = await resolve_permissions(action, input, policy)
         decision = await _authorize(turn, action, input, policy, permissions)
+        granted = turn.authorization.granted_permissions
+        verdict = {"required": list(permissions), "granted": None if granted is None else list(granted)}
         if not decision.allowed:
-            return authorization_error(decision.reason, permissions)
+            denied = authorization_error(decision.reason, permissions)
+            _emit(events.ACTION_DENIED, ctx, **verdict, reason=denied["error"]["message"])
+            return denied
+        _emit(events.ACTION_AUTHORIZED, ctx, **verdict)
         if ctx.signal.aborted:
             return aborted_error(ctx.signal.reason)
         if action.kind == "durable-pause" and await evaluate_approval(action, input, policy):
+            _emit(events.ACTION_APPROVAL_REQUESTED, ctx, kind=action.kind)
             return await park(turn, action, input, ctx, permissions)
         return await _run_ledgered(action, input, ctx)
     except Exception as exc:  # noqa: BLE001 (the model gets the envelope, the turn goes on)
-        return error_envelope(exc)
+        return _failed(ctx, exc)
+
+
+def _emit(event: str, ctx: ActionContext, /, **data: Any) -> None:
+    """An ``action:*`` event of this call (docs/architecture.md#action-events)."""
+    events.emit(event, action=ctx.action, requestId=ctx.request_id, toolCallId=ctx.tool_call_id, **data)
+
+
+def _failed(ctx: ActionContext, exc: Exception) -> dict[str, Any]:
+    """The envelope of a call that raised, announced as ``action:timed-out`` or ``action:error``."""
+    envelope = error_envelope(exc)
+    about = {key: envelope["error"][key] for key in ("name", "message")}
+    _emit(events.ACTION_TIMED_OUT if isinstance(exc, ActionTimeoutError) else events.ACTION_ERROR, ctx, **about)
+    return envelope
 
 
 async def run_approved_pause(agent: ActionAgent, action: Action[Any], row: "PendingApproval") -> Any:
@@ -161,11 +184,12 @@ async def run_approved_pause(agent: ActionAgent, action: Action[Any], row: "Pend
     assert action.name is not None
     ctx = ActionContext(agent=agent, action=action.name, request_id=row.request_id, tool_call_id=row.tool_call_id,
                         attachments=NO_ATTACHMENTS)
+    _emit(events.ACTION_INVOKED, ctx, kind=action.kind)
     try:
         input = action.validate_input(row.input if isinstance(row.input, dict) else {})
         return await _run_ledgered(action, input, ctx)
     except Exception as exc:  # noqa: BLE001 (the approver and the model get the envelope)
-        return error_envelope(exc)
+        return _failed(ctx, exc)
 
 
 async def _run_ledgered(action: Action[Any], input: Any, ctx: ActionContext) -> Any:
@@ -176,12 +200,15 @@ async def _run_ledgered(action: Action[Any], input: Any, ctx: ActionContext) -> 
     ctx = dataclasses.replace(ctx, idempotency_key=key)
 
     async def execute() -> Any:
+        started = time.monotonic()
         try:
             output = action.validate_output(await _execute_in_time(action, input, ctx))
         except BaseException:
             ctx.attachments.rollback()
             raise
         prepared = prepare_output(output)
+        _emit(events.ACTION_SETTLED, ctx, durationMs=round((time.monotonic() - started) * 1000),
+              truncated=_truncated(output, prepared))
         if _unserialisable(prepared):
             raise _Unrecorded(prepared)
         return prepared
@@ -191,7 +218,7 @@ async def _run_ledgered(action: Action[Any], input: Any, ctx: ActionContext) -> 
             key, scope=str(ctx.agent.instance.pk), action_name=action.name,
             input_hash=ledger.input_hash(input_json(input)),
             request_id=ctx.request_id, tool_call_id=ctx.tool_call_id, retryable=explicit is not None,
-            execute=execute,
+            lease=ledger.lease_of(ctx.agent), execute=execute,
         )
     except _Unrecorded as unrecorded:
         # The action ran, but its result cannot be stored for replays: its row is released
@@ -202,7 +229,16 @@ async def _run_ledgered(action: Action[Any], input: Any, ctx: ActionContext) -> 
         return key_conflict_error(key or "", action.name)
     if result.outcome == "pending":
         return pending_error()
+    if result.outcome == "replayed":
+        _emit(events.ACTION_REPLAYED, ctx, **{"from": "ledger"})
     return result.value
+
+
+def _truncated(output: Any, prepared: Any) -> bool:
+    """Whether ``prepare_output`` cut ``output`` to fit what the model reads."""
+    if isinstance(output, str):
+        return len(output) > ACTION_OUTPUT_MAX_CHARS
+    return isinstance(prepared, dict) and prepared.keys() == {"truncated", "chars", "preview"}
 
 
 class _Unrecorded(Exception):

@@ -6,6 +6,7 @@ from rest_framework.routers import SimpleRouter
 from ..approvals import api as approvals
 from ..conversations import api as conversations
 from ..schedules import api as schedules
+from ..usage import api as usage
 from . import views
 
 app_name = "api"
@@ -22,4 +23,5 @@ urlpatterns = [
     path("agents/<str:slug>/<str:name>/messages/", conversations.InstanceMessagesView.as_view(),
          name="instance-messages"),
     path("agents/<str:slug>/<str:name>/turns/<str:request_id>/", conversations.TurnView.as_view(), name="turn"),
+    path("usage/", usage.UsageView.as_view(), name="usage"),
 ]

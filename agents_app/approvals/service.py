@@ -141,6 +141,7 @@ async def approve_execution(execution_id: str, *, actor: Any = None, instance: A
                                 "run. The approval was consumed.",
         }
     else:
+        _resolved(row, approved=True)
         output = await run_approved_pause(agent, action, row)
         events.emit(events.PAUSE_APPROVED, action=row.action_name, executionId=execution_id)
     await _decided(row, output)
@@ -157,8 +158,15 @@ async def reject_execution(execution_id: str, reason: str | None = None, *, acto
         return _not_pending(execution_id)
     output = {"status": "rejected", "executionId": execution_id, "action": row.action_name, "reason": reason}
     events.emit(events.PAUSE_REJECTED, action=row.action_name, executionId=execution_id)
+    _resolved(row, approved=False)
     await _decided(row, output)
     return output
+
+
+def _resolved(row: PendingApproval, *, approved: bool) -> None:
+    """``action:approval-resolved`` for a parked call staff decided (docs/architecture.md#action-events)."""
+    events.emit(events.ACTION_APPROVAL_RESOLVED, action=row.action_name, requestId=row.request_id,
+                toolCallId=row.tool_call_id, approved=approved)
 
 
 def _agent(instance: AgentInstance) -> ChatAgent | None:

@@ -22,10 +22,11 @@ def identity(*, name: str, agent: str) -> Frame:
     return {"type": MessageType.IDENTITY.value, "name": name, "agent": agent}
 
 
-def mcp_servers() -> Frame:
-    """The empty MCP structure: this server has no MCP connections (docs/protocol.md#mcp-servers-frame)."""
+def mcp_servers(state: dict[str, Any] | None = None) -> Frame:
+    """The instance's MCP servers, tools, prompts and resources (docs/protocol.md#mcp-servers-frame);
+    without ``state``, the empty structure of an instance with none."""
     return {
-        "mcp": {"prompts": [], "resources": [], "servers": {}, "tools": []},
+        "mcp": state if state is not None else {"prompts": [], "resources": [], "servers": {}, "tools": []},
         "type": MessageType.MCP_SERVERS.value,
     }
 

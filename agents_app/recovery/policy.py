@@ -33,6 +33,7 @@ class Reason(StrEnum):
     NO_PROGRESS = "no_progress_timeout"
     WORK_BUDGET = "work_budget_exceeded"
     ABORTED = "recovery_aborted"
+    OUT_OF_MEMORY = "out_of_memory"
 
 
 class Status(StrEnum):
@@ -70,7 +71,25 @@ class ChatRecoveryContext:
     messages: list[dict[str, Any]]
     last_body: dict[str, Any] | None
     last_client_tools: list[dict[str, Any]] | None
+    # When the interrupted turn started, so a staleness check (``timezone.now() - ctx.created_at``)
+    # ports as the reference's ``Date.now() - ctx.createdAt``.
     created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatRecoveryProgressContext:
+    """What ``should_keep_recovering`` is told: the reference's progress context, durations in seconds."""
+
+    incident_id: str
+    request_id: str
+    recovery_root_request_id: str
+    attempt: int
+    max_attempts: int
+    recovery_kind: Kind
+    # Content chunks produced since the incident opened (the cut turn's and every attempt's).
+    work: int
+    # Seconds since the incident opened (the reference's ``ageMs`` / 1000).
+    age: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +107,7 @@ class ChatRecoveryExhaustedContext:
     recovery_data: Any
 
 
-KeepRecovering = Callable[[ChatRecoveryContext], bool | Awaitable[bool]]
+KeepRecovering = Callable[[ChatRecoveryProgressContext], bool | Awaitable[bool]]
 OnExhausted = Callable[[ChatRecoveryExhaustedContext], Any]
 
 
@@ -97,15 +116,20 @@ class ChatRecovery:
     """``ChatAgent.chat_recovery``: how hard an interrupted turn is recovered.
 
     * ``max_attempts`` (10): attempts without progress before giving up.
-    * ``stable_timeout`` (10 s): accepted for parity with the reference, where a recovery waits for
-      the conversation to settle. Here the recovery turn takes the instance's lock in the very
-      transaction that frees it, so it never waits and this is never a reason to give up.
+    * ``stable_timeout`` (10 s): how long an attempt waits for the conversation to be stable
+      before it runs: no other message waiting on the user (an approval, a client tool call).
+      Still unstable then, the attempt parks as one waiting on the user does
+      (docs/architecture.md#attempt). Other turns need no wait: the attempt holds the instance.
     * ``no_progress_timeout`` (300 s): give up when no attempt has produced content for this long
       (a progressing incident may run longer).
     * ``max_recovery_work`` (1000): give up once the attempts together produced this many content
       chunks (a runaway that keeps streaming and dying). ``math.inf``: never.
     * ``terminal_message``: what the user is shown when recovery gives up.
-    * ``should_keep_recovering(ctx)``: asked from the second attempt on; False gives up with
+    * ``max_oom_retries`` (3): cuts of one incident that the platform reported as out-of-memory
+      kills before giving up with ``out_of_memory`` (0: on the first). Such a cut never counts as
+      progress (docs/architecture.md#out-of-memory).
+    * ``should_keep_recovering(ctx)``: asked from the second attempt on with a
+      ``ChatRecoveryProgressContext`` (``work``, ``age``); False gives up with
       ``recovery_aborted``; raising means keep recovering.
     * ``on_exhausted(ctx)``: called (errors logged and swallowed) before the user is shown
       ``terminal_message``.
@@ -116,6 +140,7 @@ class ChatRecovery:
     no_progress_timeout: float = 300.0
     max_recovery_work: float = 1000
     terminal_message: str = TERMINAL_MESSAGE
+    max_oom_retries: int = 3
     should_keep_recovering: KeepRecovering | None = field(default=None, compare=False)
     on_exhausted: OnExhausted | None = field(default=None, compare=False)
 
@@ -142,6 +167,7 @@ class ChatRecovery:
             stable_timeout=max(0.0, float(value.stable_timeout)),
             no_progress_timeout=max(0.0, float(value.no_progress_timeout)),
             max_recovery_work=cls.max_recovery_work if work < 0 else work,
+            max_oom_retries=max(0, math.floor(value.max_oom_retries)),
         )
 
 
@@ -155,20 +181,29 @@ class Budget:
     work: int
     # When content was last produced (the cut turn's start for a new incident).
     last_progress_at: datetime
+    # Cuts the platform reported as out-of-memory kills (never reset by progress).
+    oom_attempts: int = 0
 
 
-def charge(budget: Budget | None, produced: int, *, now: datetime, started_at: datetime) -> Budget:
+def charge(budget: Budget | None, produced: int, *, now: datetime, started_at: datetime,
+           out_of_memory: bool = False) -> Budget:
     """The budget after a cut turn that produced ``produced`` content chunks.
 
     A new incident starts at attempt 1. Content produced by the cut attempt is progress: the
     attempt count starts again at 1 and the no-progress clock is reset, but the work counter
-    keeps growing (the reference's ``noProgressTimeoutMs``, ``maxRecoveryWork``).
+    keeps growing (the reference's ``noProgressTimeoutMs``, ``maxRecoveryWork``). A cut by the
+    out-of-memory killer counts against ``max_oom_retries`` and is never progress: what it
+    produced is the very re-run that runs out of memory again.
     """
+    ooms = (budget.oom_attempts if budget is not None else 0) + out_of_memory
+    if out_of_memory:
+        produced = 0
     if budget is None:
-        return Budget(attempt=1, work=produced, last_progress_at=now if produced else started_at)
+        return Budget(attempt=1, work=produced, last_progress_at=now if produced else started_at, oom_attempts=ooms)
     if produced:
-        return Budget(attempt=1, work=budget.work + produced, last_progress_at=now)
-    return Budget(attempt=budget.attempt + 1, work=budget.work, last_progress_at=budget.last_progress_at)
+        return Budget(attempt=1, work=budget.work + produced, last_progress_at=now, oom_attempts=ooms)
+    return Budget(attempt=budget.attempt + 1, work=budget.work, last_progress_at=budget.last_progress_at,
+                  oom_attempts=ooms)
 
 
 def exhausted_by(config: ChatRecovery, budget: Budget, *, now: datetime) -> Reason | None:
@@ -177,6 +212,8 @@ def exhausted_by(config: ChatRecovery, budget: Budget, *, now: datetime) -> Reas
     Checked before ``should_keep_recovering``, which the caller asks only when this returns
     None and from the second attempt on: the budgets win over the predicate.
     """
+    if budget.oom_attempts > config.max_oom_retries:
+        return Reason.OUT_OF_MEMORY
     if budget.attempt > config.max_attempts:
         return Reason.MAX_ATTEMPTS
     if (now - budget.last_progress_at).total_seconds() > config.no_progress_timeout:

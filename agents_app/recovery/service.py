@@ -10,6 +10,7 @@ streams as a *retry* or a *continuation*. A turn waiting on the user is parked, 
 later cut of it starts a fresh budget.
 """
 
+import asyncio
 import inspect
 import json
 import logging
@@ -32,13 +33,23 @@ from ..protocol import frames
 from ..protocol.types import Outcome
 from ..streaming import buffer, fanout
 from ..streaming.items import Item
-from . import liveness
+from . import liveness, memory
 from . import policy as chat_recovery
-from .policy import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext, Kind, Reason, Status
+from .policy import (
+    ChatRecovery,
+    ChatRecoveryContext,
+    ChatRecoveryExhaustedContext,
+    ChatRecoveryProgressContext,
+    Kind,
+    Reason,
+    Status,
+)
 
 logger = logging.getLogger("agents_app.turns")
 
 INTERRUPTED = "Interrupted: the process running this turn stopped"
+# The same, when the platform says its process was killed for lack of memory (``memory``).
+OUT_OF_MEMORY = "Interrupted: the process running this turn was killed for lack of memory"
 STALLED = "Interrupted: the model stream stalled"
 # What a server tool call cut mid-way answers (the model sees it and may call again).
 INTERRUPTED_TOOL_CALL = "The tool call was interrupted before it finished"
@@ -97,7 +108,11 @@ def schedule(turn: Turn) -> Cut:
         if cancelled and stream is not None:
             _store_as_is(turn, stream)
         return Cut(turn, None, root, last_seq)
-    incident = _open_incident(turn, root, _produced(stream) if stream is not None else 0)
+    out_of_memory = _killed_by_oom(turn)
+    if out_of_memory:
+        Turn.objects.filter(pk=turn.pk).update(error=OUT_OF_MEMORY)
+        turn.error = OUT_OF_MEMORY
+    incident = _open_incident(turn, root, _produced(stream) if stream is not None else 0, out_of_memory)
     Turn.objects.filter(pk=turn.pk).update(incident=incident)
     attempt = Turn.objects.create(
         instance_id=turn.instance_id, request_id=new_request_id(), kind=Turn.Kind.RECOVERY,
@@ -116,7 +131,13 @@ def _last_stored_index(stream: StreamRecord) -> int:
     return -1 if segment is None else segment.first_index + len(json.loads(segment.bodies)) - 1
 
 
-def _open_incident(turn: Turn, root: str, produced: int) -> RecoveryIncident:
+def _killed_by_oom(turn: Turn) -> bool:
+    """Whether the turn's process is gone and the OOM killer took it (docs/architecture.md#out-of-memory)."""
+    return (turn.error == INTERRUPTED and not liveness.process_exists(turn.worker)
+            and memory.killed_by_oom(turn.memory_watch))
+
+
+def _open_incident(turn: Turn, root: str, produced: int, out_of_memory: bool = False) -> RecoveryIncident:
     """The incident of a cut turn (an attempt's own, or the one its request and user message
     name), charged for the cut: every cut is an attempt, even one that died before it began."""
     now = timezone.now()
@@ -132,9 +153,11 @@ def _open_incident(turn: Turn, root: str, produced: int) -> RecoveryIncident:
         if not created and not incident.is_open:
             # The same request cut again after its incident ended: a fresh budget.
             incident.attempt, incident.reason, incident.error, incident.finished_at = 0, "", "", None
+            incident.oom_attempts = 0
     spent = None if incident.attempt == 0 else _budget(incident)
-    budget = chat_recovery.charge(spent, produced, now=now, started_at=started)
+    budget = chat_recovery.charge(spent, produced, now=now, started_at=started, out_of_memory=out_of_memory)
     incident.attempt, incident.work, incident.last_progress_at = budget.attempt, budget.work, budget.last_progress_at
+    incident.oom_attempts = budget.oom_attempts
     incident.attempts_total += 1
     incident.status = Status.SCHEDULED
     incident.save()
@@ -143,7 +166,7 @@ def _open_incident(turn: Turn, root: str, produced: int) -> RecoveryIncident:
 
 def _budget(incident: RecoveryIncident) -> chat_recovery.Budget:
     return chat_recovery.Budget(attempt=incident.attempt, work=incident.work,
-                                last_progress_at=incident.last_progress_at)
+                                last_progress_at=incident.last_progress_at, oom_attempts=incident.oom_attempts)
 
 
 def _produced(stream: StreamRecord) -> int:
@@ -369,7 +392,7 @@ async def begin_attempt(attempt: Turn) -> Attempt:
         partial_text="".join(p.get("text", "") for p in message.get("parts", []) if p.get("type") == "text"),
         partial_parts=clone(message).get("parts", []), recovery_data=attempt.recovery_data,
         messages=s.messages, last_body=cut_turn.body, last_client_tools=cut_turn.client_tools,
-        created_at=incident.created_at,
+        created_at=cut_turn.started_at or cut_turn.created_at,
     )
     after = _request_of(cut_turn)
     repaired = await database_sync_to_async(_repair)(message, str(instance.pk), client_tools)
@@ -382,7 +405,7 @@ async def begin_attempt(attempt: Turn) -> Attempt:
         return Attempt(run=False, status=Turn.Status.SKIPPED)
     reason = chat_recovery.exhausted_by(config, budget, now=now)
     if (reason is None and budget.attempt >= 2 and config.should_keep_recovering is not None
-            and not await _keep_recovering(config, ctx)):
+            and not await _keep_recovering(config, _progress(ctx, incident, now))):
         reason = Reason.ABORTED
     if reason is not None:
         return await _give_up(s, attempt, agent, config, Status.EXHAUSTED, reason, "", ctx=ctx, message=repaired)
@@ -399,6 +422,12 @@ async def begin_attempt(attempt: Turn) -> Attempt:
             incident, status=Status.SKIPPED, reason=CONTINUE_DISABLED, finished_at=now)
         await _ended(instance, incident, events.RECOVERY_SKIPPED, stored, reason=CONTINUE_DISABLED)
         return Attempt(run=False, status=Turn.Status.SKIPPED)
+    if _awaits_an_answer(stored, client_tools) and not await _stable(instance, config, client_tools):
+        # Another message still waits on the user after ``stable_timeout``: parked, as the reference does.
+        await database_sync_to_async(_update_incident)(
+            incident, status=Status.SKIPPED, reason=AWAITING_INTERACTION, finished_at=timezone.now())
+        await _ended(instance, incident, events.RECOVERY_SKIPPED, stored, reason=AWAITING_INTERACTION)
+        return Attempt(run=False, status=Turn.Status.SKIPPED)
     kept = next((m for m in stored if m.get("id") == message.get("id")), None) if message.get("id") else None
     kind = Kind.CONTINUE if kept is not None and kept.get("role") == "assistant" else Kind.RETRY
     continuation = kind == Kind.CONTINUE or cut_turn.continuation
@@ -414,7 +443,42 @@ async def begin_attempt(attempt: Turn) -> Attempt:
     )
 
 
-async def _keep_recovering(config: ChatRecovery, ctx: ChatRecoveryContext) -> bool:
+# How often an attempt waiting for a stable conversation looks again (seconds).
+STABLE_POLL_SECONDS = 0.1
+
+
+async def _stable(instance: AgentInstance, config: ChatRecovery, client_tools: set[str]) -> bool:
+    """Wait up to ``stable_timeout`` until no stored message waits on the user; whether it came to that.
+
+    The reference's recovery waits for a stable conversation (``waitUntilStable``) and parks on a
+    client interaction still pending then. Our attempt holds the instance, so no other turn runs
+    or starts meanwhile; what can still change is the user answering an earlier approval or client
+    tool call (docs/architecture.md#attempt).
+    """
+    deadline = asyncio.get_running_loop().time() + config.stable_timeout
+    while asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(STABLE_POLL_SECONDS)
+        if not _awaits_an_answer(await database_sync_to_async(transcript.load)(instance), client_tools):
+            return True
+    return False
+
+
+def _awaits_an_answer(messages: list[UIMessage], client_tools: set[str]) -> bool:
+    """Whether a stored reply still waits on the user (an approval, a client tool call)."""
+    return any(_awaits_user(part, client_tools) for message in messages
+               if message.get("role") == "assistant" for part in message.get("parts", []))
+
+
+def _progress(ctx: ChatRecoveryContext, incident: RecoveryIncident, now: datetime) -> ChatRecoveryProgressContext:
+    """What ``should_keep_recovering`` is told: the attempt, the work done and the incident's age."""
+    return ChatRecoveryProgressContext(
+        incident_id=ctx.incident_id, request_id=ctx.request_id, recovery_root_request_id=ctx.recovery_root_request_id,
+        attempt=ctx.attempt, max_attempts=ctx.max_attempts, recovery_kind=ctx.recovery_kind, work=incident.work,
+        age=(now - incident.created_at).total_seconds(),
+    )
+
+
+async def _keep_recovering(config: ChatRecovery, ctx: ChatRecoveryProgressContext) -> bool:
     """``should_keep_recovering``: False gives up; raising means keep going (docs/architecture.md#recovery-budget)."""
     assert config.should_keep_recovering is not None
     try:

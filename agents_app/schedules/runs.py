@@ -22,6 +22,7 @@ from django.utils import timezone
 from .. import conf, dispatch, events, registry, turns
 from ..actions import call_maybe_async
 from ..messages import UIMessage, new_message_id, new_request_id
+from ..metrics import instruments as metrics
 from ..models import Schedule, ScheduleRun, Turn
 from . import language as dsl
 from .declared import declared_tasks
@@ -217,6 +218,8 @@ async def execute(run_id: int) -> str | None:
     if run is None:
         return None
     schedule = run.schedule
+    if run.trigger == ScheduleRun.Trigger.SCHEDULE:  # due → started (a "run now" has no due time)
+        metrics.schedule_started(run.scheduled_for, run.started_at or timezone.now())
     events.emit_chat(run.instance, events.SCHEDULE_EXECUTE, id=schedule.name, callback=schedule.action,
                      occurrenceKey=run.occurrence_key, requestId=run.request_id)
     try:
@@ -249,6 +252,8 @@ async def _perform(run: ScheduleRun) -> tuple[str, str]:
         if declared is None:
             return ScheduleRun.Status.SKIPPED, "No longer declared by get_scheduled_tasks()."
         action = declared.prompt if schedule.action == Schedule.Action.PROMPT else declared.handler
+    if schedule.action in (Schedule.Action.HANDLER, Schedule.Action.METHOD):
+        await agent.load_messages()  # ``self.messages`` for the handler, as the reference's scheduled callbacks see it
     if schedule.action == Schedule.Action.HANDLER:
         await call_maybe_async(action, context)
         return ScheduleRun.Status.COMPLETED, ""

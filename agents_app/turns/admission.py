@@ -26,6 +26,7 @@ from ..messages import UIMessage, new_message_id, request_message_ids
 from ..models import AgentInstance, Turn
 from ..protocol.parse import ChatRequest, ProtocolError
 from ..protocol.types import SUBMIT_TRIGGER
+from ..recovery import memory
 from ..streaming import buffer
 
 
@@ -93,6 +94,7 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
             )
             if claim_as is not None and newest_active is None:
                 turn.status, turn.started_at, turn.worker = Turn.Status.RUNNING, timezone.now(), claim_as
+                turn.memory_watch = memory.watch()
             statements.insert(turn)
     except IntegrityError:  # unique_turn_request: the whole request is rolled back
         raise ProtocolError(f"Request id {request.request_id!r} was already used in this conversation",

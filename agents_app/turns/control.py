@@ -24,6 +24,7 @@ from channels.layers import get_channel_layer
 
 from .. import events
 from ..abort import AbortSignal
+from ..mcp import connections as mcp_connections
 from ..models import AgentInstance, Turn
 from ..recovery import liveness
 from ..streaming.buffer import StreamWriter
@@ -43,6 +44,8 @@ class _Running:
     signal: AbortSignal
     # Set once the turn's stream buffer is open (a flush before that has nothing to store).
     writer: StreamWriter | None = None
+    # The task running the turn, which a process shutting down cancels (``stop_here``).
+    task: "asyncio.Task[Any] | None" = None
 
 
 # Cancels kept for turns not (or no longer) listening on this process, most recent last.
@@ -137,7 +140,7 @@ class Registration:
 async def listening(turn_pk: int, signal: AbortSignal) -> AsyncIterator[Registration]:
     """While the turn runs: abort ``signal`` on ``turn.cancel``; answer flush requests."""
     control = await _control()
-    running = control.turns[turn_pk] = _Running(signal)
+    running = control.turns[turn_pk] = _Running(signal, task=asyncio.current_task())
     early = control.early_cancels.pop(turn_pk, None)
     if early is not None:
         signal.abort(early)
@@ -196,7 +199,9 @@ async def cancel_all(instance: AgentInstance) -> int:
 
 
 async def shutdown() -> None:
-    """Stop this loop's control receiver (a Celery task's loop ends after one call)."""
+    """Stop this loop's control receiver and close its MCP connections (a Celery task's loop ends
+    after one call)."""
+    await mcp_connections.close_loop()
     control = _controls.pop(asyncio.get_running_loop(), None)
     if control is not None and control.task is not None:
         control.task.cancel()
@@ -217,6 +222,31 @@ async def scoped() -> AsyncIterator[None]:
     finally:
         if not existed:
             await shutdown()
+
+
+def tasks_here() -> "list[asyncio.Task[Any]]":
+    """The tasks running turns on this event loop (a process that shuts down waits for them)."""
+    control = _controls.get(asyncio.get_running_loop())
+    return [] if control is None else [r.task for r in control.turns.values() if r.task is not None]
+
+
+async def stop_here() -> list[int]:
+    """Stop every turn running on this event loop as its process's death would, for a process that
+    shuts down (docs/operations.md#lifespan): each turn's task is cancelled, which ends nothing in
+    the database, then its writer stores every chunk it sent. Returns the turns' pks: still running
+    in the database, for the caller to cut into recovery."""
+    control = _controls.get(asyncio.get_running_loop())
+    if control is None:
+        return []
+    stopped = [(pk, running) for pk, running in control.turns.items() if running.task is not None]
+    for _, running in stopped:
+        assert running.task is not None
+        running.task.cancel()
+    await asyncio.gather(*(running.task for _, running in stopped if running.task is not None), return_exceptions=True)
+    for _, running in stopped:
+        if running.writer is not None:
+            await running.writer.flush()
+    return [pk for pk, _ in stopped]
 
 
 def run_sync(function: Callable[..., Awaitable[T]], *args: Any) -> T:

@@ -16,8 +16,9 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import transaction
+from django.utils import timezone
 
-from .. import conf, events, registry, statements, transcript
+from .. import conf, dispatch, events, registry, statements, transcript
 from ..abort import AbortSignal
 from ..actions.attachments import ReplyAttachments
 from ..actions.envelopes import to_json_safe
@@ -35,7 +36,9 @@ from ..messages import (
     request_message_ids,
     rewrite_finish,
 )
+from ..metrics import instruments as metrics
 from ..models import AgentInstance, Turn
+from ..operations import lifecycle
 from ..protocol import codec, frames
 from ..protocol.types import Outcome
 from ..recovery import liveness
@@ -43,6 +46,7 @@ from ..recovery import service as recovery
 from ..streaming import buffer, fanout
 from ..streaming.fanout import Publisher
 from ..streaming.items import Event, Item
+from ..usage import service as usage
 from . import admission, control, database, lock
 
 logger = logging.getLogger("agents_app.turns")
@@ -80,6 +84,10 @@ async def drain(instance_pk: int, first: "QueueLook | None" = None, lead: "Lead 
     """
     channel = await control.channel_name()
     while True:
+        if first is None and lifecycle.draining():
+            # This process is stopping: a worker runs the rest of the queue (docs/operations.md#lifespan).
+            await dispatch.enqueue(dispatch.DRAIN_INSTANCE, instance_pk)
+            return
         if first is not None:
             (claim, latest, started), first = first, None
         else:
@@ -215,6 +223,8 @@ async def _respond(instance_pk: int) -> None:
         while queue:
             agent, result = queue.popleft()
             try:
+                if type(agent).on_chat_response is not ChatAgent.on_chat_response:
+                    await agent.load_messages()  # ``messages`` with the reply, as the reference's hook sees them
                 await agent.on_chat_response(result)
             except Exception:
                 logger.exception("on_chat_response of %s raised", agent.instance)
@@ -343,8 +353,8 @@ class TurnRun:
         # The preamble (``_has_preamble`` names its steps); a turn without one may have started already.
         if turn.strategy in admission.DEFERRED_STRATEGIES and not await self._still_due():
             return self._result(Turn.Status.SKIPPED)
-        if turn.pending_messages and not await self._materialize():
-            return self._result(Turn.Status.ERROR, turn.error)
+        if turn.pending_messages and (ended := await self._materialize()) is not None:
+            return self._result(ended, turn.error or None)
         attempt = None
         if turn.kind == Turn.Kind.RECOVERY:
             attempt = await recovery.begin_attempt(turn)
@@ -422,11 +432,13 @@ class TurnRun:
         await _report_skipped(self.turn)
         return False
 
-    async def _materialize(self) -> bool:
+    async def _materialize(self) -> str | None:
         """Store the messages of a ``save_messages`` turn now that it starts: those in its row, or
         what its function computes from the transcript as it is now.
 
-        False when it cannot run: the function raised (the turn ends with its error).
+        The status the turn ended with when it cannot run: ``error`` (the function raised), or
+        ``skipped`` (a clear came while the function ran: nothing is stored, as the reference's
+        ``saveMessages`` checks the generation again after resolving the messages).
         """
         source = _message_sources.pop(self.turn.pk, None)
         try:
@@ -440,10 +452,12 @@ class TurnRun:
         except Exception as exc:
             logger.exception("The messages of turn %s could not be computed", self.turn.request_id)
             await database_sync_to_async(lock.finish)(self.turn, Turn.Status.ERROR, str(exc) or type(exc).__name__)
-            return False
+            return Turn.Status.ERROR
         stored = await database_sync_to_async(_store_computed)(self.turn, messages)
+        if stored is None:
+            return Turn.Status.SKIPPED
         await fanout.publish(self.turn.instance_id, frames.chat_messages(stored))
-        return True
+        return None
 
     def _emit_event(self, name: str, **data: Any) -> None:
         assert self.setup is not None
@@ -454,6 +468,7 @@ class TurnRun:
         self._emit_event(events.REQUEST_FAILED, stage=stage, messagesPersisted=True, error=self.error)
 
     async def _stream(self, agent: ChatAgent, *, stall_timeout: float = 0) -> None:
+        await agent.start_mcp()
         response = await agent.on_chat_message()
         if response is None:
             return
@@ -616,6 +631,9 @@ class TurnRun:
         # flush then has every chunk it could have missed (see streaming.handshake).
         if not chunk.get("transient"):
             self.writer.append(self.seq, body)
+        if self.seq == 0:
+            assert self.setup is not None
+            metrics.first_chunk(self.setup.instance.slug, self.turn.created_at, timezone.now())
         self.seq += 1
         await self.publisher.send(frame, request_id=self.turn.request_id)
 
@@ -631,6 +649,7 @@ class TurnRun:
         finally:
             self.writer.stored()
         self.drained = ending.drained
+        metrics.CHUNKS.labels(instance.slug).inc(self.seq)
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]
         if ending.final_transcript is not None:
             # Marked as the stream's: it releases a connection still waiting for its resume ACK.
@@ -669,6 +688,7 @@ class TurnRun:
             # The partial reply stays in the stream buffer: the recovery attempt stores it.
             with transaction.atomic():
                 buffer.write_rows(setup.stream_pk, rows)
+                usage.record(self.turn, instance.slug, setup.agent.turn.metered)
                 lock.finish(self.turn, Turn.Status.ABORTED, recovery.STALLED)
                 recovering = recovery.schedule(self.turn)
             return _Ending(recovering=recovering)
@@ -684,6 +704,7 @@ class TurnRun:
                 terminal_error=(self.error or "Error") if failed else "",
             )
             buffer.write_rows(setup.stream_pk, rows)
+            usage.record(self.turn, instance.slug, setup.agent.turn.metered)
             # A clear during the turn wins: its partial reply is not written back.
             saved = self.builder.has_content() and current.generation <= self.turn.generation
             if saved:
@@ -762,10 +783,17 @@ def _instance_and_cancel_flag(turn_pk: int) -> tuple[AgentInstance, bool]:
     return instance, bool(row[-1])
 
 
-def _store_computed(turn: Turn, messages: list[UIMessage]) -> list[UIMessage]:
-    """Store the messages of a starting ``save_messages`` turn; they are the turn's request."""
+def _store_computed(turn: Turn, messages: list[UIMessage]) -> list[UIMessage] | None:
+    """Store the messages of a starting ``save_messages`` turn; they are the turn's request.
+
+    None, storing nothing, when a clear came since the turn was claimed (the turn ends ``skipped``).
+    """
     instance = AgentInstance.objects.get(pk=turn.instance_id)
     with transaction.atomic():
+        # The instance row's lock first, as every transcript writer; a clear holds it too.
+        if AgentInstance.objects.touch(turn.instance_id).generation > turn.generation:
+            lock.finish(turn, Turn.Status.SKIPPED)
+            return None
         stored = transcript.persist(instance, messages, policy=transcript.Policy.of(registry.agent_for(instance)))
         turn.message_ids = request_message_ids(stored)
         Turn.objects.filter(pk=turn.pk).update(message_ids=turn.message_ids, pending_messages=False,

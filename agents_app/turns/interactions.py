@@ -65,14 +65,20 @@ async def apply_tool_approval(instance: AgentInstance, event: ToolApproval, orig
     """
 
     events.emit_chat(instance, events.TOOL_APPROVAL, toolCallId=event.tool_call_id, approved=event.approved)
+    # An action's approval request carries its descriptor: deciding it is ``action:approval-resolved``.
+    decided: dict[str, Any] = {}
 
     def update(part: dict[str, Any], client_tools: set[str]) -> dict[str, Any] | None:
         approval = part.get("approval") or {}
         if approval.get("approved") is event.approved and part.get("state") in ("approval-responded", "output-denied"):
             raise _Unchanged
+        decided.update(approval.get("descriptor") or {})
         return tool_approval_update(part, event.approved)
 
     await _apply(instance, event.tool_call_id, update, "an approval", event.auto_continue, origin_channel)
+    if decided:
+        events.emit(events.ACTION_APPROVAL_RESOLVED, action=decided.get("action"), requestId=decided.get("requestId"),
+                    toolCallId=event.tool_call_id, approved=event.approved)
 
 
 async def _apply(instance: AgentInstance, tool_call_id: str, update: Any, what: str, auto_continue: bool,

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from .. import statements
 from ..models import AgentInstance, Turn
-from ..recovery import liveness
+from ..recovery import liveness, memory
 
 # Why a queued turn with ``affinity`` to a process that is gone ends without running.
 ORPHANED_AFFINITY = "The process that queued this turn stopped before it could run"
@@ -79,7 +79,7 @@ def claim_next(instance_id: int, control_channel: str) -> Claim | None:
             try:
                 with transaction.atomic():
                     won = statements.update(Turn, still_queued, status=Turn.Status.RUNNING, started_at=now,
-                                            worker=worker)
+                                            worker=worker, memory_watch=memory.watch())
             except IntegrityError:
                 running = Turn.objects.of(instance_id).running().first()
                 if running is None:

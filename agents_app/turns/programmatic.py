@@ -90,20 +90,22 @@ def _accept(instance: AgentInstance, messages: list[UIMessage] | None, request_i
 
 
 async def continue_last_turn(instance: AgentInstance, body: dict[str, Any] | None = None, *,
-                             signal: AbortSignal | None = None) -> SaveMessagesResult:
+                             signal: AbortSignal | None = None, append: bool = False) -> SaveMessagesResult:
     """Run the model on from the last reply, without a new user message (Think's ``continueLastTurn``).
 
-    The result is a new assistant message marked ``metadata.continuation: true`` (Think's choice;
-    AIChatAgent appends to the last reply instead). ``skipped`` with an empty request id when the
-    transcript does not end with an assistant message. ``body`` defaults to the last request's.
+    The result is a new assistant message marked ``metadata.continuation: true`` (Think's choice);
+    ``append=True`` extends the last reply instead, as AIChatAgent does: the turn is a continuation
+    (frames ``continuation: true``, ``start`` without ``messageId``, docs/protocol.md#server-rewrites).
+    ``skipped`` with an empty request id when the transcript does not end with an assistant
+    message. ``body`` defaults to the last request's.
     """
-    turn = await database_sync_to_async(_accept_continue)(instance, body)
+    turn = await database_sync_to_async(_accept_continue)(instance, body, append)
     if turn is None:
         return SaveMessagesResult(request_id="", status=Turn.Status.SKIPPED)
     return await _run(instance, turn, signal)
 
 
-def _accept_continue(instance: AgentInstance, body: dict[str, Any] | None) -> Turn | None:
+def _accept_continue(instance: AgentInstance, body: dict[str, Any] | None, append: bool) -> Turn | None:
     with transaction.atomic():
         generation = lock.for_new_turn(instance.pk)
         last_role = ChatMessage.objects.filter(instance=instance).order_by("-position").values_list(
@@ -114,7 +116,7 @@ def _accept_continue(instance: AgentInstance, body: dict[str, Any] | None) -> Tu
         return Turn.objects.create(
             instance=instance, request_id=new_request_id(), kind=Turn.Kind.CONTINUE,
             generation=generation, body=stored_body if body is None else body,
-            client_tools=client_tools, assistant_message_id=new_message_id(),
+            client_tools=client_tools, assistant_message_id=new_message_id(), continuation=append,
         )
 
 

@@ -15,6 +15,10 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from .. import conf, registry, rpc, transcript, turns
 from ..errors import AgentAccessError
+from ..lifecycle import connections
+from ..lifecycle import service as lifecycle
+from ..mcp import service as mcp
+from ..metrics import instruments as metrics
 from ..models import AgentInstance
 from ..protocol import frames, parse
 from ..streaming import fanout
@@ -43,6 +47,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
     rate: limits.TokenBucket | None = None
     # The client went away (the server refused a send): nothing more is sent to it.
     gone = False
+    # This socket as ``on_connect``/``on_close`` see it (``agents_app.lifecycle.connections``), once located.
+    connection: connections.Connection | None = None
+    close_reason = ""
     _server_send: Callable[[dict[str, Any]], Awaitable[None]]
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]],
@@ -73,6 +80,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # The last ``owner`` wins, as in Django's QueryDict; absent: the user's own namespace.
         owner = query.get(registry.OWNER_PARAMETER, [None])[-1]
         await self.accept()
+        metrics.OPEN_SOCKETS.inc()  # and dec() in disconnect, which every accepted connection reaches
         try:
             # Connecting stores nothing: a new address stays unsaved until its first message.
             self.instance = await database_sync_to_async(registry.locate)(
@@ -83,6 +91,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.send_frame(frames.error(message=str(exc), code=type(exc).__name__))
             await self.close(code=int(exc.close_code))
             return
+        self.connection = connections.Connection(self.channel_name, self.scope.get("user"), self.send, self.close)
+        if not await connections.opened(self.instance, self.connection, self.scope):
+            return  # refused by the agent's on_connect: nothing of the conversation goes out
         # The first connection of this process looks for turns a crash left running.
         turns.sweep_on_startup()
         self.rate = limits.TokenBucket(**conf.get("AGENT_FRAME_RATE"))
@@ -92,7 +103,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             # An active or coming stream is announced first, before identity (docs/protocol.md#connect-sequence).
             await self.join(self.instance)
         await self.send_frame(frames.identity(name=self.instance.name, agent=self.instance.slug))
-        await self.send_frame(frames.mcp_servers())
+        await self.send_frame((await database_sync_to_async(mcp.snapshot)(self.instance)).frame())
 
     async def join(self, instance: AgentInstance, *, catch_up: bool = False) -> None:
         """Follow a stored instance: its group, and the resume handshake of this connection.
@@ -126,7 +137,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if instance is not None:
             await self.adopt(instance, catch_up=True)
 
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        self.close_reason = message.get("reason") or ""  # for on_close; the server may not give one
+        await super().websocket_disconnect(message)
+
+    async def agent_destroyed(self, event: dict[str, Any]) -> None:
+        """The instance was destroyed (``agents_app.lifecycle.service``): the client reconnects to an empty one."""
+        await self.close(code=lifecycle.DESTROYED_CLOSE_CODE, reason=lifecycle.DESTROYED_REASON)
+
     async def disconnect(self, code: int) -> None:
+        metrics.OPEN_SOCKETS.dec()
+        if self.connection is not None and self.instance is not None:
+            await connections.closed(self.instance, self.connection, code, self.close_reason)
         if self.resume is not None:
             self.resume.close()
         if self.instance is not None and self.instance.pk is None:
@@ -136,7 +158,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """Every frame gets its effect or an error frame; the socket stays open either way."""
-        if self.instance is None:
+        if self.instance is None or (self.connection is not None and self.connection.closed):
             return
         raw = text_data if text_data is not None else bytes_data or b""
         try:

@@ -179,7 +179,8 @@ async def test_on_chat_recovery_gets_the_context_with_the_stashed_data(user):
     assert (ctx.recovery_data, ctx.last_body) == ({"step": 3}, {"lang": "en"})
     assert ctx.last_client_tools == [{"name": "pick"}]
     assert [m["id"] for m in ctx.messages] == ["u-r-cut"]
-    assert ctx.created_at == (await incident()).created_at
+    cut_turn = await Turn.objects.aget(request_id="r-cut")
+    assert ctx.created_at == cut_turn.started_at  # the interrupted turn's start (docs/architecture.md#attempt)
 
 
 async def test_stash_during_a_turn_reaches_the_recovery_of_that_turn(user):

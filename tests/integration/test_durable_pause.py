@@ -47,8 +47,9 @@ from tests.action_agents import PROBES, SETUP, ActionTestAgent, Setup, probe
 from tests.support.events import names
 from tests.support.frames import RESP, chat_request, chunks, is_done, receive_until, text_of, user_message
 
-# The action events only (chat events are tested elsewhere).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.emitted(prefixes=("action:",))]
+# The pause's and the ledger's events only (chat events and a call's action:* life are tested elsewhere).
+pytestmark = [pytest.mark.django_db(transaction=True),
+              pytest.mark.emitted(prefixes=("action:pause:", "action:ledger:"))]
 
 PAUSED_MESSAGE = "This action is awaiting human approval. Stop and wait for the approval result before proceeding."
 DESCRIPTOR = {"action": "pauseAction", "summary": "Approve pause action", "kind": "durable-pause", "risk": "high",

@@ -36,6 +36,9 @@ MAX_MESSAGE = 16 * 1024 * 1024
 # `make run` serves through runserver); THINK_SERVER chooses the default.
 SERVERS = ("uvicorn", "daphne")
 DEFAULT_SERVER = os.environ.get("THINK_SERVER", "uvicorn")
+# uvicorn's WebSocket implementation: the README's; THINK_UVICORN_WS=websockets measures the
+# deprecated one beside it (bench/README.md).
+UVICORN_WS = os.environ.get("THINK_UVICORN_WS", "websockets-sansio")
 
 
 def server_command(kind: str, port: int, app: str = "thinkproject.asgi:application", workers: int = 1) -> list[str]:
@@ -45,7 +48,7 @@ def server_command(kind: str, port: int, app: str = "thinkproject.asgi:applicati
     """
     if kind == "uvicorn":
         return ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop",
-                "--ws", "websockets", "--ws-max-size", str(MAX_MESSAGE), "--ws-ping-interval", "20",
+                "--ws", UVICORN_WS, "--ws-max-size", str(MAX_MESSAGE), "--ws-ping-interval", "20",
                 "--ws-ping-timeout", "30", *(["--workers", str(workers)] if workers > 1 else []), app]
     if kind == "daphne":
         return ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "--websocket-max-message-size",
@@ -228,8 +231,10 @@ class LiveStack:
             self._started(proc, f"server-{port}.log", "Application startup complete.", count=workers)
         return Server(proc, port)
 
-    def start_celery_worker(self, name: str = "w1") -> subprocess.Popen[Any]:
-        proc = self._spawn([PYTHON, "-m", "celery", "-A", "thinkproject", "worker", "--pool", "solo",
+    def start_celery_worker(self, name: str = "w1", concurrency: int = 1) -> subprocess.Popen[Any]:
+        """A worker with one slot (the solo pool), or ``concurrency`` threads for turns at once."""
+        pool = ["--pool", "solo"] if concurrency == 1 else ["--pool", "threads", "--concurrency", str(concurrency)]
+        proc = self._spawn([PYTHON, "-m", "celery", "-A", "thinkproject", "worker", *pool,
                             "-n", f"{name}@%h", "--without-heartbeat", "--without-gossip",
                             "--without-mingle", "-l", "info"], f"celery-{name}.log")
         return self._started(proc, f"celery-{name}.log", "ready.")

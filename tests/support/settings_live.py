@@ -8,4 +8,5 @@ from thinkproject.settings import AGENT_CLASSES
 
 AGENT_CLASSES = [*AGENT_CLASSES, "tests.agents.DropAgent", "tests.agents.LatestAgent", "tests.agents.CrashAgent",
                  "tests.agents.StallAgent", "tests.agents.ParentAgent", "tests.agents.ChildAgent",
-                 "tests.agents.SharedRoomAgent", "tests.agents.SlowStreamAgent"]
+                 "tests.agents.SharedRoomAgent", "tests.agents.SlowStreamAgent",
+                 "tests.mcp_agents.McpHttpAgent", "tests.mcp_agents.McpRuntimeAgent"]

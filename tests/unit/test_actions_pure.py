@@ -87,8 +87,6 @@ def allow_when_hello(input: EchoInput, ctx: Any) -> bool:
         (True, "server", "server", True),
         # An explicit approval-gated kind without a policy never prompts (docs/architecture.md#declaring-an-action).
         (None, "approval-gated", "approval-gated", False),
-        (None, "client", "client", False),
-        (None, "delegated-agent", "delegated-agent", False),
         (None, "durable-pause", "durable-pause", False),
         (True, "durable-pause", "durable-pause", False),
         (allow_when_hello, "durable-pause", "durable-pause", False),
@@ -112,6 +110,33 @@ def test_durable_pause_with_approval_false_is_refused_with_the_reference_message
     assert str(anonymous.value).startswith('Action "(anonymous)": ')
 
 
+def test_the_client_kind_the_reference_runs_as_server_is_refused_at_definition() -> None:
+    """The reference's design names a ``client`` kind, but its code runs it like a server action. We refuse it
+    when the action is declared, naming what to write instead, rather than run on the server a call the
+    developer meant for the browser.
+    """
+    with pytest.raises(AgentConfigurationError) as refused:
+        make(name="remote", kind="client")
+    message = str(refused.value)
+    assert message.startswith('Action "remote": kind "client" is not supported') and "ClientTool" in message
+
+
+def test_a_delegated_agent_action_needs_a_delegation_and_a_delegation_is_that_kind() -> None:
+    """A ``delegated-agent`` action runs a sub-agent turn: declared with a function of its own it is refused (no
+    silent stand-in), a ``delegate_to`` execute makes the kind without saying so, and says no other kind.
+    """
+    from agents_app.agent_tools import delegate_to
+    from tests.agents import ChildAgent
+
+    with pytest.raises(AgentConfigurationError, match='kind "delegated-agent" runs a sub-agent turn'):
+        make(name="research", kind="delegated-agent")
+    delegation = delegate_to(ChildAgent)
+    assert make(execute=delegation).kind == "delegated-agent"
+    assert make(execute=delegation, kind="delegated-agent", approval=True).approval_configured
+    with pytest.raises(AgentConfigurationError, match='is kind "delegated-agent", not "server"'):
+        make(execute=delegation, kind="server")
+
+
 def test_durable_pause_without_approval_is_valid_and_always_parks() -> None:
     assert make(kind="durable-pause").kind == "durable-pause"
 
@@ -121,7 +146,7 @@ def test_durable_pause_without_approval_is_valid_and_always_parks() -> None:
     [
         ({"input_schema": dict}, "input_schema must be a pydantic BaseModel subclass"),
         ({"output_schema": {"type": "object"}}, "output_schema must be a pydantic BaseModel subclass"),
-        ({"kind": "robot"}, "kind must be one of server, client, approval-gated, durable-pause, delegated-agent"),
+        ({"kind": "robot"}, "kind must be one of server, approval-gated, durable-pause, delegated-agent"),
         ({"approval_risk": "extreme"}, "approval_risk must be one of low, medium, high"),
         ({"approval": "yes"}, "approval must be True, False or a function"),
         ({"permissions": "echo:run"}, "permissions must be a list of strings"),

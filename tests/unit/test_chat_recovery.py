@@ -38,6 +38,9 @@ def test_recovery_is_always_on_with_the_defaults(value):
     ({"max_recovery_work": 0}, {"max_recovery_work": 0}),
     ({"max_recovery_work": math.inf}, {"max_recovery_work": math.inf}),
     ({"max_recovery_work": -3}, {"max_recovery_work": 1000}),
+    ({"max_oom_retries": -1}, {"max_oom_retries": 0}),
+    ({"max_oom_retries": 2.9}, {"max_oom_retries": 2}),
+    ({}, {"max_oom_retries": 3}),
 ])
 def test_settings_are_normalised_as_the_spec_table_says(given, expected):
     config = ChatRecovery.resolve(given)
@@ -103,3 +106,28 @@ def test_a_zero_work_budget_seals_any_content():
 ])
 def test_progress_is_content_not_framing(chunk, content):
     assert is_content(chunk) is content
+
+
+def test_an_out_of_memory_cut_spends_the_oom_budget_and_is_never_progress():
+    """An attempt the platform killed for memory counts against ``max_oom_retries`` (never reset by progress),
+    and what it streamed before it died is not progress: it is the re-run that dies again.
+    """
+    started = NOW - timedelta(seconds=30)
+    first = charge(None, 5, now=NOW, started_at=started, out_of_memory=True)
+    assert first == Budget(attempt=1, work=0, last_progress_at=started, oom_attempts=1)
+    second = charge(first, 7, now=NOW, started_at=started, out_of_memory=True)
+    assert (second.attempt, second.work, second.oom_attempts) == (2, 0, 2)
+    progressed = charge(second, 3, now=NOW, started_at=started)
+    assert (progressed.attempt, progressed.work, progressed.oom_attempts) == (1, 3, 2)
+
+
+@pytest.mark.parametrize(("retries", "ooms", "reason"), [
+    (3, 3, None), (3, 4, Reason.OUT_OF_MEMORY), (0, 1, Reason.OUT_OF_MEMORY), (0, 0, None),
+])
+def test_the_oom_budget_seals_after_max_oom_retries_and_before_the_other_budgets(retries, ooms, reason):
+    """More out-of-memory cuts than ``max_oom_retries`` give up with ``out_of_memory`` (0: on the first one),
+    whatever the other budgets say.
+    """
+    config = ChatRecovery.resolve({"max_oom_retries": retries, "max_attempts": 1})
+    budget = Budget(attempt=2 if reason else 1, work=0, last_progress_at=NOW, oom_attempts=ooms)
+    assert exhausted_by(config, budget, now=NOW) == (reason or None)

@@ -1,0 +1,181 @@
+"""MCP server declarations: what an agent connects to, never the secrets themselves.
+
+An ``MCPServer`` names a streamable-HTTP or SSE URL with its headers, or a stdio command with its
+arguments. Header (and stdio environment) values are ``SecretRef`` references to an environment
+variable or a Django setting, resolved when the connection opens: a runtime server's row, which
+an admin can read, holds the reference only (docs/architecture.md#mcp-servers).
+"""
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from django.conf import settings
+
+from ..errors import AgentConfigurationError
+
+Transport = Literal["streamable-http", "sse", "stdio"]
+SecretSource = Literal["env", "setting"]
+
+# Server names: the id clients see (``servers: {<name>: …}``) and the unique key per instance.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class MCPConfigurationError(AgentConfigurationError):
+    """An MCP server declaration, or a reference it makes, is wrong (the server is marked failed)."""
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A value read when a connection opens: ``os.environ[name]`` or ``settings.<name>``, after ``prefix``.
+
+    Written ``env("TOKEN", prefix="Bearer ")`` / ``setting("MCP_TOKEN")`` in code, or as the
+    strings ``"env:TOKEN"`` / ``"setting:MCP_TOKEN"`` (no prefix) where only text fits.
+    """
+
+    source: SecretSource
+    name: str
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.source not in ("env", "setting") or not self.name:
+            raise MCPConfigurationError(f"A secret reference needs a source 'env' or 'setting' and a name, "
+                                        f"not {self.source!r}:{self.name!r}")
+
+    def resolve(self) -> str:
+        """The value now; ``MCPConfigurationError`` when the variable or setting is missing."""
+        value = os.environ.get(self.name) if self.source == "env" else getattr(settings, self.name, None)
+        if value is None:
+            where = "environment variable" if self.source == "env" else "setting"
+            raise MCPConfigurationError(f"The {where} {self.name} is not set")
+        return f"{self.prefix}{value}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"source": self.source, "name": self.name, "prefix": self.prefix}
+
+    @classmethod
+    def parse(cls, value: "SecretRef | str | Mapping[str, str]") -> "SecretRef":
+        """A reference from what code, a form or a stored row gives; a plain value is refused."""
+        if isinstance(value, SecretRef):
+            return value
+        if isinstance(value, Mapping):
+            return cls(value.get("source", ""), value.get("name", ""), value.get("prefix", ""))  # type: ignore[arg-type]
+        source, _, name = str(value).partition(":")
+        if source in ("env", "setting") and name:
+            return cls(source, name)  # type: ignore[arg-type]
+        raise MCPConfigurationError(
+            "MCP header and environment values are references, never the secret itself: "
+            "write env('NAME', prefix=...) or setting('NAME'), or the strings 'env:NAME' / 'setting:NAME'")
+
+
+def env(name: str, *, prefix: str = "") -> SecretRef:
+    """A value from the environment variable ``name`` (``prefix`` first, e.g. ``"Bearer "``)."""
+    return SecretRef("env", name, prefix)
+
+
+def setting(name: str, *, prefix: str = "") -> SecretRef:
+    """A value from the Django setting ``name`` (``prefix`` first)."""
+    return SecretRef("setting", name, prefix)
+
+
+def _references(values: Mapping[str, Any] | None) -> dict[str, SecretRef]:
+    return {str(key): SecretRef.parse(value) for key, value in (values or {}).items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MCPServer:
+    """One MCP server an agent instance uses.
+
+    * ``url`` (streamable HTTP, or SSE when ``transport="sse"`` or the path ends in ``/sse``) with
+      ``headers`` by reference; or ``command`` and ``args`` for a stdio server, with ``env`` by
+      reference and ``cwd``. Stdio servers are declared in code only: a runtime server is a URL.
+    * ``needs_approval``: ``True`` for every tool of the server, or the names of the tools that wait
+      for the user's Approve / Reject (the server's names, before ``tool_prefix``).
+    * ``tool_prefix``: put before each tool's name (``"gh_"``), to keep two servers' tools apart.
+    * ``connect_timeout``: seconds to open the session and list what the server offers.
+    """
+
+    name: str
+    url: str = ""
+    transport: Transport | None = None
+    headers: Mapping[str, SecretRef] = field(default_factory=dict)
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: Mapping[str, SecretRef] = field(default_factory=dict)
+    cwd: str | None = None
+    needs_approval: bool | frozenset[str] = False
+    tool_prefix: str = ""
+    connect_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+            raise MCPConfigurationError(f"MCP server name {self.name!r} must be 1-100 letters, digits, '_', '.' "
+                                        "or '-', starting with a letter or digit")
+        if bool(self.url) == bool(self.command):
+            raise MCPConfigurationError(f"MCP server {self.name!r} needs either a url or a command, not both")
+        if self.url and not re.match(r"^https?://", self.url):
+            raise MCPConfigurationError(f"MCP server {self.name!r}: the url must start with http:// or https://")
+        if self.transport is not None and self.transport not in ("streamable-http", "sse", "stdio"):
+            raise MCPConfigurationError(f"MCP server {self.name!r}: unknown transport {self.transport!r}")
+        if (self.transport == "stdio") != bool(self.command) and self.transport is not None:
+            raise MCPConfigurationError(f"MCP server {self.name!r}: transport {self.transport!r} does not fit "
+                                        f"{'a command' if self.command else 'a url'}")
+        object.__setattr__(self, "headers", _references(self.headers))
+        object.__setattr__(self, "env", _references(self.env))
+        object.__setattr__(self, "args", tuple(str(a) for a in self.args))
+        approval = self.needs_approval
+        if not isinstance(approval, bool):
+            if isinstance(approval, str) or not isinstance(approval, Collection):
+                raise MCPConfigurationError(f"MCP server {self.name!r}: needs_approval is True, False or tool names")
+            object.__setattr__(self, "needs_approval", frozenset(str(n) for n in approval))
+
+    @property
+    def kind(self) -> Transport:
+        """The transport: stdio for a command, else the declared one or what the URL's path says."""
+        if self.command:
+            return "stdio"
+        if self.transport is not None:
+            return self.transport
+        return "sse" if self.url.rstrip("/").endswith("/sse") else "streamable-http"
+
+    @property
+    def server_url(self) -> str:
+        """What clients see as the server's address: the URL, or ``stdio:<command> <args>``."""
+        return self.url or "stdio:" + " ".join([self.command, *self.args])
+
+    def tool_name(self, name: str) -> str:
+        """The name the model sees for the server's tool ``name``."""
+        return f"{self.tool_prefix}{name}"
+
+    def approval_for(self, name: str) -> bool:
+        """Whether the server's tool ``name`` waits for the user's approval."""
+        return self.needs_approval if isinstance(self.needs_approval, bool) else name in self.needs_approval
+
+    def fingerprint(self) -> str:
+        """A digest of the declaration: a connection made for another one is closed and made again."""
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict[str, Any]:
+        """The declaration as JSON (references, never resolved values)."""
+        approval = self.needs_approval if isinstance(self.needs_approval, bool) else sorted(self.needs_approval)
+        return {
+            "name": self.name, "url": self.url, "transport": self.kind, "command": self.command,
+            "args": list(self.args), "cwd": self.cwd, "tool_prefix": self.tool_prefix,
+            "headers": {k: v.to_json() for k, v in self.headers.items()},
+            "env": {k: v.to_json() for k, v in self.env.items()},
+            "needs_approval": approval, "connect_timeout": self.connect_timeout,
+        }
+
+
+def unique_names(servers: list[MCPServer]) -> list[MCPServer]:
+    """``servers`` with their names checked unique (``get_mcp_servers()`` and runtime rows together)."""
+    seen: set[str] = set()
+    for server in servers:
+        if server.name in seen:
+            raise MCPConfigurationError(f"Two MCP servers are named {server.name!r}")
+        seen.add(server.name)
+    return servers

@@ -1,0 +1,4 @@
+"""Prometheus metrics of turns, sockets, recovery, approvals, schedules and model tokens.
+
+See docs/operations.md#metrics: what each metric means, multi-process mode, who may scrape.
+"""

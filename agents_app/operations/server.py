@@ -1,0 +1,66 @@
+"""A server process's own start-up and shutdown work, around the hooks of ``lifecycle``.
+
+Start-up warms what a first turn would otherwise pay for on the event loop, while other
+connections stream: the agent classes imported, the database thread and its connection open, the
+process's control channel on Redis; then it looks for turns a crash left running (the process a
+deploy just stopped, say). Shutdown hands the turns still running here to recovery at once, as a
+crash would be recovered but without waiting to be found (docs/operations.md#lifespan), then
+closes the Redis pools and the database connection.
+"""
+
+import asyncio
+import logging
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.db import connections
+
+from .. import conf, registry, turns
+from ..models import Turn
+from ..recovery import service as recovery
+from ..turns import control
+from . import health
+
+logger = logging.getLogger("agents_app.operations")
+
+
+async def warm() -> None:
+    registry.agent_classes()
+    await database_sync_to_async(health.warm)()
+    await control.channel_name()
+    turns.sweep_on_startup()
+
+
+async def hand_off() -> int:
+    """Let the turns running on this process end for up to ``AGENT_SHUTDOWN_GRACE_SECONDS``, then
+    stop the rest and cut each into recovery; returns how many were cut.
+
+    While they end, their clients (moved to other processes) follow them through Redis; a
+    conversation's next queued turn goes to a worker (``turns.engine.drain``). The cut is the crash
+    path's (``recovery.cut``): the partial reply stays in the stream buffer, every connection gets
+    the terminal ``recovering`` frame, and a worker continues the reply. With
+    ``AGENT_RECOVERY = "inline"`` the attempt waits in the queue for the next process's start-up
+    sweep instead of running on this one, which is stopping.
+    """
+    running = control.tasks_here()
+    if running:
+        await asyncio.wait(running, timeout=float(conf.get("AGENT_SHUTDOWN_GRACE_SECONDS")))
+    stopped = await control.stop_here()
+    for pk in stopped:
+        turn = await Turn.objects.aget(pk=pk)
+        won = await recovery.recover(turn)
+        if won is not None and conf.get("AGENT_RECOVERY") == "celery":
+            await turns.run_recovery(turn.instance_id)
+    if stopped:
+        logger.info("Handed off %d running turn(s) to recovery", len(stopped))
+    return len(stopped)
+
+
+async def close() -> None:
+    """Close what the process holds open: its control channel, Redis pools, database connections."""
+    await control.shutdown()
+    layer = get_channel_layer()
+    close_pools = getattr(layer, "close_pools", None)
+    if close_pools is not None:
+        await close_pools()
+    await database_sync_to_async(connections.close_all)()

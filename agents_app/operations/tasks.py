@@ -1,0 +1,82 @@
+"""A Celery worker's and beat's part in operations (registered through ``agents_app.tasks``).
+
+A worker, once ready, runs the start-up hooks (``lifecycle``) and marks itself in Redis every
+``health.WORKER_BEAT_SECONDS`` for ``/readyz?full=1``. On warm shutdown (``SIGTERM``) it stops
+taking tasks, as Celery does, drains, removes its mark, lets the task it runs finish (a turn it
+runs ends normally), then runs the shutdown hooks. Beat marks each periodic task it sends.
+"""
+
+import logging
+import threading
+import time
+from typing import Any
+
+from celery.signals import beat_init, before_task_publish, worker_ready, worker_shutdown, worker_shutting_down
+from django.db import connections
+from redis.exceptions import RedisError
+
+from ..turns.control import run_sync
+from . import health, lifecycle
+
+logger = logging.getLogger("agents_app.operations")
+
+_stop_marking = threading.Event()
+_in_beat = False
+_last_beat_mark = 0.0
+
+
+def _mark_worker_forever(hostname: str) -> None:
+    failing = False
+    while not _stop_marking.is_set():
+        try:
+            health.mark_worker(hostname)
+            failing = False
+        except RedisError as exc:
+            if not failing:  # one line when Redis goes away, not one per beat
+                logger.warning("Cannot mark worker %s in Redis: %s", hostname, exc)
+            failing = True
+        _stop_marking.wait(health.WORKER_BEAT_SECONDS)
+
+
+@worker_ready.connect
+def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
+    run_sync(lifecycle.run_startup)
+    hostname = getattr(sender, "hostname", "worker")
+    threading.Thread(target=_mark_worker_forever, args=(hostname,), name="think-worker-mark", daemon=True).start()
+
+
+@worker_shutting_down.connect
+def on_worker_shutting_down(sender: Any = None, **kwargs: Any) -> None:
+    """Warm shutdown began (in the signal handler): not ready from now on."""
+    lifecycle.start_draining()
+    _stop_marking.set()
+    try:
+        health.forget_worker(str(sender))
+    except RedisError as exc:
+        logger.warning("Cannot remove worker %s's mark from Redis: %s", sender, exc)
+
+
+@worker_shutdown.connect
+def on_worker_shutdown(sender: Any = None, **kwargs: Any) -> None:
+    run_sync(lifecycle.run_shutdown)
+    connections.close_all()
+
+
+@beat_init.connect
+def on_beat_init(sender: Any = None, **kwargs: Any) -> None:
+    global _in_beat
+    _in_beat = True
+
+
+@before_task_publish.connect
+def on_task_publish(sender: Any = None, **kwargs: Any) -> None:
+    """In beat: each periodic task sent is a tick (marked at most once a second)."""
+    global _last_beat_mark
+    now = time.monotonic()
+    if not _in_beat or now - _last_beat_mark < 1.0:
+        return
+    _last_beat_mark = now
+    try:
+        health.mark_beat_tick()
+    except RedisError as exc:
+        logger.warning("Cannot mark beat's tick in Redis: %s", exc)

@@ -1,0 +1,4 @@
+"""Model usage of each turn (requests, tokens, cost) and the quotas that cap it.
+
+See docs/operations.md#usage-and-quotas.
+"""
