@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from channels.db import database_sync_to_async
 from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.usage import UsageLimits
@@ -35,6 +35,7 @@ from .actions.pipeline import action_tool, needs_approval
 from .concurrency import MessageConcurrency
 from .hooks import ToolCall, ToolCallDecision
 from .llm import direct, ui_messages
+from .llm import recovery as llm_recovery
 from .llm.chunks import ChunkStream
 from .mcp import connections as mcp_connections
 from .mcp.servers import MCPServer
@@ -164,6 +165,8 @@ class ChatAgent:
     * ``chat_recovery``: how a turn cut by a crash or a stalled stream is recovered: a
       ``ChatRecovery`` (or a dict of its fields); ``True``/``False`` mean the defaults, as
       recovery is always on (``agents_app.recovery.policy``).
+    * ``recovery_strategy``: how a recovery continues a cut reply: ``"prefill"``, ``"synthetic"``
+      or ``"retrieve"`` (``agents_app.llm.recovery``); None (default): the model's provider decides.
     * ``chat_stream_stall_timeout``: seconds without a chunk from the model after which the
       stream is cut and recovered (0, the default: never).
     * ``starter_prompts``: ``(label, prompt)`` pairs the chat page offers while a conversation is
@@ -183,6 +186,7 @@ class ChatAgent:
     max_persisted_messages: ClassVar[int | None] = None
     max_steps: ClassVar[int | None] = None
     chat_recovery: ClassVar[ChatRecovery | dict[str, Any] | bool] = True
+    recovery_strategy: ClassVar[str | None] = None
     chat_stream_stall_timeout: ClassVar[float] = 0
     starter_prompts: ClassVar[tuple[tuple[str, str], ...]] = ()
     action_ledger_pending_retry_lease: ClassVar[timedelta | UseSetting | None] = USE_SETTING
@@ -582,7 +586,7 @@ class ChatAgent:
             yield {"type": "error", "errorText": refused.message}
             return
         if type(self).build_pydantic_agent is ChatAgent.build_pydantic_agent:
-            plan = self._plan()
+            plan = self._retrieving(self._plan())
             model: Model | str | None = plan.model
             first = plan.first_request()
             agent: Callable[[], Agent[TurnState[Any], Any]] = functools.partial(self._agent, plan)
@@ -593,10 +597,11 @@ class ChatAgent:
         turn.metered.model = str(getattr(model, "model_name", model))
         history = await ui_messages.model_history(turn.messages, repair_last_response=not turn.continuation)
         deferred = _approved_calls(turn.messages) if turn.continuation else None
+        strategy = llm_recovery.strategy_for(model, self.recovery_strategy) if isinstance(model, Model) else None
         if history and isinstance(history[-1], ModelResponse) and deferred is None:
-            # Nothing to resume and no new user message (``continue_last_turn``): an empty
-            # request makes pydantic-ai ask the model to go on instead of ending at once.
-            history = [*history, ModelRequest(parts=[])]
+            # Nothing to resume and no new user message (a recovery, ``continue_last_turn``): the
+            # model is asked to go on, as its provider allows (``llm.recovery``).
+            history = [*history, llm_recovery.go_on_request(strategy or llm_recovery.Strategy.PREFILL)]
         step = None
         # Only a new reply's first request: a continuation resumes one, in the agent run it left.
         if (first is not None and isinstance(model, Model) and not turn.continuation and not self._steps_prepared()
@@ -611,6 +616,16 @@ class ChatAgent:
             async for chunk in ChunkStream().chunks(self._model_events(agent, history, deferred, step)):
                 if not _is_encoder_internal(chunk):
                     yield self._annotate(chunk)
+
+    def _retrieving(self, plan: "_RunPlan") -> "_RunPlan":
+        """The plan with its model recording the response id as the reply streams, and fetching the
+        response when a recovery continues it, where the strategy is ``retrieve`` (``llm.recovery``)."""
+        if llm_recovery.strategy_for(plan.model, self.recovery_strategy) is not llm_recovery.Strategy.RETRIEVE:
+            return plan
+        turn = self.turn
+        return replace(plan, model=llm_recovery.RetrievingModel(
+            plan.model, on_response_id=lambda rid: turn.write(llm_recovery.response_id_chunk(rid)),
+            resume_id=llm_recovery.response_id_of(turn.messages) if turn.continuation else None))
 
     async def _model_events(self, agent: Callable[[], Agent[TurnState[Any], Any]], history: list[ModelMessage],
                             deferred: DeferredToolResults | None, step: direct.FirstStep | None) -> AsyncIterator[Any]:

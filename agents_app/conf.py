@@ -22,6 +22,10 @@ DEFAULTS: dict[str, Any] = {
     "AGENT_DEMO_DELAY_MS": 15,
     # Largest client frame accepted, in bytes (default 4 MiB). Bigger frames get an error frame.
     "AGENT_MAX_FRAME_BYTES": 4 * 1024 * 1024,
+    # Largest file a message may carry inline (a data: URL of a ``file`` part), decoded, in bytes
+    # (default 1 MiB: it is stored with its message, and the client re-sends it every turn). Bigger
+    # files get an error frame asking for a URL; None: no limit but the frame's (llm/files.py).
+    "AGENT_MAX_FILE_BYTES": 1024 * 1024,
     # Frames one connection may send: a burst, refilled at per_second. Beyond it a frame is dropped
     # with a "rate_limited" error frame (the real client sends a few frames per turn).
     "AGENT_FRAME_RATE": {"per_second": 20.0, "burst": 100},

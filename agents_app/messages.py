@@ -117,9 +117,14 @@ class MessageBuilder:
         target["text"] += str(chunk.get("delta", ""))
 
     def _text_end(self, chunk: Chunk) -> None:
+        """Closes the last part of its type. Metadata sent with the end replaces the part's, as the AI
+        SDK's client does: a reasoning block's signature is only known at its end, and the next request
+        must send it back (docs/architecture.md#reasoning)."""
         target = self._last(chunk["type"].split("-")[0])
         if target is not None:
             target["state"] = "done"
+            if chunk.get("providerMetadata") is not None:
+                target["providerMetadata"] = chunk["providerMetadata"]
 
     def _file(self, chunk: Chunk) -> None:
         self.parts.append({"type": "file", "mediaType": chunk.get("mediaType"), "url": chunk.get("url")})

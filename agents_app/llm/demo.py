@@ -203,7 +203,8 @@ def plan(messages: list[ModelMessage], info: AgentInfo, default_delay: float) ->
     if any(isinstance(p, ToolReturnPart | RetryPromptPart) for p in parts):
         return Plan(words=re.findall(r"\S+\s*", _summarise(parts)), delay=default_delay)
     prompt = " ".join(
-        p.content if isinstance(p.content, str) else " ".join(str(c) for c in p.content)
+        # A file the user attached (an image, a PDF) is not text the demo can echo: only the text is.
+        p.content if isinstance(p.content, str) else " ".join(c for c in p.content if isinstance(c, str))
         for p in parts
         if isinstance(p, UserPromptPart)
     ).strip()

@@ -6,7 +6,10 @@ model string (``openai-chat:gpt-4o``, ``openai:gpt-5.2`` for the Responses API,
 ``ollama:<model>`` for a local Ollama server (``OLLAMA_BASE_URL``, default
 ``http://127.0.0.1:11434/v1``); ``openai-compatible:<model>`` with ``AGENT_MODEL_BASE_URL`` (and
 ``AGENT_MODEL_API_KEY`` if needed) for any OpenAI chat completions server (vLLM, LM Studio,
-llama.cpp). ``AGENT_MODEL_BASE_URL`` also redirects ``openai-chat:`` models.
+llama.cpp). ``AGENT_MODEL_BASE_URL`` also redirects ``openai-chat:``, ``openai:``/``openai-responses:``
+(Responses API) and ``anthropic:`` models (a gateway, a proxy, or the tests' local servers); it is
+the base URL the provider's SDK takes (``.../v1`` for OpenAI, the host alone for Anthropic), and
+``AGENT_MODEL_API_KEY`` then overrides the provider's usual key.
 """
 
 import os
@@ -19,6 +22,8 @@ from ..errors import AgentConfigurationError
 from .demo import MODEL_NAME, build_demo_model
 
 DEMO = "demo"
+# Providers whose models ``AGENT_MODEL_BASE_URL`` points elsewhere (besides ``openai-chat:``).
+REDIRECTABLE = ("openai", "openai-responses", "anthropic")
 OLLAMA_DEFAULT_URL = "http://127.0.0.1:11434/v1"
 
 
@@ -37,6 +42,8 @@ def get_model(spec: str | None = None) -> Model:
     try:
         if provider == "openai-compatible" or (provider == "openai-chat" and base_url):
             return _openai_compatible(name, base_url)
+        if base_url and provider in REDIRECTABLE:
+            return _redirected(provider, name, base_url)
         if provider == "ollama":
             from pydantic_ai.models.openai import OpenAIChatModel
             from pydantic_ai.providers.ollama import OllamaProvider
@@ -58,6 +65,20 @@ def _openai_compatible(name: str, base_url: str | None) -> Model:
 
     api_key = conf.get("AGENT_MODEL_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
     return OpenAIChatModel(name, provider=OpenAIProvider(base_url=base_url, api_key=api_key))
+
+
+def _redirected(provider: str, name: str, base_url: str) -> Model:
+    """An ``anthropic:`` or Responses API model talking to ``base_url``, with its usual key unless overridden."""
+    key = conf.get("AGENT_MODEL_API_KEY")
+    if provider == "anthropic":
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
+        return AnthropicModel(name, provider=AnthropicProvider(base_url=base_url, api_key=key))
+    from pydantic_ai.models.openai import OpenAIResponsesModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    return OpenAIResponsesModel(name, provider=OpenAIProvider(base_url=base_url, api_key=key))
 
 
 def is_demo(model: Model) -> bool:

@@ -27,6 +27,7 @@ from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from pydantic_ai.ui.vercel_ai import request_types as ui
 
 from ..protocol import codec
+from . import files
 
 UIMessageData = dict[str, Any]
 
@@ -238,7 +239,10 @@ async def model_history(messages: list[UIMessageData], *, repair_last_response: 
 
 
 def check(messages: list[UIMessageData]) -> None:
-    """Raise ``UnreadableMessage`` for a message ``for_model`` would refuse (before it is stored)."""
+    """Raise ``UnreadableMessage`` for a message ``for_model`` would refuse, or with an inline file
+    above ``AGENT_MAX_FILE_BYTES`` (``llm.files``), before it is stored."""
+    if (reason := files.oversized(messages)) is not None:
+        raise UnreadableMessage(reason)
     for_model(messages)
 
 

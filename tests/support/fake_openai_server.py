@@ -16,106 +16,36 @@ read back every request the server received (``server.requests``): bodies, heade
 request with nothing scripted left is answered with a 500 whose message says so, so a test that
 under-scripts fails loudly instead of hanging.
 
-Only the standard library is used: ``http.server`` in a daemon thread, HTTP/1.1 with chunked
-transfer encoding for streams (as OpenAI's servers send them) and keep-alive between requests.
+The HTTP machinery and the reply types are shared with the other providers' servers
+(``tests/support/fake_provider.py``).
 """
 
-import itertools
-import json
-import threading
 import time
-from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from collections.abc import Iterator
 from typing import Any
+
+from tests.support.fake_provider import (
+    CutReply,
+    ErrorReply,
+    RecordedRequest,
+    ScriptedServer,
+    StreamErrorReply,
+    TextReply,
+    ToolCall,
+    ToolCallsReply,
+    _Handler,
+)
+
+__all__ = [
+    "COMPLETIONS_PATH", "CutReply", "ErrorReply", "FakeOpenAIServer", "StreamErrorReply", "TextReply", "ToolCall",
+    "ToolCallsReply",
+]
 
 COMPLETIONS_PATH = "/v1/chat/completions"
 SYSTEM_FINGERPRINT = "fp_fake0001"
 
 
-@dataclass(frozen=True)
-class TextReply:
-    """An assistant text answer, streamed as one content delta per piece."""
-
-    pieces: Sequence[str]
-    finish_reason: str = "stop"
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One function call; its JSON ``arguments`` are streamed in slices of ``chunk_size`` characters."""
-
-    name: str
-    arguments: str
-    id: str
-    chunk_size: int = 8
-
-    def argument_pieces(self) -> list[str]:
-        size = max(1, self.chunk_size)
-        return [self.arguments[i:i + size] for i in range(0, len(self.arguments), size)] or [""]
-
-
-@dataclass(frozen=True)
-class ToolCallsReply:
-    """An assistant answer made of tool calls (``finish_reason: "tool_calls"``)."""
-
-    calls: Sequence[ToolCall]
-    finish_reason: str = "tool_calls"
-
-
-@dataclass(frozen=True)
-class ErrorReply:
-    """An HTTP error with OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
-
-    status: int
-    message: str
-    type: str = "server_error"
-    code: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StreamErrorReply:
-    """A stream that starts fine (``pieces`` of text) and then fails in-band, as OpenAI does.
-
-    After the text deltas the server sends ``data: {"error": {...}}`` and ends the stream without
-    ``[DONE]``. A non-streamed request gets the error as an HTTP 500.
-    """
-
-    pieces: Sequence[str]
-    message: str
-    type: str = "server_error"
-    code: str | None = None
-
-
-Reply = TextReply | ToolCallsReply | ErrorReply | StreamErrorReply
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """What the server received: method, path, headers (lower-cased names) and the JSON body."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        return list(self.body.get("messages", []))
-
-    @property
-    def stream(self) -> bool:
-        return bool(self.body.get("stream"))
-
-
-class FakeOpenAIServer:
+class FakeOpenAIServer(ScriptedServer):
     """A real HTTP server speaking OpenAI Chat Completions, answering from a script.
 
     Use as a context manager (or ``start()``/``stop()``)::
@@ -126,86 +56,53 @@ class FakeOpenAIServer:
             assert server.requests[0].body["stream"] is True
     """
 
-    def __init__(self, *, chunk_delay: float = 0.0, prompt_tokens: int = 11, completion_tokens: int = 7) -> None:
-        self.chunk_delay = chunk_delay
-        self.prompt_tokens = prompt_tokens
-        self.completion_tokens = completion_tokens
-        self._lock = threading.Lock()
-        self._script: deque[Reply] = deque()
-        self._requests: list[RecordedRequest] = []
-        self._ids = itertools.count(1)
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # --- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> "FakeOpenAIServer":
-        handler = type("Handler", (_Handler,), {"fake": self})
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        httpd.daemon_threads = True
-        # Keep-alive connections left open by a client must not block stop().
-        httpd.block_on_close = False
-        self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="fake-openai", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> "FakeOpenAIServer":
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-    # --- addresses ------------------------------------------------------------------------------
-    @property
-    def url(self) -> str:
-        assert self._httpd is not None, "server not started"
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+    name = "fake-openai"
+    post_paths = (COMPLETIONS_PATH,)
 
     @property
     def base_url(self) -> str:
         """What an OpenAI client takes as ``base_url``."""
         return f"{self.url}/v1"
 
-    # --- script and records ---------------------------------------------------------------------
-    def script(self, *replies: Reply) -> None:
-        """Queue replies; each request to the completions endpoint takes the next one."""
-        with self._lock:
-            self._script.extend(replies)
-
-    @property
-    def pending(self) -> int:
-        """Scripted replies not yet used."""
-        with self._lock:
-            return len(self._script)
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _next_reply(self) -> Reply:
-        with self._lock:
-            if self._script:
-                return self._script.popleft()
-        return ErrorReply(500, "fake OpenAI server: no scripted reply left for this request")
-
     def _new_id(self) -> str:
-        return f"chatcmpl-fake{next(self._ids)}"
+        return self.new_id("chatcmpl-fake")
+
+    def error_body(self, reply: ErrorReply | StreamErrorReply) -> dict[str, Any]:
+        return {"error": {"message": reply.message, "type": reply.type, "param": None, "code": reply.code}}
+
+    def is_piece(self, data: dict[str, Any] | str) -> bool:
+        if not isinstance(data, dict) or not data.get("choices"):
+            return False
+        delta = data["choices"][0]["delta"]
+        return bool(delta.get("content") or any(c["function"].get("arguments") for c in delta.get("tool_calls") or []))
+
+    def answer(self, handler: _Handler, request: RecordedRequest) -> None:
+        body = request.body
+        model = str(body.get("model", ""))
+        reply = self.next_reply()
+        if isinstance(reply, ErrorReply):
+            handler.send_error_reply(reply)
+        elif isinstance(reply, StreamErrorReply | CutReply) and not request.stream:
+            message = reply.message if isinstance(reply, StreamErrorReply) else "stream cut"
+            handler.send_error_reply(ErrorReply(500, message))
+        elif isinstance(reply, StreamErrorReply | CutReply):
+            # The text so far, without the finish chunk; then the in-band error, or nothing at all.
+            handler.start_stream()
+            for data in list(self.stream_chunks(TextReply(reply.pieces), model, include_usage=False))[:-1]:
+                handler.write_event(data)
+            if isinstance(reply, CutReply):
+                handler.cut_stream()
+            handler.write_event(self.error_body(reply))
+            handler.end_stream()
+        elif request.stream:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            handler.start_stream()
+            for data in self.stream_chunks(reply, model, include_usage):
+                handler.write_event(data)
+            handler.write_event("[DONE]")
+            handler.end_stream()
+        else:
+            handler.send_json(200, self.completion(reply, model))
 
     # --- wire format ----------------------------------------------------------------------------
     def completion(self, reply: TextReply | ToolCallsReply, model: str) -> dict[str, Any]:
@@ -248,6 +145,9 @@ class FakeOpenAIServer:
                 data["usage"] = None
             return data
 
+        # Reasoning as vLLM and DeepSeek stream it: ``reasoning_content`` deltas before the answer.
+        for piece in reply.reasoning:
+            yield chunk({"role": "assistant", "content": None, "reasoning_content": piece})
         if isinstance(reply, TextReply):
             yield chunk({"role": "assistant", "content": "", "refusal": None})
             for piece in reply.pieces:
@@ -281,102 +181,12 @@ class FakeOpenAIServer:
 
     def _usage(self) -> dict[str, Any]:
         return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens": self.input_tokens,
+            "completion_tokens": self.output_tokens,
+            "total_tokens": self.input_tokens + self.output_tokens,
             "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
             "completion_tokens_details": {
                 "reasoning_tokens": 0, "audio_tokens": 0,
                 "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0,
             },
         }
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "fake-openai/1.0"
-    fake: FakeOpenAIServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: test output stays readable."""
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw or b"{}")
-        except json.JSONDecodeError:
-            body = {"_raw": raw.decode(errors="replace")}
-        path = self.path.split("?", 1)[0]
-        self.fake._record(RecordedRequest(
-            method="POST", path=path, headers={k.lower(): v for k, v in self.headers.items()}, body=body,
-        ))
-        if path != COMPLETIONS_PATH:
-            self._send_error(ErrorReply(404, f"Invalid URL (POST {path})", type="invalid_request_error"))
-            return
-        reply = self.fake._next_reply()
-        if isinstance(reply, ErrorReply):
-            self._send_error(reply)
-        elif isinstance(reply, StreamErrorReply):
-            if body.get("stream"):
-                self._send_stream_error(reply, str(body.get("model", "")))
-            else:
-                self._send_error(ErrorReply(500, reply.message, type=reply.type, code=reply.code))
-        elif body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._send_stream(self.fake.stream_chunks(reply, str(body.get("model", "")), include_usage))
-        else:
-            self._send_json(200, self.fake.completion(reply, str(body.get("model", ""))))
-
-    def do_GET(self) -> None:
-        self._send_error(ErrorReply(404, f"Invalid URL (GET {self.path})", type="invalid_request_error"))
-
-    def _send_json(self, status: int, data: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
-        payload = json.dumps(data).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.send_header("x-request-id", f"req_fake{id(data)}")
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(payload)
-        self.wfile.flush()
-
-    def _send_error(self, reply: ErrorReply) -> None:
-        error = {"message": reply.message, "type": reply.type, "param": None, "code": reply.code}
-        self._send_json(reply.status, {"error": error}, reply.headers)
-
-    def _start_stream(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("x-request-id", "req_fakestream")
-        self.end_headers()
-
-    def _send_stream(self, chunks: Iterator[dict[str, Any]]) -> None:
-        self._start_stream()
-        for data in chunks:
-            self._write_event(json.dumps(data, separators=(",", ":")))
-            if self.fake.chunk_delay:
-                time.sleep(self.fake.chunk_delay)
-        self._write_event("[DONE]")
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-    def _send_stream_error(self, reply: StreamErrorReply, model: str) -> None:
-        partial = TextReply(reply.pieces)
-        chunks = list(self.fake.stream_chunks(partial, model, include_usage=False))[:-1]  # no finish chunk
-        self._start_stream()
-        for data in chunks:
-            self._write_event(json.dumps(data, separators=(",", ":")))
-        error = {"message": reply.message, "type": reply.type, "param": None, "code": reply.code}
-        self._write_event(json.dumps({"error": error}, separators=(",", ":")))
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-    def _write_event(self, data: str) -> None:
-        event = f"data: {data}\n\n".encode()
-        self.wfile.write(f"{len(event):X}\r\n".encode() + event + b"\r\n")
-        self.wfile.flush()

@@ -127,8 +127,11 @@ function start(root) {
 
   socket.listen();
 
-  function submit() {
-    if (conversation.submit(dom.input.value.trim())) dom.input.value = "";
+  async function submit() {
+    const files = await fileParts(dom.attach?.files);
+    if (!conversation.submit(dom.input.value.trim(), files)) return;
+    dom.input.value = "";
+    if (dom.attach) dom.attach.value = "";
   }
   dom.form.addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -234,6 +237,7 @@ function findElements(root) {
     list: $("messages"),
     form,
     input: $("input"),
+    attach: $("attach"),
     sendBtn: $("send"),
     stopBtn: $("stop"),
     clearBtn: $("clear"),
@@ -243,4 +247,21 @@ function findElements(root) {
     starters: $("starters"),
     mcpEl: $("mcp-servers"),
   };
+}
+
+/**
+ * The chosen files as the message's `file` parts, each its data: URL, as useAgentChat's
+ * sendMessage({ text, files }) sends them. The server refuses one above its size limit with an
+ * error frame, shown in the banner.
+ */
+function fileParts(fileList) {
+  const read = (file) =>
+    new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      const mediaType = file.type || "application/octet-stream";
+      reader.onload = () => resolve({ type: "file", mediaType, filename: file.name, url: reader.result });
+      reader.onerror = () => reject(reader.error);
+      reader.readAsDataURL(file);
+    });
+  return Promise.all([...(fileList || [])].map(read));
 }

@@ -127,9 +127,12 @@ export class MessageBuilder {
     target.text += String(chunk.delta ?? "");
   }
 
+  /** Closes the last part of its type; metadata sent with the end (a reasoning signature) replaces the part's. */
   textEnd(chunk) {
     const target = this.last(chunk.type.split("-")[0]);
-    if (target !== null) target.state = "done";
+    if (target === null) return;
+    target.state = "done";
+    if (present(chunk, "providerMetadata")) target.providerMetadata = chunk.providerMetadata;
   }
 
   file(chunk) {

@@ -83,10 +83,12 @@ export class Conversation {
 
   // ---------------------------------------------------------------- the user's actions
   /** Send a user message; false when it was not sent (not connected, busy or nothing to send). */
-  submit(text) {
-    if (!text || !this.socket.connected || this.isBusy()) return false;
+  /** Send a user message: `files` (file parts) first, then the text, as useAgentChat orders them. */
+  submit(text, files = []) {
+    if ((!text && !files.length) || !this.socket.connected || this.isBusy()) return false;
     this.ui.hideError();
-    const user = { id: messageId(), role: "user", parts: [{ type: "text", text }] };
+    const parts = [...files, ...(text ? [{ type: "text", text }] : [])];
+    const user = { id: messageId(), role: "user", parts };
     this.messages.push(user);
     this.transcriptVersion += 1;
     const id = nanoid(8);
