@@ -19,7 +19,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import override_settings
 
 from agents_app.demo.models import Refund
-from agents_app.models import Turn
+from agents_app.models import Turn, TurnUsage
 from tests.support.fake_provider import (
     CutReply,
     ErrorReply,
@@ -354,6 +354,26 @@ async def test_stream_that_breaks_in_the_middle(live: Live, ws: Any, user: Any) 
     assert (await Turn.objects.aget(request_id="r1")).status == Turn.Status.ERROR
     frames = await turn(a, "r2", [*await history(user, "cut"), user_message("u2", "again")])
     assert text_of(frames) == "Whole answer."
+
+
+# --- usage ------------------------------------------------------------------------------------------
+async def test_usage_is_stored_with_the_turn(live: Live, ws: Any, user: Any) -> None:
+    # Token counts of the server's own choosing, not the defaults: what is stored is what it reported.
+    live.server.input_tokens, live.server.output_tokens = 23, 5
+    call = ToolCall("get_weather", '{"city": "Paris"}', id="call_paris")
+    live.server.script(TextReply(["Hello."]), ToolCallsReply([call]), TextReply(["Sunny."]))
+    a = await open_agent(ws, f"{AGENT}/usage")
+
+    await turn(a, "r1", [user_message("u1", "hi")])
+    await turn(a, "r2", [*await history(user, "usage"), user_message("u2", "Weather in Paris?")])
+
+    assert len(live.server.requests) == 3
+    stored = {u.turn.request_id: (u.model, u.requests, u.input_tokens, u.output_tokens)
+              async for u in TurnUsage.objects.select_related("turn")}
+    assert stored == {
+        "r1": (live.protocol.model_name, 1, 23, 5),
+        "r2": (live.protocol.model_name, 2, 2 * 23, 2 * 5),  # a tool turn: two model requests
+    }
 
 
 # --- reasoning --------------------------------------------------------------------------------------
