@@ -368,8 +368,10 @@ async def test_usage_is_stored_with_the_turn(live: Live, ws: Any, user: Any) -> 
     await turn(a, "r2", [*await history(user, "usage"), user_message("u2", "Weather in Paris?")])
 
     assert len(live.server.requests) == 3
-    stored = {u.turn.request_id: (u.model, u.requests, u.input_tokens, u.output_tokens)
-              async for u in TurnUsage.objects.select_related("turn")}
+    stored = {
+        u.turn.request_id: (u.model, u.requests, u.input_tokens, u.output_tokens)
+        async for u in TurnUsage.objects.select_related("turn")
+    }
     assert stored == {
         "r1": (live.protocol.model_name, 1, 23, 5),
         "r2": (live.protocol.model_name, 2, 2 * 23, 2 * 5),  # a tool turn: two model requests
