@@ -50,16 +50,21 @@ def oversized(messages: list[dict[str, Any]]) -> str | None:
     for where, part in _file_parts(messages):
         size = inline_size(part["url"])
         if size is not None and size > limit:
-            return (f"{where}, is {size:,} bytes; a file sent inline may have at most {limit:,} "
-                    "(AGENT_MAX_FILE_BYTES): send it by URL instead")
+            return (
+                f"{where}, is {size:,} bytes; a file sent inline may have at most {limit:,} "
+                "(AGENT_MAX_FILE_BYTES): send it by URL instead"
+            )
     return None
 
 
 def downloaded_by_url(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """The file parts by URL a Chat Completions model has pydantic-ai download (not images, which
     it passes on, nor video, which it does not take)."""
-    return [(where, part) for where, part in _file_parts(messages) if not part["url"].startswith("data:")
-            and not str(part.get("mediaType") or "").startswith(("image/", "video/"))]
+    return [
+        (where, part)
+        for where, part in _file_parts(messages)
+        if not part["url"].startswith("data:") and not str(part.get("mediaType") or "").startswith(("image/", "video/"))
+    ]
 
 
 def refused_download(messages: list[dict[str, Any]], model: Model) -> str | None:
@@ -83,7 +88,8 @@ def refused_download(messages: list[dict[str, Any]], model: Model) -> str | None
             asyncio.run(validate_and_resolve_url(part["url"], allow_local=False))
         except ValueError as exc:
             reason = str(exc).partition(" Use force_download")[0].rstrip(".")
-            return (f"{where} cannot be read by URL: {reason}. This model's API takes no such file by URL "
-                    "and this server downloads no private address: send the file inline instead")
+            return (
+                f"{where} cannot be read by URL: {reason}. This model's API takes no such file by URL "
+                "and this server downloads no private address: send the file inline instead"
+            )
     return None
-
