@@ -61,8 +61,10 @@ def check_agent_actions(app_configs: Any, **kwargs: Any) -> list[Error]:
 
 @register(Tags.compatibility)
 def check_agent_options(app_configs: Any, **kwargs: Any) -> list[Error]:
-    """E005: ``message_concurrency``, ``max_persisted_messages`` and ``max_steps`` hold values they take."""
+    """E005: ``message_concurrency``, ``max_persisted_messages``, ``max_steps`` and
+    ``recovery_strategy`` hold values they take."""
     from .concurrency import STRATEGIES, is_valid
+    from .llm import recovery as llm_recovery
 
     errors = []
     for slug, agent_class in sorted(registered_classes().items()):
@@ -75,6 +77,8 @@ def check_agent_options(app_configs: Any, **kwargs: Any) -> list[Error]:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < minimum):
                 problems.append(f"{option} must be None or an integer ≥ {minimum}, not {value!r}")
         problems += _lease_problems(agent_class)
+        if (strategy_problem := llm_recovery.strategy_problem(agent_class.recovery_strategy)) is not None:
+            problems.append(strategy_problem)
         errors += [Error(f"{agent_class.__qualname__} ({slug}): {problem}", hint="Fix the class attribute.", id=E005)
                    for problem in problems]
     return errors

@@ -85,6 +85,17 @@ def strategy_for(model: Model, override: str | None = None) -> Strategy:
     return Strategy.SYNTHETIC
 
 
+def strategy_problem(value: object) -> str | None:
+    """Why ``value`` is not a ``recovery_strategy`` an agent may name, or None when it is one.
+
+    Asked by the system check E005: a misspelt strategy then fails ``manage.py check``, not the
+    first recovery of a turn (``strategy_for`` would raise there).
+    """
+    if value is None or value in tuple(Strategy):
+        return None
+    return f"recovery_strategy must be None or one of {', '.join(Strategy)}, not {value!r}"
+
+
 def go_on_request(strategy: Strategy) -> ModelRequest:
     """What follows the partial reply in a request that continues it: nothing but an empty request
     (pydantic-ai's way to ask for more), or the ``synthetic`` strategy's user message."""

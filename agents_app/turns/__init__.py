@@ -78,7 +78,7 @@ def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_chann
     One write transaction instead of three is one wait for SQLite's write lock instead of three
     when processes start turns at once. A look that fails is the drain's to make again; the
     request stays admitted."""
-    admission.check_readable(request.messages, request.request_id)  # before taking the write lock
+    admission.check_readable(request.messages, request.request_id, instance)  # before taking the write lock
     with transaction.atomic():
         admitted = _accept(instance, request, origin_channel, user, claim_as=liveness.worker_label(channel))
         if admitted.dropped:
@@ -103,7 +103,7 @@ def admit(instance: AgentInstance, request: ChatRequest, origin_channel: str = "
     event loop that outlives it to run the turn on: its caller hands the queue to a worker
     (``dispatch.DRAIN_INSTANCE``). Raises ``ProtocolError`` as ``submit_chat``.
     """
-    admission.check_readable(request.messages, request.request_id)
+    admission.check_readable(request.messages, request.request_id, instance)
     return _accept(instance, request, origin_channel, user)
 
 
@@ -191,7 +191,7 @@ async def replace_messages(instance: AgentInstance, messages: list[UIMessage], o
 
 
 def _replace(instance: AgentInstance, messages: list[UIMessage], policy: transcript.Policy) -> list[UIMessage]:
-    admission.check_readable(messages)
+    admission.check_readable(messages, instance=instance)
     return transcript.persist(instance, messages, policy=policy)
 
 

@@ -21,7 +21,8 @@ from django.utils import timezone
 
 from .. import concurrency, conf, registry, statements, transcript
 from ..abort import AbortSignal
-from ..llm import ui_messages
+from ..errors import AgentConfigurationError
+from ..llm import files, ui_messages
 from ..messages import UIMessage, new_message_id, request_message_ids
 from ..models import AgentInstance, Turn
 from ..protocol.parse import ChatRequest, ProtocolError
@@ -102,12 +103,25 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
     return Admission(stored, turn=turn)
 
 
-def check_readable(messages: list[UIMessage], request_id: str | None = None) -> None:
-    """Refuse messages the model could not read (``llm.ui_messages``): stored, they would fail every later turn."""
+def check_readable(messages: list[UIMessage], request_id: str | None = None,
+                   instance: AgentInstance | None = None) -> None:
+    """Refuse messages the model could not read (``llm.ui_messages``): stored, they would fail every later turn.
+
+    With the ``instance``, a file by URL its agent's model would download and may not (``llm.files``)
+    is refused too; the model is built only when the messages carry such a file.
+    """
     try:
         ui_messages.check(messages)
     except ui_messages.UnreadableMessage as exc:
         raise ProtocolError(str(exc), code="invalid_message", request_id=request_id) from None
+    if instance is None or not files.downloaded_by_url(messages):
+        return
+    try:
+        model = registry.agent_for(instance).get_model()
+    except AgentConfigurationError:  # the turn reports it, as for any message
+        return
+    if (reason := files.refused_download(messages, model)) is not None:
+        raise ProtocolError(reason, code="invalid_message", request_id=request_id)
 
 
 def _check_user_turns(active: int, request_id: str) -> None:

@@ -1,9 +1,11 @@
-"""The chat page with a real provider protocol: Anthropic's thinking shows, and goes back signed.
+"""The chat page with a real provider protocol: the model's reasoning shows, and goes back as the provider needs it.
 
-A live stack of its own whose ``AGENT_MODEL`` is an ``anthropic:`` model pointed at the local
-Anthropic server (``tests/support/fake_anthropic_server.py``) in this process. The page's own
-message builder keeps the thinking block's signature, which arrives with ``reasoning-end``, and
-the next request it sends carries it back to the model.
+One live stack per reasoning protocol (Anthropic Messages, OpenAI Responses, an OpenAI-compatible
+server), its ``AGENT_MODEL`` pointed at the local server speaking it (``tests/support/fake_*_server.py``)
+in this process. The page's own message builder keeps what arrives with ``reasoning-end`` (Anthropic's
+signature, the Responses reasoning item's id and encrypted content), and the next request it sends
+carries the reasoning back: signed where the provider signs it, as ``reasoning_content`` on Chat
+Completions (``Protocol.signed_reasoning``).
 """
 
 from collections.abc import Iterator
@@ -13,30 +15,41 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.pages import PASSWORD, USERNAME, Live, login, open_chat, send_message
-from tests.support.fake_anthropic_server import FakeAnthropicServer, signature_of
-from tests.support.fake_provider import TextReply
+from tests.support.fake_provider import ScriptedServer, TextReply
 from tests.support.live import LiveStack, RedisServer
-from tests.support.provider_protocols import API_KEY
+from tests.support.provider_protocols import API_KEY, PROTOCOLS, REASONING_PROTOCOLS, Protocol
 
 pytestmark = pytest.mark.browser
 
 THINKING = ["The user ", "says hello; ", "I greet back."]
 
 
+@pytest.fixture(scope="module", params=REASONING_PROTOCOLS)
+def protocol(request: pytest.FixtureRequest) -> Protocol:
+    return PROTOCOLS[request.param]
+
+
 @pytest.fixture(scope="module")
-def anthropic() -> Iterator[FakeAnthropicServer]:
-    with FakeAnthropicServer() as server:
+def provider(protocol: Protocol) -> Iterator[ScriptedServer]:
+    with protocol.server() as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def anthropic_live(tmp_path_factory: pytest.TempPathFactory, anthropic: FakeAnthropicServer) -> Iterator[Live]:
-    workdir: Path = tmp_path_factory.mktemp("anthropic-stack")
+def provider_live(
+    tmp_path_factory: pytest.TempPathFactory, protocol: Protocol, provider: ScriptedServer
+) -> Iterator[Live]:
+    workdir: Path = tmp_path_factory.mktemp(f"{protocol.key}-stack")
     redis = RedisServer(workdir)
-    stack = LiveStack(workdir, redis.url, extra_env={
-        "AGENT_MODEL": "anthropic:claude-sonnet-4-5", "AGENT_MODEL_BASE_URL": anthropic.base_url,
-        "AGENT_MODEL_API_KEY": API_KEY,
-    })
+    stack = LiveStack(
+        workdir,
+        redis.url,
+        extra_env={
+            "AGENT_MODEL": protocol.spec,
+            "AGENT_MODEL_BASE_URL": provider.base_url,
+            "AGENT_MODEL_API_KEY": API_KEY,
+        },
+    )
     try:
         stack.create_user(USERNAME, PASSWORD)
         yield Live(stack, stack.start_server())
@@ -46,20 +59,20 @@ def anthropic_live(tmp_path_factory: pytest.TempPathFactory, anthropic: FakeAnth
 
 
 @pytest.fixture
-def anthropic_page(browser: Browser, anthropic_live: Live) -> Iterator[Page]:
+def provider_page(browser: Browser, provider_live: Live) -> Iterator[Page]:
     context = browser.new_context()
     page = context.new_page()
-    login(page, anthropic_live)
+    login(page, provider_live)
     yield page
     context.close()
 
 
 def test_thinking_shows_in_the_page_and_the_next_request_sends_it_back_signed(
-    anthropic_page: Page, anthropic_live: Live, anthropic: FakeAnthropicServer,
+    provider_page: Page, provider_live: Live, provider: ScriptedServer, protocol: Protocol
 ) -> None:
-    page = anthropic_page
-    anthropic.script(TextReply(["Hello to you!"], reasoning=THINKING), TextReply(["Bye!"]))
-    open_chat(page, anthropic_live, "thinking")
+    page = provider_page
+    provider.script(TextReply(["Hello to you!"], reasoning=THINKING), TextReply(["Bye!"]))
+    open_chat(page, provider_live, "thinking")
 
     send_message(page, "hello")
 
@@ -72,10 +85,9 @@ def test_thinking_shows_in_the_page_and_the_next_request_sends_it_back_signed(
     # No reload: the history the page sends is the one its own builder made from the chunks.
     send_message(page, "bye")
     expect(page.locator(".msg.assistant .part.text").last).to_have_text("Bye!")
-    _, second = anthropic.requests
-    assistant = next(m for m in second.body["messages"] if m["role"] == "assistant")
+    _, second = provider.requests
     text = "".join(THINKING)
-    assert assistant["content"][0] == {"type": "thinking", "thinking": text, "signature": signature_of(text)}
+    assert protocol.replayed_reasoning(second) == [protocol.signed_reasoning(text)]
 
     page.reload()
     page.wait_for_selector("#chat[data-ready=true]")

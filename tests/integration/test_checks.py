@@ -29,12 +29,14 @@ class MisconfiguredAgent(ChatAgent):
     message_concurrency = "newest"  # type: ignore[assignment] - what the check is for
     max_persisted_messages = -1
     max_steps = 0
+    recovery_strategy = "prefil"
 
 
 class WellConfiguredAgent(ChatAgent):
     message_concurrency = Debounce(ms=200)
     max_persisted_messages = 0
     max_steps = 3
+    recovery_strategy = "synthetic"
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +77,7 @@ def test_e005_reports_agent_options_with_values_they_do_not_take() -> None:
                                "not 'newest'"),
         (checks.E005, prefix + "max_persisted_messages must be None or an integer ≥ 0, not -1"),
         (checks.E005, prefix + "max_steps must be None or an integer ≥ 1, not 0"),
+        (checks.E005, prefix + "recovery_strategy must be None or one of prefill, synthetic, retrieve, not 'prefil'"),
     ]
 
 

@@ -19,7 +19,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import override_settings
 
 from agents_app.demo.models import Refund
-from agents_app.models import Turn
+from agents_app.models import Turn, TurnUsage
 from tests.support.fake_provider import (
     CutReply,
     ErrorReply,
@@ -356,6 +356,28 @@ async def test_stream_that_breaks_in_the_middle(live: Live, ws: Any, user: Any) 
     assert text_of(frames) == "Whole answer."
 
 
+# --- usage ------------------------------------------------------------------------------------------
+async def test_usage_is_stored_with_the_turn(live: Live, ws: Any, user: Any) -> None:
+    # Token counts of the server's own choosing, not the defaults: what is stored is what it reported.
+    live.server.input_tokens, live.server.output_tokens = 23, 5
+    call = ToolCall("get_weather", '{"city": "Paris"}', id="call_paris")
+    live.server.script(TextReply(["Hello."]), ToolCallsReply([call]), TextReply(["Sunny."]))
+    a = await open_agent(ws, f"{AGENT}/usage")
+
+    await turn(a, "r1", [user_message("u1", "hi")])
+    await turn(a, "r2", [*await history(user, "usage"), user_message("u2", "Weather in Paris?")])
+
+    assert len(live.server.requests) == 3
+    stored = {
+        u.turn.request_id: (u.model, u.requests, u.input_tokens, u.output_tokens)
+        async for u in TurnUsage.objects.select_related("turn")
+    }
+    assert stored == {
+        "r1": (live.protocol.model_name, 1, 23, 5),
+        "r2": (live.protocol.model_name, 2, 2 * 23, 2 * 5),  # a tool turn: two model requests
+    }
+
+
 # --- reasoning --------------------------------------------------------------------------------------
 @pytest.fixture(params=REASONING_PROTOCOLS)
 def thinking(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
@@ -506,21 +528,37 @@ async def test_inline_file_above_the_limit_gets_an_error_frame_and_stores_nothin
     assert text_of(frames) == "Small enough."
 
 
-async def test_pdf_by_url(live: Live, ws: Any) -> None:
-    """Responses and Anthropic take a document by URL; for Chat Completions, which does not,
-    pydantic-ai downloads it, and refuses a private address (SSRF): the turn fails in-band."""
+async def test_pdf_by_url(live: Live, ws: Any, user: Any) -> None:
+    """Responses and Anthropic take a document by URL. Chat Completions does not: pydantic-ai would
+    download it, and refuses a private address (SSRF), so the message is refused before it is
+    stored, with an error frame, and the conversation goes on (stored, it would fail every turn)."""
     live.server.files["/files/doc.pdf"] = ("application/pdf", PDF)
     url = f"{live.server.url}/files/doc.pdf"
     live.server.script(TextReply(["An empty PDF."]))
     a = await open_agent(ws, f"{AGENT}/pdf-url")
-
-    frames = await turn(a, "r1", [file_message("u1", "Summarise", ("application/pdf", "doc.pdf", url))])
+    message = file_message("u1", "Summarise", ("application/pdf", "doc.pdf", url))
 
     if live.protocol.key in ("openai-chat", "openai-compatible"):
-        assert "Access to private/internal IP address (127.0.0.1) is blocked" in the_error(frames)
+        await a.send_json_to(chat_request("r1", [message]))
+        error = await a.receive_json_from(timeout=10)
+        assert (error["type"], error["code"]) == ("cf_agent_error", "invalid_message")
+        assert error["error"] == (
+            "File 'doc.pdf' in message 'u1', part 0 cannot be read by URL: Access to private/internal IP "
+            "address (127.0.0.1) is blocked. This model's API takes no such file by URL and this server "
+            "downloads no private address: send the file inline instead"
+        )
         assert live.server.requests == []
         assert live.server.downloads == []
+        assert await history(user, "pdf-url") == []
+
+        inline = file_message("u2", "Summarise", ("application/pdf", "doc.pdf", data_url("application/pdf", PDF)))
+        frames = await turn(a, "r2", [inline])
+        assert text_of(frames) == "An empty PDF."
+        [content] = live.protocol.user_contents(live.server.requests[0])
+        assert live.protocol.files_sent(content)[0] == ("document", "application/pdf", base64.b64encode(PDF).decode())
         return
+    frames = await turn(a, "r1", [message])
+
     assert text_of(frames) == "An empty PDF."
     [content] = live.protocol.user_contents(live.server.requests[0])
     assert live.protocol.files_sent(content)[0] == ("document", None, url)
