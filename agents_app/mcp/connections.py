@@ -50,7 +50,7 @@ def _transport(server: MCPServer) -> ClientTransport:
     if server.kind == "stdio":
         return StdioTransport(server.command, list(server.args), env={k: v.resolve() for k, v in server.env.items()},
                               cwd=server.cwd, keep_alive=False)
-    headers = {k: v.resolve() for k, v in server.headers.items()}
+    headers = {k: v.resolve(runtime=server.runtime) for k, v in server.headers.items()}
     if server.kind == "sse":
         return SSETransport(server.url, headers=headers)
     return StreamableHttpTransport(server.url, headers=headers)

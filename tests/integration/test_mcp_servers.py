@@ -321,3 +321,28 @@ def test_the_system_check_warns_when_a_declared_mcp_tool_replaces_the_agents_own
     [warning] = [m for m in check_mcp_servers(None) if "McpClashAgent" in m.msg]
     assert warning.id == W003
     assert "'add'" in warning.msg
+
+
+def test_the_system_check_refuses_a_wait_without_a_limit_and_warns_of_milliseconds(settings):
+    """The reference's wait timeout is in milliseconds; ours is in seconds, and a value that is
+    neither a bool nor ``{"timeout": seconds}`` would make every turn wait without a limit."""
+    from agents_app.mcp.checks import E010, W004, check_mcp_servers
+
+    settings.AGENT_CLASSES = [*settings.AGENT_CLASSES, "tests.mcp_agents.McpMillisecondsWaitAgent",
+                              "tests.mcp_agents.McpUnboundedWaitAgent"]
+    found = {m.msg.split(" ")[0]: m for m in check_mcp_servers(None) if "WaitAgent" in m.msg}
+    assert (found["McpMillisecondsWaitAgent"].id, found["McpUnboundedWaitAgent"].id) == (W004, E010)
+    assert "seconds, not milliseconds" in found["McpMillisecondsWaitAgent"].hint
+    assert "'10s'" in found["McpUnboundedWaitAgent"].msg
+
+
+@pytest.mark.parametrize(("wait", "ids"), [
+    (True, []), (False, []), ({"timeout": 0}, []), ({"timeout": 2.5}, []), ({"timeout": 300}, []),
+    ({"timeout": 301}, ["agents_app.W004"]), ({"timeout": -1}, ["agents_app.E010"]),
+    ({"timeout": True}, ["agents_app.E010"]), ({"timeout": 10, "other": 1}, ["agents_app.E010"]),
+    ({}, ["agents_app.E010"]), (None, ["agents_app.E010"]), (10, ["agents_app.E010"]),
+])
+def test_each_shape_of_wait_for_mcp_connections(wait, ids):
+    from agents_app.mcp.checks import wait_problems
+
+    assert [m.id for m in wait_problems("Agent", wait)] == ids

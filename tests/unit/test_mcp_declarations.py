@@ -2,6 +2,7 @@
 
 import pytest
 
+from agents_app.mcp.serializers import header_reference
 from agents_app.mcp.servers import MCPConfigurationError, MCPServer, SecretRef, env, setting, unique_names
 
 
@@ -55,3 +56,14 @@ def test_approval_prefix_and_fingerprint():
     assert server.fingerprint() != MCPServer(name="gh", url="https://y/mcp").fingerprint()
     with pytest.raises(MCPConfigurationError, match="Two MCP servers are named 'gh'"):
         unique_names([server, MCPServer(name="gh", command="python")])
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("env:T", SecretRef("env", "T")),
+    ("Bearer env:T", SecretRef("env", "T", "Bearer ")),
+    (" Token abc setting:K ", SecretRef("setting", "K", "Token abc ")),
+])
+def test_the_handle_reads_references_as_the_admin_and_api_document_them(text, expected):
+    """One parser: the prefixed text the admin and the REST API take works for the handle too."""
+    assert SecretRef.parse(text) == expected
+    assert SecretRef.parse(header_reference(text)) == expected
