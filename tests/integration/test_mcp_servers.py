@@ -5,6 +5,7 @@ never answer, runtime servers and the ``cf_agent_mcp_servers`` state (docs/archi
 
 import json
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -150,9 +151,17 @@ def silent_listener(monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
 
 @pytest.mark.emitted(prefixes=("chat:mcp:", "chat:turn:"))
 async def test_a_turn_waits_for_a_hanging_server_only_as_long_as_its_timeout(ws, silent_listener, emitted):
+    """A turn waits for connections still opening at most its ``{"timeout": seconds}``, then runs
+    without the servers not ready by then (the reference's waitForMcpConnections with a timeout)."""
+    at: dict[str, float] = {}
+    unsubscribe = events.subscribe(lambda name, _: at.setdefault(name, time.monotonic()))
     a, _ = await opened(ws, "/agents/mcp-waiting-agent/hang")
     await a.send_json_to(chat_request("r1", [user_message("u1", '/tool add {"a": 1, "b": 1}')]))
     frames = await receive_until(a, is_done("r1"), timeout=30)
+    unsubscribe()
+    # When the events were emitted: the wait took its 1 s timeout, not the server's 60 s.
+    waited = at["chat:mcp:wait"] - at["chat:turn:start"]
+    assert 0.9 <= waited < 2.0, waited
     assert text_of(frames) == "Unknown tool 'add'. Available: none."
     # The turn stopped waiting at its 1 s timeout with the server still connecting (its own
     # connect timeout is 60 s), then ran.
