@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 from django.core import checks as django_checks
+from django.test import override_settings
 
 from agents_app import events, transcript
 from agents_app.mcp import connections
@@ -169,6 +170,19 @@ async def test_a_turn_waits_for_a_hanging_server_only_as_long_as_its_timeout(ws,
     wait = emitted[1][1]
     assert (wait["timeout"], wait["pending"]) == (1.0, ["hanging"])
     assert last_state(frames)["servers"]["hanging"]["state"] == "connecting"
+
+
+@pytest.mark.emitted(prefixes=("chat:mcp:", "mcp:"))
+async def test_a_turn_over_its_quota_is_refused_before_any_mcp_wait_or_connection(ws, silent_listener, emitted):
+    """A refused turn gets its error frame at once: it neither waits for its MCP servers nor opens
+    a session to them (the quota is asked before the turn's MCP wait)."""
+    with override_settings(AGENT_USAGE_QUOTAS={"agent_per_month": {"mcp-waiting-agent": 0}}):
+        a, _ = await opened(ws, "/agents/mcp-waiting-agent/over")
+        await a.send_json_to(chat_request("r1", [user_message("u1", "Hi")]))
+        frames = await receive_until(a, is_done("r1"), timeout=30)
+    [error] = [f for f in frames if f.get("error")]
+    assert "Usage quota reached" in error["body"]
+    assert emitted == []  # no chat:mcp:wait, no connection started
 
 
 @pytest.mark.emitted(prefixes=("chat:mcp:", "chat:turn:start"))
