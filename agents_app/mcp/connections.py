@@ -310,7 +310,12 @@ class TurnServers:
         """
         pending = [c for c in self.connections if not c.settled.is_set()]
         if pending and (timeout is None or timeout > 0):
-            await asyncio.wait([asyncio.ensure_future(c.settled.wait()) for c in pending], timeout=timeout)
+            waits = [asyncio.ensure_future(c.settled.wait()) for c in pending]
+            try:
+                await asyncio.wait(waits, timeout=timeout)
+            finally:  # a timeout or a cancel leaves the others waiting: none outlives this call
+                for waiting in waits:
+                    waiting.cancel()
         return [c.server.name for c in self.connections if not c.settled.is_set()]
 
     def ready(self) -> list[Connection]:

@@ -3,6 +3,7 @@ streamable HTTP and over stdio: tool calls through a turn, approvals, servers th
 never answer, runtime servers and the ``cf_agent_mcp_servers`` state (docs/architecture.md#mcp-servers).
 """
 
+import asyncio
 import json
 import socket
 import time
@@ -18,7 +19,7 @@ from agents_app import events, transcript
 from agents_app.mcp import connections
 from agents_app.mcp.servers import MCPConfigurationError, env
 from agents_app.models import AgentInstance, MCPServerConfig
-from tests.mcp_agents import McpLocalAgent, McpRuntimeAgent
+from tests.mcp_agents import McpLocalAgent, McpRuntimeAgent, McpWaitingAgent
 from tests.support.frames import (
     chat_request,
     chunks,
@@ -170,6 +171,23 @@ async def test_a_turn_waits_for_a_hanging_server_only_as_long_as_its_timeout(ws,
     wait = emitted[1][1]
     assert (wait["timeout"], wait["pending"]) == (1.0, ["hanging"])
     assert last_state(frames)["servers"]["hanging"]["state"] == "connecting"
+
+
+async def test_a_wait_that_times_out_leaves_no_waiting_task_behind(silent_listener, user):
+    """A turn's wait for its connections ends at its timeout, and what it waited with ends too:
+    a hanging server would otherwise keep one waiting task per turn alive until it answers."""
+    instance = await AgentInstance.objects.acreate(slug="mcp-waiting-agent", name="tasks", owner=user)
+    servers = await connections.open_servers(instance.pk, McpWaitingAgent(instance).get_mcp_servers())
+    [connection] = servers.connections
+
+    def waiting_on_it() -> list[asyncio.Task[Any]]:
+        return [task for task in asyncio.all_tasks() if not task.done()
+                and getattr(task.get_coro(), "cr_frame", None) is not None
+                and task.get_coro().cr_frame.f_locals.get("self") is connection.settled]
+
+    assert await servers.wait(0.2) == ["hanging"]
+    await asyncio.sleep(0)  # a cancelled task ends at the loop's next turn
+    assert waiting_on_it() == []
 
 
 @pytest.mark.emitted(prefixes=("chat:mcp:", "mcp:"))
