@@ -109,7 +109,8 @@ def check_runtime_reference(reference: SecretRef) -> None:
     send the project's secret to any address.
     """
     allowed = conf.get("AGENT_MCP_SECRET_NAMES")
-    if reference.reference not in allowed:
+    names = allowed.split(",") if isinstance(allowed, str) else allowed  # a list, or "env:A,setting:B"
+    if reference.reference not in {name.strip() for name in names}:
         raise MCPConfigurationError(
             f"{reference.reference} is not in AGENT_MCP_SECRET_NAMES: a server added at runtime may only read "
             "the environment variables and settings listed there")
