@@ -197,6 +197,8 @@ class ChatAgent:
         self.name: str = instance.name
         self._turn: TurnState[Any] | None = None
         self._mcp: mcp_connections.TurnServers | None = None
+        # The turn's quota refusal once asked (a 1-tuple): before its MCP wait and its model request.
+        self._quota: tuple[quotas.Refusal | None] | None = None
 
     @classmethod
     def for_turn(cls, instance: "AgentInstance", **state: Any) -> "ChatAgent":
@@ -328,12 +330,23 @@ class ChatAgent:
         needs every server's tools whatever ``wait_for_mcp_connections`` says."""
         return await (await self.connect_mcp_servers()).wait(timeout)
 
+    async def quota_refusal(self) -> "quotas.Refusal | None":
+        """The usage quota this turn's user or agent is over, or None; asked once per turn."""
+        if self._quota is None:
+            turn = self.turn
+            self._quota = (await database_sync_to_async(quotas.refusal)(turn.user, self.slug())
+                           if quotas.may_refuse(turn.user, self.slug()) else None,)
+        return self._quota[0]
+
     async def start_mcp(self) -> None:
         """Open the turn's MCP connections and wait for them as ``wait_for_mcp_connections`` says.
 
         The wait ends early when the turn is cancelled; a server still connecting then is left out
-        of this turn (``chat:mcp:wait`` names it) and goes on connecting for the next.
+        of this turn (``chat:mcp:wait`` names it) and goes on connecting for the next. A turn over
+        a usage quota neither waits nor connects: its error frame comes first.
         """
+        if await self.quota_refusal() is not None:
+            return  # the reply is refused at once (stream_model_reply): no wait, no sessions opened
         servers = await self.connect_mcp_servers()
         wait = self.wait_for_mcp_connections
         if not servers.connections or wait is False:
@@ -579,8 +592,7 @@ class ChatAgent:
         become pydantic-ai's deferred results); a new prompt closes calls left unanswered.
         """
         turn = self.turn
-        refused = (await database_sync_to_async(quotas.refusal)(turn.user, self.slug())
-                   if quotas.may_refuse(turn.user, self.slug()) else None)
+        refused = await self.quota_refusal()
         if refused is not None:  # before any model request: the turn ends with this error frame
             turn.metered.limit = refused.limit
             yield {"type": "error", "errorText": refused.message}

@@ -107,6 +107,10 @@ DEFAULTS: dict[str, Any] = {
     # many seconds before one tries again (default 5): a server that is down is not dialled by
     # every turn.
     "AGENT_MCP_RETRY_SECONDS": 5.0,
+    # The secrets an MCP server added at runtime may reference in its headers, as "env:NAME" or
+    # "setting:NAME" (default none): whoever adds one picks its URL, and the secret goes there.
+    # Servers declared in code may reference any (docs/architecture.md#runtime-server-secrets).
+    "AGENT_MCP_SECRET_NAMES": (),
     # Seconds a server process that shuts down (SIGTERM) lets its running turns end on their own
     # before it hands the rest to recovery (docs/operations.md#lifespan). Keep it below the process
     # manager's stop timeout; 0 hands every running turn off at once.

@@ -21,6 +21,7 @@ from pydantic_ai.messages import (
     BaseToolReturnPart,
     ModelMessage,
     ModelResponse,
+    RetryPromptPart,
     ThinkingPart,
 )
 
@@ -126,7 +127,11 @@ def _prune_tool_calls(messages: list[ModelMessage], rule: PruneToolCalls) -> lis
 
 
 def _tool_call_id(part: object) -> str | None:
-    """The call a part belongs to, when it is a tool call or a tool's result (a retry is a result too)."""
+    """The call a part belongs to, when it is a tool call or a tool's result: a retry prompt sent back
+    for a call (its arguments failed validation, or the tool asked for a retry) is a result too;
+    one without a tool name answers the model's final output, not a call."""
+    if isinstance(part, RetryPromptPart):
+        return part.tool_call_id if part.tool_name is not None else None
     return part.tool_call_id if isinstance(part, BaseToolCallPart | BaseToolReturnPart) else None
 
 

@@ -107,3 +107,15 @@ class McpOwnWaitAgent(McpHttpAgent):
     async def on_chat_message(self) -> Any:
         await self.wait_for_connections()
         return self.stream_model_reply()
+
+
+class McpMillisecondsWaitAgent(McpWaitingAgent):
+    """A wait ported from the reference as it stands there, in milliseconds (system check W004)."""
+
+    wait_for_mcp_connections = {"timeout": 10000}
+
+
+class McpUnboundedWaitAgent(McpWaitingAgent):
+    """A wait that is neither a bool nor ``{"timeout": seconds}`` (system check E010)."""
+
+    wait_for_mcp_connections = "10s"  # type: ignore[assignment]

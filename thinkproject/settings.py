@@ -304,6 +304,9 @@ AGENT_MODEL_API_KEY = os.environ.get("AGENT_MODEL_API_KEY") or None
 AGENT_DEMO_DELAY_MS = int(os.environ.get("AGENT_DEMO_DELAY_MS", "15"))
 # The demo MCP server's URL (`make run` starts it and sets this); DemoAgent declares it when set.
 DEMO_MCP_URL = os.environ.get("DEMO_MCP_URL", "")
+# The secrets MCP servers added at runtime may reference, comma-separated "env:NAME" / "setting:NAME"
+# (default none; README "MCP servers").
+AGENT_MCP_SECRET_NAMES = [n.strip() for n in os.environ.get("AGENT_MCP_SECRET_NAMES", "").split(",") if n.strip()]
 # Store reply chunks for mid-stream resume (default on; off only to measure its cost).
 AGENT_STREAM_BUFFER = os.environ.get("AGENT_STREAM_BUFFER", "1") == "1"
 # First model request of a turn through pydantic-ai's direct API (default on; agents_app/conf.py).

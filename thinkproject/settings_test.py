@@ -21,6 +21,8 @@ AGENT_APPROVAL_CONTINUATION = "inline"
 AGENT_SCHEDULE_RUNS = "inline"
 # Nor for the recovery of a cut turn: it runs in the process that found the cut.
 AGENT_RECOVERY = "inline"
+# The references the tests' runtime MCP servers make (none is allowed by default).
+AGENT_MCP_SECRET_NAMES = ["env:TEST_MCP_TOKEN", "env:DOCS_KEY", "setting:MCP_KEY"]
 AGENT_CLASSES = [
     "agents_app.demo.agents.DemoAgent",
     "agents_app.demo.agents.ResearchAgent",

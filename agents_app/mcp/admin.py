@@ -122,7 +122,7 @@ class MCPServerForm(forms.ModelForm):
         try:
             MCPServer(name=name, url=data["url"], transport=data.get("transport") or None,
                       headers={k: SecretRef.parse(v) for k, v in data["headers_text"].items()},
-                      tool_prefix=data.get("tool_prefix") or "")
+                      tool_prefix=data.get("tool_prefix") or "", runtime=True).check_runtime()
         except MCPConfigurationError as exc:
             raise forms.ValidationError(str(exc)) from exc
         if any(server["id"] == name for server in service.list_servers(instance)):

@@ -5,6 +5,10 @@ W003: an MCP tool name the check can know without connecting (a server's ``needs
 names, under its ``tool_prefix``) is also a ``get_tools()`` or ``get_actions()`` name: the MCP
 tool would replace it in every turn (docs/architecture.md#mcp-tool-names). Names only the server
 knows are compared at each turn, and a clash is logged.
+E010: ``wait_for_mcp_connections`` is ``True``, ``False`` or ``{"timeout": seconds >= 0}``; any
+other value would make every turn wait without a limit.
+W004: its timeout is above ``LONG_WAIT_SECONDS``: likely milliseconds ported from the reference
+(whose ``{"timeout": 10000}`` is 10 s there, 10,000 s here).
 """
 
 from types import SimpleNamespace
@@ -14,6 +18,26 @@ from django.core.checks import Error, Tags, Warning, register
 
 E009 = "agents_app.E009"
 W003 = "agents_app.W003"
+E010 = "agents_app.E010"
+W004 = "agents_app.W004"
+# A turn waiting longer than this for MCP connections is almost surely a value in milliseconds.
+LONG_WAIT_SECONDS = 300
+
+
+def wait_problems(label: str, wait: Any) -> list[Error | Warning]:
+    """What is wrong with a class's ``wait_for_mcp_connections`` (E010, W004)."""
+    if isinstance(wait, bool):
+        return []
+    timeout = wait.get("timeout") if isinstance(wait, dict) else None
+    if not isinstance(wait, dict) or set(wait) != {"timeout"} or isinstance(timeout, bool) \
+            or not isinstance(timeout, int | float) or timeout < 0:
+        return [Error(f"{label}: wait_for_mcp_connections is {wait!r}; every turn would wait for its MCP "
+                      "connections without a limit",
+                      hint='Use True, False or {"timeout": seconds} with seconds >= 0.', id=E010)]
+    if timeout > LONG_WAIT_SECONDS:
+        return [Warning(f"{label}: wait_for_mcp_connections waits up to {timeout} s for MCP connections",
+                        hint="The timeout is in seconds, not milliseconds as in the reference SDK.", id=W004)]
+    return []
 
 
 @register(Tags.compatibility)
@@ -27,6 +51,7 @@ def check_mcp_servers(app_configs: Any, **kwargs: Any) -> list[Error | Warning]:
     for slug, agent_class in sorted(registered_classes().items()):
         label = f"{agent_class.__qualname__} ({slug})"
         agent = agent_class(SimpleNamespace(name="(system check)", pk=None))
+        problems.extend(wait_problems(label, agent_class.wait_for_mcp_connections))
         try:
             servers = list(agent.get_mcp_servers())
             if not all(isinstance(s, MCPServer) for s in servers):

@@ -50,7 +50,7 @@ def _transport(server: MCPServer) -> ClientTransport:
     if server.kind == "stdio":
         return StdioTransport(server.command, list(server.args), env={k: v.resolve() for k, v in server.env.items()},
                               cwd=server.cwd, keep_alive=False)
-    headers = {k: v.resolve() for k, v in server.headers.items()}
+    headers = {k: v.resolve(runtime=server.runtime) for k, v in server.headers.items()}
     if server.kind == "sse":
         return SSETransport(server.url, headers=headers)
     return StreamableHttpTransport(server.url, headers=headers)
@@ -310,7 +310,12 @@ class TurnServers:
         """
         pending = [c for c in self.connections if not c.settled.is_set()]
         if pending and (timeout is None or timeout > 0):
-            await asyncio.wait([asyncio.ensure_future(c.settled.wait()) for c in pending], timeout=timeout)
+            waits = [asyncio.ensure_future(c.settled.wait()) for c in pending]
+            try:
+                await asyncio.wait(waits, timeout=timeout)
+            finally:  # a timeout or a cancel leaves the others waiting: none outlives this call
+                for waiting in waits:
+                    waiting.cancel()
         return [c.server.name for c in self.connections if not c.settled.is_set()]
 
     def ready(self) -> list[Connection]:

@@ -2,31 +2,29 @@
 
 Header values are references, never secrets (docs/architecture.md#mcp-servers): ``env:NAME`` or
 ``setting:NAME``, optionally after a prefix (``Bearer env:GITHUB_TOKEN``). ``header_reference``
-reads that text for the API and the admin's form alike.
+reads that text for the API and the admin's form alike, with ``SecretRef.parse`` as the handle does.
 """
 
-import re
 from typing import Any
 
 from rest_framework import serializers
 
 from ..models import MCPServerConfig, MCPServerStatus
-from .servers import NAME_PATTERN
+from .servers import NAME_PATTERN, MCPConfigurationError, SecretRef, check_runtime_reference, check_runtime_url
 
-# ``[prefix ]env:NAME`` / ``[prefix ]setting:NAME``: the reference is the last word.
-_REFERENCE = re.compile(r"^(?P<prefix>.*?\s)?(?P<source>env|setting):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
 REFERENCE_HELP = (
     "A reference, never the secret: env:NAME (an environment variable) or setting:NAME (a Django setting), "
-    "optionally after a prefix, e.g. 'Bearer env:GITHUB_TOKEN'. It is read when a process connects."
+    "optionally after a prefix, e.g. 'Bearer env:GITHUB_TOKEN', and listed in AGENT_MCP_SECRET_NAMES. "
+    "It is read when a process connects."
 )
 
 
 def header_reference(text: str) -> dict[str, str]:
     """``[prefix ]env:NAME`` as the stored reference ``{source, name, prefix}``; ValueError otherwise."""
-    found = _REFERENCE.match(text.strip())
-    if found is None:
-        raise ValueError(f"{text.strip()!r} is not a reference: {REFERENCE_HELP}")
-    return {"source": found["source"], "name": found["name"], "prefix": found["prefix"] or ""}
+    try:
+        return SecretRef.parse(text).to_json()
+    except MCPConfigurationError:
+        raise ValueError(f"{text.strip()!r} is not a reference: {REFERENCE_HELP}") from None
 
 
 def reference_text(reference: dict[str, str]) -> str:
@@ -66,8 +64,18 @@ class AddMCPServerSerializer(serializers.Serializer[Any]):
     tool_prefix = serializers.RegexField(r"^[A-Za-z0-9_]*$", max_length=50, required=False, allow_blank=True,
                                          help_text="Put before each tool's name, e.g. gh_.")
 
+    def validate_url(self, value: str) -> str:
+        try:
+            check_runtime_url(value)
+        except MCPConfigurationError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+        return value
+
     def validate_headers(self, value: dict[str, str]) -> dict[str, dict[str, str]]:
         try:
-            return {name: header_reference(text) for name, text in value.items()}
-        except ValueError as exc:
+            headers = {name: header_reference(text) for name, text in value.items()}
+            for reference in headers.values():
+                check_runtime_reference(SecretRef.parse(reference))
+        except (ValueError, MCPConfigurationError) as exc:
             raise serializers.ValidationError(str(exc)) from exc
+        return headers

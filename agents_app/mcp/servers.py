@@ -4,6 +4,11 @@ An ``MCPServer`` names a streamable-HTTP or SSE URL with its headers, or a stdio
 arguments. Header (and stdio environment) values are ``SecretRef`` references to an environment
 variable or a Django setting, resolved when the connection opens: a runtime server's row, which
 an admin can read, holds the reference only (docs/architecture.md#mcp-servers).
+
+A runtime server (added by whoever holds ``manage_mcp_servers``) chooses its own URL, so it may
+only reference the secrets listed in ``AGENT_MCP_SECRET_NAMES``, checked when it is added and
+again when a connection resolves them; servers declared in code are trusted
+(docs/architecture.md#runtime-server-secrets).
 """
 
 import hashlib
@@ -13,9 +18,11 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit
 
 from django.conf import settings
 
+from .. import conf
 from ..errors import AgentConfigurationError
 
 Transport = Literal["streamable-http", "sse", "stdio"]
@@ -23,6 +30,10 @@ SecretSource = Literal["env", "setting"]
 
 # Server names: the id clients see (``servers: {<name>: …}``) and the unique key per instance.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+# A reference as text, ``[prefix ]env:NAME`` / ``[prefix ]setting:NAME``: the reference is the last word.
+REFERENCE_PATTERN = re.compile(r"^(?P<prefix>.*?\s)?(?P<source>env|setting):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
+# Query parameters that carry credentials: a runtime server's URL is shown to every client.
+CREDENTIAL_PARAMETER = re.compile(r"token|key|secret|passw|auth|signature|sig$|credential|session", re.IGNORECASE)
 
 
 class MCPConfigurationError(AgentConfigurationError):
@@ -46,8 +57,16 @@ class SecretRef:
             raise MCPConfigurationError(f"A secret reference needs a source 'env' or 'setting' and a name, "
                                         f"not {self.source!r}:{self.name!r}")
 
-    def resolve(self) -> str:
-        """The value now; ``MCPConfigurationError`` when the variable or setting is missing."""
+    @property
+    def reference(self) -> str:
+        """``env:NAME`` or ``setting:NAME``: how ``AGENT_MCP_SECRET_NAMES`` lists it."""
+        return f"{self.source}:{self.name}"
+
+    def resolve(self, *, runtime: bool = False) -> str:
+        """The value now; ``MCPConfigurationError`` when the variable or setting is missing, or when
+        a ``runtime`` server's reference is not in ``AGENT_MCP_SECRET_NAMES``."""
+        if runtime:
+            check_runtime_reference(self)
         value = os.environ.get(self.name) if self.source == "env" else getattr(settings, self.name, None)
         if value is None:
             where = "environment variable" if self.source == "env" else "setting"
@@ -64,12 +83,13 @@ class SecretRef:
             return value
         if isinstance(value, Mapping):
             return cls(value.get("source", ""), value.get("name", ""), value.get("prefix", ""))  # type: ignore[arg-type]
-        source, _, name = str(value).partition(":")
-        if source in ("env", "setting") and name:
-            return cls(source, name)  # type: ignore[arg-type]
+        found = REFERENCE_PATTERN.match(str(value).strip())
+        if found is not None:
+            return cls(found["source"], found["name"], found["prefix"] or "")  # type: ignore[arg-type]
         raise MCPConfigurationError(
             "MCP header and environment values are references, never the secret itself: "
-            "write env('NAME', prefix=...) or setting('NAME'), or the strings 'env:NAME' / 'setting:NAME'")
+            "write env('NAME', prefix=...) or setting('NAME'), or the strings 'env:NAME' / 'setting:NAME', "
+            "optionally after a prefix ('Bearer env:NAME')")
 
 
 def env(name: str, *, prefix: str = "") -> SecretRef:
@@ -80,6 +100,32 @@ def env(name: str, *, prefix: str = "") -> SecretRef:
 def setting(name: str, *, prefix: str = "") -> SecretRef:
     """A value from the Django setting ``name`` (``prefix`` first)."""
     return SecretRef("setting", name, prefix)
+
+
+def check_runtime_reference(reference: SecretRef) -> None:
+    """Refuse a runtime server's reference unless ``AGENT_MCP_SECRET_NAMES`` lists it.
+
+    Whoever adds a runtime server picks its URL: without the list, ``setting:SECRET_KEY`` would
+    send the project's secret to any address.
+    """
+    allowed = conf.get("AGENT_MCP_SECRET_NAMES")
+    names = allowed.split(",") if isinstance(allowed, str) else allowed  # a list, or "env:A,setting:B"
+    if reference.reference not in {name.strip() for name in names}:
+        raise MCPConfigurationError(
+            f"{reference.reference} is not in AGENT_MCP_SECRET_NAMES: a server added at runtime may only read "
+            "the environment variables and settings listed there")
+
+
+def check_runtime_url(url: str) -> None:
+    """Refuse credentials in a runtime server's URL (``user:pass@``, ``?token=``): every client sees it."""
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        raise MCPConfigurationError("An MCP server's URL may not hold a user or password (user:pass@): every "
+                                    "client sees the URL; pass credentials in a header by reference")
+    named = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True) if CREDENTIAL_PARAMETER.search(name)]
+    if named:
+        raise MCPConfigurationError(f"An MCP server's URL may not carry credentials in its query ({', '.join(named)}):"
+                                    " every client sees the URL; pass them in a header by reference")
 
 
 def _references(values: Mapping[str, Any] | None) -> dict[str, SecretRef]:
@@ -110,6 +156,8 @@ class MCPServer:
     needs_approval: bool | frozenset[str] = False
     tool_prefix: str = ""
     connect_timeout: float = 10.0
+    # Added at runtime (a row), not declared in code: its references are limited (check_runtime).
+    runtime: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
@@ -132,6 +180,15 @@ class MCPServer:
             if isinstance(approval, str) or not isinstance(approval, Collection):
                 raise MCPConfigurationError(f"MCP server {self.name!r}: needs_approval is True, False or tool names")
             object.__setattr__(self, "needs_approval", frozenset(str(n) for n in approval))
+
+    def check_runtime(self) -> None:
+        """What a server added at runtime must also pass: no credentials in its URL, and only the
+        references ``AGENT_MCP_SECRET_NAMES`` lists (``MCPConfigurationError``)."""
+        if self.kind == "stdio":
+            raise MCPConfigurationError("Runtime MCP servers are URLs; declare stdio servers in get_mcp_servers()")
+        check_runtime_url(self.url)
+        for reference in self.headers.values():
+            check_runtime_reference(reference)
 
     @property
     def kind(self) -> Transport:

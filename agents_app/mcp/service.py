@@ -40,15 +40,15 @@ def add_server(instance: AgentInstance, name: str, url: str, *, headers: Mapping
 
     Raises:
         MCPConfigurationError: a bad name, URL, transport or header (headers are references:
-            ``env("NAME", prefix=...)``, ``setting("NAME")``, ``"env:NAME"``, ``"setting:NAME"``).
+            ``env("NAME", prefix=...)``, ``setting("NAME")``, ``"[prefix ]env:NAME"``,
+            ``"[prefix ]setting:NAME"``, listed in ``AGENT_MCP_SECRET_NAMES``); credentials in the URL.
         MCPServerExists: the name is taken on this instance.
     """
     server = MCPServer(name=name, url=url, transport=transport or None,  # type: ignore[arg-type]
                        headers={k: SecretRef.parse(v) for k, v in (headers or {}).items()},
                        needs_approval=needs_approval if isinstance(needs_approval, bool) else frozenset(needs_approval),
-                       tool_prefix=tool_prefix)
-    if server.kind == "stdio":
-        raise MCPConfigurationError("Runtime MCP servers are URLs; declare stdio servers in get_mcp_servers()")
+                       tool_prefix=tool_prefix, runtime=True)
+    server.check_runtime()
     if instance.pk is None:
         instance = registry.materialize(instance)
     if any(d.name == name for d in declared(instance)):

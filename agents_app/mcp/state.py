@@ -49,7 +49,7 @@ def server_of(row: MCPServerConfig) -> MCPServer:
     """The declaration a runtime row stands for."""
     return MCPServer(name=row.name, url=row.url, transport=row.transport, headers=row.headers,  # type: ignore[arg-type]
                      needs_approval=True if row.approve_all else frozenset(row.needs_approval),
-                     tool_prefix=row.tool_prefix)
+                     tool_prefix=row.tool_prefix, runtime=True)
 
 
 def record(instance_pk: int, server: MCPServer, report: Report, *, unless_ready: bool = False) -> bool:

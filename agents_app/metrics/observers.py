@@ -13,7 +13,7 @@ from ..recovery import service as recovery
 from . import instruments
 
 # What a cut turn's error says → the ``reason`` label (bounded: anything else is "other").
-REASONS = {recovery.INTERRUPTED: "interrupted", recovery.STALLED: "stalled"}
+REASONS = {recovery.INTERRUPTED: "interrupted", recovery.STALLED: "stalled", recovery.OUT_OF_MEMORY: "out_of_memory"}
 ENDED = {
     events.RECOVERY_COMPLETED: "completed",
     events.RECOVERY_SKIPPED: "skipped",

@@ -28,6 +28,9 @@ def exists(live: Live, name: str) -> bool:
 def test_destroy_asks_first_then_deletes_the_conversation_and_empties_the_open_chat(
     page: Page, superuser_context: BrowserContext, live: Live, room: str
 ) -> None:
+    """The reference's ``destroy()`` deletes an agent's stored state and closes its connections.
+    The admin asks before it destroys (saying what would go; looking deletes nothing), then the
+    open chat is emptied and its next message starts a new, empty conversation at the same address."""
     open_chat(page, live, room)
     send_message(page, "remember me")
     expect(page.locator(".msg.assistant .part.text").last).to_have_text(f"{ECHO}remember me")

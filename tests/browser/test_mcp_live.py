@@ -44,7 +44,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     workdir = tmp_path_factory.mktemp("browser-mcp")
     redis = RedisServer(workdir)
     mcp = DemoMcpServer(workdir)
-    stack = LiveStack(workdir, redis.url, extra_env={"DEMO_MCP_URL": mcp.url})
+    stack = LiveStack(workdir, redis.url, extra_env={"DEMO_MCP_URL": mcp.url,
+                                                      "AGENT_MCP_SECRET_NAMES": f"env:{MISSING}"})
     try:
         stack.create_user(USERNAME, PASSWORD)
         stack.manage("shell", "-c", MANAGER_SEED)

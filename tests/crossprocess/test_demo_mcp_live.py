@@ -66,7 +66,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     workdir: Path = tmp_path_factory.mktemp("demo-mcp")
     redis = RedisServer(workdir)
     mcp = DemoMcpServer(workdir)
-    stack = LiveStack(workdir, redis.url, extra_env={"DEMO_MCP_URL": mcp.url})
+    stack = LiveStack(workdir, redis.url, extra_env={"DEMO_MCP_URL": mcp.url,
+                                                      "AGENT_MCP_SECRET_NAMES": "env:DEMO_TOKEN"})
     try:
         stack.create_user("alice")
         tokens = dict(zip(("alice", "manager", "viewer"), stack.manage("shell", "-c", SEED).split()[-3:], strict=True))

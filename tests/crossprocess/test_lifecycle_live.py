@@ -49,6 +49,11 @@ async def until_closed(sock: ClientConnection) -> tuple[int, str, list[str]]:
 def test_a_refusal_and_a_destroy_reach_the_client_with_their_close_codes(
     tmp_path: Path, redis: RedisServer, server: str
 ) -> None:
+    """In the reference an agent refuses a connection by closing it with a code and reason from its
+    connect hook, and ``destroy()`` closes every connection and deletes the agent's stored state.
+    Here, on each real server: the refusal's 4401 (and its reason, where the server can send one)
+    arrives before any frame of the conversation, and a destroy clears the open chat, then closes
+    it with 1000 ``destroyed`` (README, deliberate deviations) and leaves no messages behind."""
     stack = LiveStack(tmp_path, redis.url, extra_env={"DJANGO_SETTINGS_MODULE": "tests.support.settings_lifecycle"})
     try:
         stack.create_user("alice")

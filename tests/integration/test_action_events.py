@@ -94,6 +94,8 @@ async def test_a_call_that_times_out_or_raises_reports_the_error_the_model_reads
 
 
 async def test_a_cut_output_is_reported_as_truncated(emitted: Events):
+    """The reference cuts an action's output too large for the model, and its actions design has the
+    settled event say whether it did: ``truncated`` is true for an output that was cut."""
     configure("e4", behaviour="large")
     await turn("e4")
     assert dict(life(emitted))["action:settled"]["truncated"] is True

@@ -94,6 +94,9 @@ async def test_active_tools_limits_the_tools_offered_on_that_step():
 
 @with_step_agent
 async def test_a_hook_that_returns_something_else_fails_the_turn_with_a_clear_error():
+    """The reference's step hook returns the step's settings or nothing. Anything else (here a plain
+    dict) is a mistake in the agent: the turn fails with an error naming the hook and what it
+    must return, rather than running the step with the value ignored."""
     ANSWERS["s4"] = lambda ctx: {"messages": []}
     result = await (await StepAgent.aget("s4")).save_messages(["hello"])
     assert result.status == "error" and "before_step returns a StepConfig or None" in (result.error or "")

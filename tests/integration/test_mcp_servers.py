@@ -3,20 +3,23 @@ streamable HTTP and over stdio: tool calls through a turn, approvals, servers th
 never answer, runtime servers and the ``cf_agent_mcp_servers`` state (docs/architecture.md#mcp-servers).
 """
 
+import asyncio
 import json
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
 from django.core import checks as django_checks
+from django.test import override_settings
 
 from agents_app import events, transcript
 from agents_app.mcp import connections
 from agents_app.mcp.servers import MCPConfigurationError, env
 from agents_app.models import AgentInstance, MCPServerConfig
-from tests.mcp_agents import McpLocalAgent, McpRuntimeAgent
+from tests.mcp_agents import McpLocalAgent, McpRuntimeAgent, McpWaitingAgent
 from tests.support.frames import (
     chat_request,
     chunks,
@@ -150,9 +153,17 @@ def silent_listener(monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
 
 @pytest.mark.emitted(prefixes=("chat:mcp:", "chat:turn:"))
 async def test_a_turn_waits_for_a_hanging_server_only_as_long_as_its_timeout(ws, silent_listener, emitted):
+    """A turn waits for connections still opening at most its ``{"timeout": seconds}``, then runs
+    without the servers not ready by then (the reference's waitForMcpConnections with a timeout)."""
+    at: dict[str, float] = {}
+    unsubscribe = events.subscribe(lambda name, _: at.setdefault(name, time.monotonic()))
     a, _ = await opened(ws, "/agents/mcp-waiting-agent/hang")
     await a.send_json_to(chat_request("r1", [user_message("u1", '/tool add {"a": 1, "b": 1}')]))
     frames = await receive_until(a, is_done("r1"), timeout=30)
+    unsubscribe()
+    # When the events were emitted: the wait took its 1 s timeout, not the server's 60 s.
+    waited = at["chat:mcp:wait"] - at["chat:turn:start"]
+    assert 0.9 <= waited < 2.0, waited
     assert text_of(frames) == "Unknown tool 'add'. Available: none."
     # The turn stopped waiting at its 1 s timeout with the server still connecting (its own
     # connect timeout is 60 s), then ran.
@@ -160,6 +171,36 @@ async def test_a_turn_waits_for_a_hanging_server_only_as_long_as_its_timeout(ws,
     wait = emitted[1][1]
     assert (wait["timeout"], wait["pending"]) == (1.0, ["hanging"])
     assert last_state(frames)["servers"]["hanging"]["state"] == "connecting"
+
+
+async def test_a_wait_that_times_out_leaves_no_waiting_task_behind(silent_listener, user):
+    """A turn's wait for its connections ends at its timeout, and what it waited with ends too:
+    a hanging server would otherwise keep one waiting task per turn alive until it answers."""
+    instance = await AgentInstance.objects.acreate(slug="mcp-waiting-agent", name="tasks", owner=user)
+    servers = await connections.open_servers(instance.pk, McpWaitingAgent(instance).get_mcp_servers())
+    [connection] = servers.connections
+
+    def waiting_on_it() -> list[asyncio.Task[Any]]:
+        return [task for task in asyncio.all_tasks() if not task.done()
+                and getattr(task.get_coro(), "cr_frame", None) is not None
+                and task.get_coro().cr_frame.f_locals.get("self") is connection.settled]
+
+    assert await servers.wait(0.2) == ["hanging"]
+    await asyncio.sleep(0)  # a cancelled task ends at the loop's next turn
+    assert waiting_on_it() == []
+
+
+@pytest.mark.emitted(prefixes=("chat:mcp:", "mcp:"))
+async def test_a_turn_over_its_quota_is_refused_before_any_mcp_wait_or_connection(ws, silent_listener, emitted):
+    """A refused turn gets its error frame at once: it neither waits for its MCP servers nor opens
+    a session to them (the quota is asked before the turn's MCP wait)."""
+    with override_settings(AGENT_USAGE_QUOTAS={"agent_per_month": {"mcp-waiting-agent": 0}}):
+        a, _ = await opened(ws, "/agents/mcp-waiting-agent/over")
+        await a.send_json_to(chat_request("r1", [user_message("u1", "Hi")]))
+        frames = await receive_until(a, is_done("r1"), timeout=30)
+    [error] = [f for f in frames if f.get("error")]
+    assert "Usage quota reached" in error["body"]
+    assert emitted == []  # no chat:mcp:wait, no connection started
 
 
 @pytest.mark.emitted(prefixes=("chat:mcp:", "chat:turn:start"))
@@ -321,3 +362,28 @@ def test_the_system_check_warns_when_a_declared_mcp_tool_replaces_the_agents_own
     [warning] = [m for m in check_mcp_servers(None) if "McpClashAgent" in m.msg]
     assert warning.id == W003
     assert "'add'" in warning.msg
+
+
+def test_the_system_check_refuses_a_wait_without_a_limit_and_warns_of_milliseconds(settings):
+    """The reference's wait timeout is in milliseconds; ours is in seconds, and a value that is
+    neither a bool nor ``{"timeout": seconds}`` would make every turn wait without a limit."""
+    from agents_app.mcp.checks import E010, W004, check_mcp_servers
+
+    settings.AGENT_CLASSES = [*settings.AGENT_CLASSES, "tests.mcp_agents.McpMillisecondsWaitAgent",
+                              "tests.mcp_agents.McpUnboundedWaitAgent"]
+    found = {m.msg.split(" ")[0]: m for m in check_mcp_servers(None) if "WaitAgent" in m.msg}
+    assert (found["McpMillisecondsWaitAgent"].id, found["McpUnboundedWaitAgent"].id) == (W004, E010)
+    assert "seconds, not milliseconds" in found["McpMillisecondsWaitAgent"].hint
+    assert "'10s'" in found["McpUnboundedWaitAgent"].msg
+
+
+@pytest.mark.parametrize(("wait", "ids"), [
+    (True, []), (False, []), ({"timeout": 0}, []), ({"timeout": 2.5}, []), ({"timeout": 300}, []),
+    ({"timeout": 301}, ["agents_app.W004"]), ({"timeout": -1}, ["agents_app.E010"]),
+    ({"timeout": True}, ["agents_app.E010"]), ({"timeout": 10, "other": 1}, ["agents_app.E010"]),
+    ({}, ["agents_app.E010"]), (None, ["agents_app.E010"]), (10, ["agents_app.E010"]),
+])
+def test_each_shape_of_wait_for_mcp_connections(wait, ids):
+    from agents_app.mcp.checks import wait_problems
+
+    assert [m.id for m in wait_problems("Agent", wait)] == ids

@@ -10,3 +10,5 @@ AGENT_CLASSES = [*AGENT_CLASSES, "tests.agents.DropAgent", "tests.agents.LatestA
                  "tests.agents.StallAgent", "tests.agents.ParentAgent", "tests.agents.ChildAgent",
                  "tests.agents.SharedRoomAgent", "tests.agents.SlowStreamAgent",
                  "tests.mcp_agents.McpHttpAgent", "tests.mcp_agents.McpRuntimeAgent"]
+# The reference the runtime MCP servers of tests/crossprocess/test_mcp_processes.py make.
+AGENT_MCP_SECRET_NAMES = ["env:TEST_MCP_TOKEN"]

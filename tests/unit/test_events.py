@@ -29,6 +29,9 @@ def test_each_event_goes_to_the_reference_channel(name: str, channel: str) -> No
 
 
 def test_a_channel_subscriber_gets_only_its_channel_and_a_prefix_subscriber_only_its_prefix() -> None:
+    """The reference publishes each event on one named channel, and a subscriber listens to a channel.
+    A channel subscriber gets that channel's events only; a subscription by name prefix (ours) gets
+    only the events its prefix starts; unsubscribing twice is harmless."""
     seen: list[tuple[str, str]] = []
     stops = [events.subscribe("schedule", lambda name, data: seen.append(("schedule", name))),
              events.subscribe("chat:turn:", lambda name, data: seen.append(("prefix", name)))]
@@ -44,5 +47,7 @@ def test_a_channel_subscriber_gets_only_its_channel_and_a_prefix_subscriber_only
 
 @pytest.mark.parametrize("arguments", [("chat",), ("", print), ("chat", "not callable")])
 def test_subscribe_refuses_what_it_cannot_call(arguments: tuple[object, ...]) -> None:
+    """A subscription without a callable, or with an empty channel or prefix (which would match every
+    event), is a TypeError at once, not an error later when an event is emitted to it."""
     with pytest.raises(TypeError):
         events.subscribe(*arguments)  # type: ignore[call-overload]

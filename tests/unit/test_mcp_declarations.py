@@ -2,7 +2,16 @@
 
 import pytest
 
-from agents_app.mcp.servers import MCPConfigurationError, MCPServer, SecretRef, env, setting, unique_names
+from agents_app.mcp.serializers import header_reference
+from agents_app.mcp.servers import (
+    MCPConfigurationError,
+    MCPServer,
+    SecretRef,
+    check_runtime_reference,
+    env,
+    setting,
+    unique_names,
+)
 
 
 @pytest.mark.parametrize(("declaration", "kind", "server_url"), [
@@ -55,3 +64,26 @@ def test_approval_prefix_and_fingerprint():
     assert server.fingerprint() != MCPServer(name="gh", url="https://y/mcp").fingerprint()
     with pytest.raises(MCPConfigurationError, match="Two MCP servers are named 'gh'"):
         unique_names([server, MCPServer(name="gh", command="python")])
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("env:T", SecretRef("env", "T")),
+    ("Bearer env:T", SecretRef("env", "T", "Bearer ")),
+    (" Token abc setting:K ", SecretRef("setting", "K", "Token abc ")),
+])
+def test_the_handle_reads_references_as_the_admin_and_api_document_them(text, expected):
+    """One parser: the prefixed text the admin and the REST API take works for the handle too."""
+    assert SecretRef.parse(text) == expected
+    assert SecretRef.parse(header_reference(text)) == expected
+
+
+@pytest.mark.parametrize("allowed", [["env:PUBLIC_TOKEN", "setting:B"], "env:PUBLIC_TOKEN, setting:B"])
+def test_the_allow_list_names_whole_references_with_their_source(settings, allowed):
+    """A runtime server's reference must be listed as it is, source and whole name: listing
+    env:PUBLIC_TOKEN allows neither env:PUBLIC nor setting:PUBLIC_TOKEN (a string list works too)."""
+    settings.AGENT_MCP_SECRET_NAMES = allowed
+    check_runtime_reference(env("PUBLIC_TOKEN"))
+    check_runtime_reference(setting("B"))
+    for refused in (env("PUBLIC"), setting("PUBLIC_TOKEN"), env("B")):
+        with pytest.raises(MCPConfigurationError, match="not in AGENT_MCP_SECRET_NAMES"):
+            check_runtime_reference(refused)

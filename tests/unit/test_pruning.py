@@ -7,6 +7,7 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    RetryPromptPart,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -71,6 +72,8 @@ def test_tool_calls_before_the_last_n_messages_are_dropped_with_their_results() 
 
 
 def test_tool_calls_all_drops_every_tool_part_and_before_last_0_messages_drops_none() -> None:
+    """``"all"`` drops every tool call and result; ``before-last-0-messages`` prunes nothing (as the
+    SDK's ``slice(-0)``), and neither does ``"none"``."""
     pruned = prune_messages(conversation(), tool_calls="all")
     assert not any(getattr(p, "tool_name", None) for m in pruned for p in m.parts)
     messages = conversation()
@@ -87,6 +90,26 @@ def test_a_rule_may_name_the_tools_it_prunes() -> None:
     assert kinds(both) == [["user-prompt"], ["thinking"], ["thinking", "text"], ["user-prompt"], ["thinking"]]
 
 
+@pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
+def test_a_retry_prompt_for_a_pruned_call_goes_with_it() -> None:
+    """A retry sent back for a call (bad arguments, or the tool asked for one) is that call's result:
+    pruning the call drops it too, or the provider would get an answer to a call it never made. A
+    retry of the final output (no tool name) belongs to no call and stays. pydantic-ai now writes
+    retries as ``ToolReturnPart(outcome="retried")``, but histories may still hold the older part."""
+    messages = [
+        ModelRequest(parts=[UserPromptPart("find it")]),
+        ModelResponse(parts=[ToolCallPart("search", {"q": 1}, tool_call_id="c1")]),
+        ModelRequest(parts=[RetryPromptPart("q must be a string", tool_name="search", tool_call_id="c1")]),
+        ModelResponse(parts=[ToolCallPart("search", {"q": "x"}, tool_call_id="c2")]),
+        ModelRequest(parts=[ToolReturnPart("search", "found", tool_call_id="c2")]),
+        ModelResponse(parts=[TextPart("not json")]),
+        ModelRequest(parts=[RetryPromptPart("answer in JSON", tool_call_id="c9")]),
+    ]
+    pruned = prune_messages(messages, tool_calls="before-last-message")
+    assert kinds(pruned) == [["user-prompt"], ["text"], ["retry-prompt"]]
+    assert kinds(prune_messages(messages, tool_calls=[{"type": "all", "tools": ["search"]}]))[-1] == ["retry-prompt"]
+
+
 def test_empty_messages_keep_leaves_emptied_messages_in_place() -> None:
     """``emptyMessages: "keep"`` keeps a message that pruning emptied (``"remove"``, the default, drops it)."""
     kept = prune_messages(conversation(), tool_calls="all", empty_messages="keep")
@@ -100,6 +123,7 @@ def test_a_message_empty_before_pruning_is_kept() -> None:
 
 
 def test_the_input_is_not_changed() -> None:
+    """Pruning returns new messages and leaves the caller's list and messages as they were."""
     messages = conversation()
     before = kinds(messages)
     prune_messages(messages, reasoning="all", tool_calls="all")
@@ -113,5 +137,6 @@ def test_the_input_is_not_changed() -> None:
     ({"empty_messages": "drop"}, "empty_messages must be"),
 ])
 def test_an_unknown_rule_is_refused_by_name(options: dict[str, Any], problem: str) -> None:
+    """A misspelt option is an error naming it, never silently no pruning."""
     with pytest.raises(ValueError, match=problem):
         prune_messages(conversation(), **options)
