@@ -409,18 +409,26 @@ def queued_head(turn: Columns, user: Columns, instance: type[Model]) -> Select:
 
 
 @functools.cache
-def active_generation_and_user_count(turn: type[Model]) -> Select:
-    """The newest generation among an instance's turns of two statuses (NULL: none), and how many
-    turns of those statuses a user has; parameters: instance pk, two statuses, user pk, two statuses."""
+def active_generation_and_user_count(turn: type[Model], owned: type[Model]) -> Select:
+    """The newest generation among an instance's turns of two statuses (NULL: none), how many
+    turns of those statuses a user has, and whether the instance has rows of ``owned`` (a model
+    with an ``instance`` foreign key); parameters: instance pk, two statuses, user pk, two
+    statuses, instance pk."""
 
     def build(connection: BaseDatabaseWrapper) -> str:
         of_instance, of_user = Columns(turn, "t").bound(connection), Columns(turn, "u").bound(connection)
         return (f"SELECT (SELECT MAX({of_instance('generation')}) FROM {of_instance.table} "  # noqa: S608
                 f"WHERE {of_instance('instance')} = %s AND {of_instance('status')} IN (%s, %s)), "
                 f"(SELECT COUNT(*) FROM {of_user.table} WHERE {of_user('user')} = %s "
-                f"AND {of_user('status')} IN (%s, %s))")
+                f"AND {of_user('status')} IN (%s, %s)), {_any_of_instance(owned, '%s', connection)}")
 
     return Select(turn, build)
+
+
+def _any_of_instance(owned: type[Model], instance: str, connection: BaseDatabaseWrapper) -> str:
+    """``EXISTS``: the instance (``instance``: a parameter or a column) has a row of ``owned``."""
+    o = Columns(owned, "o").bound(connection)
+    return f"EXISTS (SELECT 1 FROM {o.table} WHERE {o('instance')} = {instance})"  # noqa: S608
 
 
 @functools.cache
@@ -438,12 +446,14 @@ def latest_turn(turn: type[Model]) -> Select:
 
 
 @functools.cache
-def turn_instance_and_cancel_flag(turn: type[Model], instance: Columns) -> Select:
-    """A turn's instance (``instance``'s columns) and its ``cancel_requested``; parameter: the turn pk."""
+def turn_instance_and_cancel_flag(turn: type[Model], instance: Columns, owned: type[Model]) -> Select:
+    """A turn's instance (``instance``'s columns), whether the instance has rows of ``owned`` (as
+    ``active_generation_and_user_count``) and the turn's ``cancel_requested``; parameter: the turn pk."""
 
     def build(connection: BaseDatabaseWrapper) -> str:
         i, t = instance.bound(connection), Columns(turn, "t").bound(connection)
-        return (f"SELECT {i.select}, {t('cancel_requested')} "  # noqa: S608
+        return (f"SELECT {i.select}, {_any_of_instance(owned, i('id'), connection)}, "  # noqa: S608
+                f"{t('cancel_requested')} "
                 f"FROM {t.table} JOIN {i.table} ON {i('id')} = {t('instance')} WHERE {t('id')} = %s")
 
     return Select(turn, build)
