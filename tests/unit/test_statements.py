@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from agents_app import statements
-from agents_app.models import AgentInstance, ChatMessage, MCPServerConfig, Turn
+from agents_app.models import AgentInstance, ChatMessage, MCPServerConfig, StreamRecord, StreamSegment, Turn
 
 PACKAGE = Path(statements.__file__).parent
 SQL = re.compile(r"""f["'](SELECT|INSERT|UPDATE|DELETE)\b|noqa: S608""")
@@ -60,6 +60,13 @@ def test_joined_statements_read_every_column_in_order() -> None:
     assert flag == (f'SELECT {instance.bound(connection).select}, EXISTS (SELECT 1 FROM "agents_app_mcpserverconfig" o '
                     'WHERE o."instance_id" = i."id"), t."cancel_requested" FROM "agents_app_turn" t '
                     'JOIN "agents_app_agentinstance" i ON i."id" = t."instance_id" WHERE t."id" = %s')
+    stream = statements.Columns(StreamRecord, "s")
+    replay = statements.stream_and_segments(stream, StreamSegment).build(connection)
+    s = stream.bound(connection).select
+    assert replay == (
+        f'SELECT {s}, g."first_index", g."bodies" FROM (SELECT {s} FROM "agents_app_streamrecord" s '
+        'WHERE s."instance_id" = %s AND s."request_id" = %s ORDER BY s."id" DESC LIMIT 1) s '
+        'LEFT JOIN "agents_app_streamsegment" g ON g."stream_id" = s."id" ORDER BY g."first_index"')
     turn, user = statements.Columns(Turn, "t"), statements.Columns(get_user_model(), "u")
     head = statements.queued_head(turn, user, AgentInstance).build(connection)
     assert head == (
