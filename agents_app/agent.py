@@ -317,11 +317,12 @@ class ChatAgent:
         """
         return []
 
-    async def connect_mcp_servers(self) -> mcp_connections.TurnServers:
+    async def connect_mcp_servers(self, runtime: list[MCPServer] | None = None) -> mcp_connections.TurnServers:
         """This turn's MCP servers, declared and runtime, with this process's connections to them
-        started (made once per turn; the engine calls it before ``on_chat_message``)."""
+        started (made once per turn; the engine calls it before ``on_chat_message``). ``runtime``:
+        the instance's runtime servers when the caller has read them (the turn's start has)."""
         if self._mcp is None:
-            self._mcp = await mcp_connections.open_servers(self.instance.pk, self.get_mcp_servers())
+            self._mcp = await mcp_connections.open_servers(self.instance.pk, self.get_mcp_servers(), runtime)
         return self._mcp
 
     async def wait_for_connections(self, timeout: float | None = None) -> list[str]:  # noqa: ASYNC109 - the reference's API
@@ -338,8 +339,9 @@ class ChatAgent:
                            if quotas.may_refuse(turn.user, self.slug()) else None,)
         return self._quota[0]
 
-    async def start_mcp(self) -> None:
-        """Open the turn's MCP connections and wait for them as ``wait_for_mcp_connections`` says.
+    async def start_mcp(self, runtime: list[MCPServer] | None = None) -> None:
+        """Open the turn's MCP connections and wait for them as ``wait_for_mcp_connections`` says
+        (``runtime``: as ``connect_mcp_servers``).
 
         The wait ends early when the turn is cancelled; a server still connecting then is left out
         of this turn (``chat:mcp:wait`` names it) and goes on connecting for the next. A turn over
@@ -347,7 +349,7 @@ class ChatAgent:
         """
         if await self.quota_refusal() is not None:
             return  # the reply is refused at once (stream_model_reply): no wait, no sessions opened
-        servers = await self.connect_mcp_servers()
+        servers = await self.connect_mcp_servers(runtime)
         wait = self.wait_for_mcp_connections
         if not servers.connections or wait is False:
             return

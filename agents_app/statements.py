@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Model, signals
@@ -198,6 +198,46 @@ def insert_many(objs: Sequence[Model], batch_size: int | None = None) -> None:
             cursor.execute(_insert_sql(model, False, len(batch), False, connection.alias), params)
     for obj in objs:
         obj._state.adding, obj._state.db = False, connection.alias
+
+
+def update_then_insert(model: type[Model], where: dict[str, Any], values: dict[str, Any],
+                       objs: Sequence[Model]) -> None:
+    """``update(model, where, **values)`` and, when it changed a row, ``insert_many(objs)``, in one
+    transaction, or in the caller's. On PostgreSQL that is one statement (the ``UPDATE`` in a
+    ``WITH`` whose ``INSERT`` runs only if it returned a row): one round trip where the two
+    statements, ``BEGIN`` and ``COMMIT`` took four (docs/decisions.md#postgresql-on-the-turn-path).
+    SQLite has no data-modifying ``WITH``; its statements are in-process calls anyway."""
+    connection = connection_for(model)
+    if not objs or connection.vendor != "postgresql":
+        # No savepoint inside a caller's transaction: a failure fails that too.
+        with transaction.atomic(using=connection.alias, savepoint=False):
+            if update(model, where, **values):
+                insert_many(objs)
+        return
+    inserted = type(objs[0])
+    _check_no_receivers(inserted)
+    fields = _insert_fields(inserted, with_pk=False)
+    params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
+    params += [value for obj in objs for value in _row_params(obj, fields, connection)]
+    sql = _update_then_insert_sql(model, tuple(values), tuple(where), inserted, len(objs), connection.alias)
+    with _cursor(connection) as cursor:
+        cursor.execute(sql, params)
+    for obj in objs:
+        obj._state.adding, obj._state.db = False, connection.alias
+
+
+@functools.cache
+def _update_then_insert_sql(model: type[Model], columns: tuple[str, ...], conditions: tuple[str, ...],
+                            inserted: type[Model], rows: int, alias: str) -> str:
+    connection = connections[alias]
+    fields = _insert_fields(inserted, with_pk=False)
+    names = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    # Typed, as a VALUES list's columns are not the table's: each value cast to its column's type.
+    row = f"({', '.join(f'CAST(%s AS {f.db_type(connection)})' for f in fields)})"
+    # Identifiers and types from the model's metadata, quoted; every value is a parameter.
+    return (f"WITH u AS ({_update_sql(model, columns, conditions, alias)} RETURNING 1) "  # noqa: S608
+            f"INSERT INTO {table(inserted, connection)} ({names}) SELECT * FROM (VALUES {', '.join([row] * rows)}) v "
+            f"WHERE EXISTS (SELECT 1 FROM u)")
 
 
 @functools.cache
@@ -409,18 +449,26 @@ def queued_head(turn: Columns, user: Columns, instance: type[Model]) -> Select:
 
 
 @functools.cache
-def active_generation_and_user_count(turn: type[Model]) -> Select:
-    """The newest generation among an instance's turns of two statuses (NULL: none), and how many
-    turns of those statuses a user has; parameters: instance pk, two statuses, user pk, two statuses."""
+def active_generation_and_user_count(turn: type[Model], owned: type[Model]) -> Select:
+    """The newest generation among an instance's turns of two statuses (NULL: none), how many
+    turns of those statuses a user has, and whether the instance has rows of ``owned`` (a model
+    with an ``instance`` foreign key); parameters: instance pk, two statuses, user pk, two
+    statuses, instance pk."""
 
     def build(connection: BaseDatabaseWrapper) -> str:
         of_instance, of_user = Columns(turn, "t").bound(connection), Columns(turn, "u").bound(connection)
         return (f"SELECT (SELECT MAX({of_instance('generation')}) FROM {of_instance.table} "  # noqa: S608
                 f"WHERE {of_instance('instance')} = %s AND {of_instance('status')} IN (%s, %s)), "
                 f"(SELECT COUNT(*) FROM {of_user.table} WHERE {of_user('user')} = %s "
-                f"AND {of_user('status')} IN (%s, %s))")
+                f"AND {of_user('status')} IN (%s, %s)), {_any_of_instance(owned, '%s', connection)}")
 
     return Select(turn, build)
+
+
+def _any_of_instance(owned: type[Model], instance: str, connection: BaseDatabaseWrapper) -> str:
+    """``EXISTS``: the instance (``instance``: a parameter or a column) has a row of ``owned``."""
+    o = Columns(owned, "o").bound(connection)
+    return f"EXISTS (SELECT 1 FROM {o.table} WHERE {o('instance')} = {instance})"  # noqa: S608
 
 
 @functools.cache
@@ -438,15 +486,34 @@ def latest_turn(turn: type[Model]) -> Select:
 
 
 @functools.cache
-def turn_instance_and_cancel_flag(turn: type[Model], instance: Columns) -> Select:
-    """A turn's instance (``instance``'s columns) and its ``cancel_requested``; parameter: the turn pk."""
+def turn_instance_and_cancel_flag(turn: type[Model], instance: Columns, owned: type[Model]) -> Select:
+    """A turn's instance (``instance``'s columns), whether the instance has rows of ``owned`` (as
+    ``active_generation_and_user_count``) and the turn's ``cancel_requested``; parameter: the turn pk."""
 
     def build(connection: BaseDatabaseWrapper) -> str:
         i, t = instance.bound(connection), Columns(turn, "t").bound(connection)
-        return (f"SELECT {i.select}, {t('cancel_requested')} "  # noqa: S608
+        return (f"SELECT {i.select}, {_any_of_instance(owned, i('id'), connection)}, "  # noqa: S608
+                f"{t('cancel_requested')} "
                 f"FROM {t.table} JOIN {i.table} ON {i('id')} = {t('instance')} WHERE {t('id')} = %s")
 
     return Select(turn, build)
+
+
+@functools.cache
+def stream_and_segments(stream: Columns, segment: type[Model]) -> Select:
+    """An instance's newest stream buffer of a request (``stream``'s columns) with each of its rows
+    of chunks (``first_index``, ``bodies``) in order, one result row per chunk row (NULLs: none
+    yet); no result row: no buffer. A replay's whole read in one round trip. Parameters: instance
+    pk, request id."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        s, g = stream.bound(connection), Columns(segment, "g").bound(connection)
+        newest = (f"SELECT {s.select} FROM {s.table} WHERE {s('instance')} = %s "  # noqa: S608
+                  f"AND {s('request_id')} = %s ORDER BY {s('id')} DESC LIMIT 1")
+        return (f"SELECT {s.select}, {g('first_index')}, {g('bodies')} FROM ({newest}) {stream.alias} "  # noqa: S608
+                f"LEFT JOIN {g.table} ON {g('stream')} = {s('id')} ORDER BY {g('first_index')}")
+
+    return Select(stream.model, build)
 
 
 @functools.cache

@@ -322,9 +322,15 @@ class TurnServers:
         return [c for c in self.connections if c.ready]
 
 
-async def open_servers(instance_pk: int, declared: Sequence[MCPServer]) -> TurnServers:
-    """The turn's servers (``declared`` and the instance's runtime ones), their connections started."""
-    runtime = await database_sync_to_async(state.runtime_servers)(instance_pk)
+async def open_servers(instance_pk: int, declared: Sequence[MCPServer],
+                       runtime: Sequence[MCPServer] | None = None) -> TurnServers:
+    """The turn's servers (``declared`` and the instance's runtime ones), their connections started.
+
+    ``runtime``: the runtime servers as the caller read them (the turn's start, in its own unit:
+    no thread hop here); None reads them.
+    """
+    if runtime is None:
+        runtime = await database_sync_to_async(state.runtime_servers)(instance_pk)
     servers = [*declared, *(s for s in runtime if s.name not in {d.name for d in declared})]
     turn = TurnServers(servers)
     if servers:

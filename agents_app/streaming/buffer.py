@@ -133,14 +133,10 @@ def write_rows(stream_pk: int, rows: list[tuple[int, list[str]]]) -> None:
     """Store rows of chunks (``StreamWriter``), in one transaction, or in the caller's."""
     if not rows:
         return
-    # No savepoint inside a caller's transaction (the end of a turn): a failure fails that too.
-    with transaction.atomic(savepoint=False):
-        # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
-        if statements.update(StreamRecord, {"pk": stream_pk}, last_chunk_at=timezone.now()):
-            statements.insert_many([
-                StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies))
-                for first, bodies in rows
-            ])
+    # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
+    statements.update_then_insert(StreamRecord, {"pk": stream_pk}, {"last_chunk_at": timezone.now()}, [
+        StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies)) for first, bodies in rows
+    ])
 
 
 def start(turn: Turn, message_id: str) -> StreamRecord:
@@ -190,9 +186,22 @@ def by_request(instance: AgentInstance, request_id: str) -> StreamRecord | None:
 
 
 def read_request(instance: AgentInstance, request_id: str) -> tuple[StreamRecord | None, list[tuple[int, str]]]:
-    """The request's stream buffer, if kept, and every chunk stored in it (``read``): a replay's one thread hop."""
-    stream = by_request(instance, request_id)
-    return stream, [] if stream is None else read(stream)
+    """The request's stream buffer, if kept, and every chunk stored in it (``read``): a replay's one
+    thread hop and one statement (``statements.stream_and_segments``)."""
+    rows = _STREAM_AND_SEGMENTS.rows(instance.pk, request_id)
+    if not rows:
+        return None, []
+    stream = _STREAM.instance(rows[0], 0, _STREAM_AND_SEGMENTS.connection)
+    assert isinstance(stream, StreamRecord)
+    chunks: list[tuple[int, str]] = []
+    for *_, first_index, bodies in rows:
+        if bodies is not None:
+            chunks.extend(enumerate(json.loads(bodies), start=first_index))
+    return stream, chunks
+
+
+_STREAM = statements.Columns(StreamRecord, "s")
+_STREAM_AND_SEGMENTS = statements.stream_and_segments(_STREAM, StreamSegment)
 
 
 def delete_all(instance: AgentInstance) -> None:

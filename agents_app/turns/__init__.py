@@ -85,7 +85,7 @@ def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_chann
             return admitted, None
         if admitted.claimed:
             assert admitted.turn is not None
-            return admitted, engine.inserted_claimed(admitted.turn, admitted.transcript)
+            return admitted, engine.inserted_claimed(admitted.turn, admitted.transcript, admitted.mcp_servers)
         try:
             with transaction.atomic():
                 return admitted, engine.claim_next_or_latest(instance.pk, channel, admitted.transcript)

@@ -24,7 +24,7 @@ from ..abort import AbortSignal
 from ..errors import AgentConfigurationError
 from ..llm import files, ui_messages
 from ..messages import UIMessage, new_message_id, request_message_ids
-from ..models import AgentInstance, Turn
+from ..models import AgentInstance, MCPServerConfig, Turn
 from ..protocol.parse import ChatRequest, ProtocolError
 from ..protocol.types import SUBMIT_TRIGGER
 from ..recovery import memory
@@ -39,6 +39,8 @@ class Admission:
     transcript: list[UIMessage]
     dropped: bool = False
     turn: Turn | None = None
+    # The instance has MCP servers added at runtime (read with the queue, for the turn's start).
+    mcp_servers: bool = False
 
     @property
     def claimed(self) -> bool:
@@ -67,8 +69,8 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
             # concurrent accepts of the instance take turns, and reads the row back.
             current = AgentInstance.objects.touch(instance.pk)
             user_pk = user.pk if getattr(user, "is_authenticated", False) else None
-            newest_active, user_turns = _QUEUE_AND_USER.row(
-                instance.pk, *Turn.ACTIVE_STATUSES, user_pk, *Turn.ACTIVE_STATUSES)
+            newest_active, user_turns, mcp_servers = _QUEUE_AND_USER.row(
+                instance.pk, *Turn.ACTIVE_STATUSES, user_pk, *Turn.ACTIVE_STATUSES, instance.pk)
             if user_pk is not None:
                 _check_user_turns(user_turns, request.request_id)
             overlapping = newest_active == current.generation
@@ -100,7 +102,7 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
     except IntegrityError:  # unique_turn_request: the whole request is rolled back
         raise ProtocolError(f"Request id {request.request_id!r} was already used in this conversation",
                             code="duplicate_request_id", request_id=request.request_id) from None
-    return Admission(stored, turn=turn)
+    return Admission(stored, turn=turn, mcp_servers=bool(mcp_servers))
 
 
 def check_readable(messages: list[UIMessage], request_id: str | None = None,
@@ -134,9 +136,10 @@ def _check_user_turns(active: int, request_id: str) -> None:
 
 
 # The admission's one read of the turns: the newest generation of the instance's queued or running
-# turns (None: there is none; the current one: the request overlaps a turn), and how many turns
-# the user has queued or running.
-_QUEUE_AND_USER = statements.active_generation_and_user_count(Turn)
+# turns (None: there is none; the current one: the request overlaps a turn), how many turns the
+# user has queued or running, and whether the instance has runtime MCP servers (a turn it inserts
+# claimed starts without reading them again when it has none: ``engine.inserted_claimed``).
+_QUEUE_AND_USER = statements.active_generation_and_user_count(Turn, MCPServerConfig)
 
 
 def _merge_start(instance: AgentInstance, generation: int) -> int:

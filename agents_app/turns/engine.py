@@ -23,6 +23,8 @@ from ..abort import AbortSignal
 from ..actions.attachments import ReplyAttachments
 from ..actions.envelopes import to_json_safe
 from ..agent import ChatAgent, ChatResponse, ChatResponseResult
+from ..mcp import state as mcp_state
+from ..mcp.servers import MCPServer
 from ..messages import (
     MessageBuilder,
     UIMessage,
@@ -37,7 +39,7 @@ from ..messages import (
     rewrite_finish,
 )
 from ..metrics import instruments as metrics
-from ..models import AgentInstance, Turn
+from ..models import AgentInstance, MCPServerConfig, Turn
 from ..operations import lifecycle
 from ..protocol import codec, frames
 from ..protocol.types import Outcome
@@ -159,13 +161,16 @@ def claim_next_or_latest(instance_pk: int, channel: str, transcript_now: list[UI
     return claim, None, _start(claim.turn, None, transcript_now) if _starts_at_once(claim) else None
 
 
-def inserted_claimed(turn: Turn, transcript_now: list[UIMessage]) -> QueueLook:
+def inserted_claimed(turn: Turn, transcript_now: list[UIMessage], mcp_servers: bool) -> QueueLook:
     """The look at the queue that ``claim_next_or_latest`` would make after an admission that
     inserted its turn claimed (``admission.accept_chat``): the claim, and the turn's start when
     nothing comes between. The turn's instance is the row as the admission read it, and no cancel
-    can have reached a turn its transaction has not committed yet."""
+    can have reached a turn its transaction has not committed yet; ``mcp_servers``: the admission
+    found runtime MCP servers of the instance."""
     claim = lock.Claim(turn)
-    return claim, None, _start(turn, None, transcript_now, inserted=True) if _starts_at_once(claim) else None
+    if not _starts_at_once(claim):
+        return claim, None, None
+    return claim, None, _start(turn, None, transcript_now, inserted=True, mcp_servers=mcp_servers)
 
 
 def _starts_at_once(claim: lock.Claim) -> bool:
@@ -269,6 +274,8 @@ class TurnSetup:
     stream_pk: int
     # A recovery attempt's plan (``recovery.service``); None for any other turn.
     attempt: recovery.Attempt | None
+    # The instance's runtime MCP servers as the start read them (``_Started.mcp_servers``).
+    mcp_servers: list[MCPServer]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -382,7 +389,8 @@ class TurnRun:
             client_tools=turn.client_tools, continuation=_goes_on(turn), user=turn.user,
             abort_signal=self.signal, attachments=self.attachments, emit=self._write, keep=self._stash,
         )
-        self.setup = TurnSetup(instance, agent, transcript.Policy.of(agent), opened.stream_pk, attempt)
+        self.setup = TurnSetup(instance, agent, transcript.Policy.of(agent), opened.stream_pk, attempt,
+                               opened.mcp_servers)
         self.merge_text = attempt is not None and attempt.merge_text
         if not turn.message_ids:
             turn.message_ids = request_message_ids(opened.messages)
@@ -397,7 +405,7 @@ class TurnRun:
         self._emit_event(events.MESSAGE_REQUEST)
         try:
             if not self.signal.aborted:
-                await self._stream(agent, stall_timeout=float(agent.chat_stream_stall_timeout or 0))
+                await self._stream(agent, setup.mcp_servers, stall_timeout=float(agent.chat_stream_stall_timeout or 0))
         except Exception as exc:
             logger.exception("Turn %s of %s failed", turn.request_id, instance)
             self.status, self.error = Turn.Status.ERROR, str(exc) or type(exc).__name__
@@ -467,8 +475,8 @@ class TurnRun:
         self._emit_event(events.MESSAGE_ERROR, error=self.error)
         self._emit_event(events.REQUEST_FAILED, stage=stage, messagesPersisted=True, error=self.error)
 
-    async def _stream(self, agent: ChatAgent, *, stall_timeout: float = 0) -> None:
-        await agent.start_mcp()
+    async def _stream(self, agent: ChatAgent, mcp_servers: list[MCPServer], *, stall_timeout: float = 0) -> None:
+        await agent.start_mcp(mcp_servers)
         response = await agent.on_chat_message()
         if response is None:
             return
@@ -743,15 +751,21 @@ class _Started:
     cancel_requested: bool
     builder: MessageBuilder
     stream_pk: int
+    # The instance's runtime MCP servers, read in the start's unit (no thread hop of their own), and
+    # only when the read of the instance found some: an instance without any reads nothing more.
+    mcp_servers: list[MCPServer]
 
 
 def _start(turn: Turn, attempt: recovery.Attempt | None,
-           transcript_now: list[UIMessage] | None = None, *, inserted: bool = False) -> _Started | None:
+           transcript_now: list[UIMessage] | None = None, *, inserted: bool = False, mcp_servers: bool = False
+           ) -> _Started | None:
     """The turn's instance and transcript (``transcript_now`` if the caller has it), its cancel flag,
-    its reply's builder and stream buffer; None for a continuation with nothing to continue yet
-    (it is skipped, silently). ``inserted``: the caller's transaction inserted the turn
-    (``inserted_claimed``), with its instance as read there, and no cancel."""
-    instance, cancel_requested = (turn.instance, False) if inserted else _instance_and_cancel_flag(turn.pk)
+    its runtime MCP servers, its reply's builder and stream buffer; None for a continuation with
+    nothing to continue yet (it is skipped, silently). ``inserted``: the caller's transaction
+    inserted the turn (``inserted_claimed``), with its instance as read there, no cancel, and
+    ``mcp_servers`` saying whether that transaction found runtime MCP servers of the instance."""
+    instance, mcp_servers, cancel_requested = ((turn.instance, mcp_servers, False) if inserted
+                                               else _instance_and_cancel_flag(turn.pk))
     messages = transcript_now if transcript_now is not None else transcript.load(instance)
     if attempt is not None and attempt.history_end is not None:
         # Messages after the one a recovery attempt answers belong to turns queued behind it.
@@ -763,24 +777,26 @@ def _start(turn: Turn, attempt: recovery.Attempt | None,
         return None
     builder = builder_for_reply(messages, continuation=turn.continuation,
                                 message_id=turn.assistant_message_id or new_message_id())
-    return _Started(instance, messages, cancel_requested, builder, buffer.start(turn, builder.message["id"]).pk)
+    runtime = mcp_state.runtime_servers(instance.pk) if mcp_servers else []
+    return _Started(instance, messages, cancel_requested, builder, buffer.start(turn, builder.message["id"]).pk,
+                    runtime)
 
 
 _INSTANCE = statements.Columns(AgentInstance, "i")
 
 
-_INSTANCE_AND_CANCEL_FLAG = statements.turn_instance_and_cancel_flag(Turn, _INSTANCE)
+_INSTANCE_AND_CANCEL_FLAG = statements.turn_instance_and_cancel_flag(Turn, _INSTANCE, MCPServerConfig)
 
 
-def _instance_and_cancel_flag(turn_pk: int) -> tuple[AgentInstance, bool]:
-    """The turn's instance, and whether a cancel came for the turn: one per-turn read, written out
-    (``agents_app.statements``)."""
+def _instance_and_cancel_flag(turn_pk: int) -> tuple[AgentInstance, bool, bool]:
+    """The turn's instance, whether it has runtime MCP servers, and whether a cancel came for the
+    turn: one per-turn read, written out (``agents_app.statements``)."""
     row = _INSTANCE_AND_CANCEL_FLAG.row(turn_pk)
     if row is None:
         raise Turn.DoesNotExist(f"Turn {turn_pk} is gone")
     instance = _INSTANCE.instance(row, 0, _INSTANCE_AND_CANCEL_FLAG.connection)
     assert isinstance(instance, AgentInstance)
-    return instance, bool(row[-1])
+    return instance, bool(row[-2]), bool(row[-1])
 
 
 def _store_computed(turn: Turn, messages: list[UIMessage]) -> list[UIMessage] | None:

@@ -28,8 +28,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents_app import statements, transcript
-from agents_app.models import AgentInstance, ChatMessage, RequestContext, StreamRecord, StreamSegment, Turn
-from agents_app.turns import engine, lock
+from agents_app.models import (AgentInstance, ChatMessage, MCPServerConfig, RequestContext, StreamRecord,
+                               StreamSegment, Turn)
+from agents_app.streaming import buffer
+from agents_app.turns import admission, engine, lock
 
 def fields(obj):
     return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
@@ -60,8 +62,16 @@ report["anonymous"] = {"user": head_anonymous.user,
                        "same": fields(head_anonymous) == fields(Turn.objects.get(pk=anonymous.pk))}
 report["empty"] = lock._queued_head(AgentInstance.objects.create(slug="demo-agent", name="empty").pk)
 
-read, cancel = engine._instance_and_cancel_flag(first.pk)
-report["instance"] = {"same": fields(read) == fields(AgentInstance.objects.get(pk=instance.pk)), "cancel": cancel}
+read, mcp_before, cancel = engine._instance_and_cancel_flag(first.pk)
+MCPServerConfig.objects.create(instance=instance, name="docs", url="http://127.0.0.1:9/mcp")
+mcp_after = engine._instance_and_cancel_flag(first.pk)[1]
+report["instance"] = {"same": fields(read) == fields(AgentInstance.objects.get(pk=instance.pk)), "cancel": cancel,
+                      "mcp_servers": [mcp_before, mcp_after]}
+queue = admission._QUEUE_AND_USER.row(instance.pk, *Turn.ACTIVE_STATUSES, user.pk, *Turn.ACTIVE_STATUSES, instance.pk)
+queue_empty = admission._QUEUE_AND_USER.row(anonymous.instance_id, *Turn.ACTIVE_STATUSES, None,
+                                            *Turn.ACTIVE_STATUSES, anonymous.instance_id)
+report["queue_and_user"] = [[queue[0], queue[1], bool(queue[2])],
+                            [queue_empty[0], queue_empty[1], bool(queue_empty[2])]]
 newest = Turn.objects.filter(instance=instance).order_by("-pk").values("pk", "status").first()
 report["latest"] = engine._latest_turn(instance.pk) == {**newest, "queued": True}
 
@@ -108,6 +118,29 @@ report["insert"] = {"same": fields(new) == fields(Turn.objects.get(pk=new.pk)), 
 segments = [StreamSegment(stream=record, first_index=i * 10, bodies=json.dumps([f"b{i}"])) for i in range(7)]
 statements.insert_many(segments, batch_size=3)
 report["insert_many"] = list(StreamSegment.objects.filter(stream=record).values_list("first_index", "bodies"))
+replayed, chunks = buffer.read_request(instance, "r1")
+empty_record = StreamRecord.objects.create(instance=instance, request_id="r-empty", continuation=True)
+empty, no_chunks = buffer.read_request(instance, "r-empty")
+report["read_request"] = {
+    "same": fields(replayed) == fields(StreamRecord.objects.get(pk=record.pk)),
+    "chunks": chunks == [(i * 10, f"b{i}") for i in range(7)],
+    "empty": [fields(empty) == fields(empty_record), no_chunks],
+    "none": list(buffer.read_request(instance, "nothing")),
+}
+before = StreamRecord.objects.get(pk=empty_record.pk).last_chunk_at
+buffer.write_rows(empty_record.pk, [(0, ["x0", "x1"]), (2, ["x2 é"])])
+gone = StreamRecord.objects.create(instance=instance, request_id="r-gone")
+gone_pk = gone.pk
+gone.delete()
+buffer.write_rows(gone_pk, [(0, ["lost"])])
+with transaction.atomic():
+    buffer.write_rows(empty_record.pk, [(3, ["x3"])])
+report["write_rows"] = {
+    "rows": list(StreamSegment.objects.filter(stream=empty_record).values_list("first_index", "bodies")),
+    "last_chunk_at_moves": StreamRecord.objects.get(pk=empty_record.pk).last_chunk_at > before,
+    "gone": StreamSegment.objects.filter(stream_id=gone_pk).count(),
+    "read": buffer.read_request(instance, "r-empty")[1],
+}
 transcript.store_request_context(instance, {"model": "é", "n": [1, None]}, None)
 first_context = RequestContext.objects.get(instance=instance)
 transcript.store_request_context(instance, None, [{"name": "t", "parameters": {"type": "object"}}])
@@ -138,7 +171,8 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
     assert report["head"] == {"same_turn": True, "same_user": True, "state": [3, 5], "is_stale": False}
     assert report["anonymous"] == {"user": None, "same": True}
     assert report["empty"] is None
-    assert report["instance"] == {"same": True, "cancel": True}
+    assert report["instance"] == {"same": True, "cancel": True, "mcp_servers": [False, True]}
+    assert report["queue_and_user"] == [[3, 1, True], [0, 0, False]]
     assert report["latest"] is True
     assert report["load"] is True
     assert report["next_position"] == 5
@@ -153,6 +187,11 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
     assert report["expression"] is True
     assert report["insert"] == {"same": True, "adding": False}
     assert report["insert_many"] == [[i * 10, f'["b{i}"]'] for i in range(7)]
+    assert report["read_request"] == {"same": True, "chunks": True, "empty": [True, []], "none": [None, []]}
+    assert report["write_rows"] == {
+        "rows": [[0, '["x0", "x1"]'], [2, '["x2 \\u00e9"]'], [3, '["x3"]']], "last_chunk_at_moves": True, "gone": 0,
+        "read": [[0, "x0"], [1, "x1"], [2, "x2 é"], [3, "x3"]],
+    }
     assert report["lock_row"] == [3, 5]
     assert report["upsert"] == {
         "first": [{"model": "é", "n": [1, None]}, None],

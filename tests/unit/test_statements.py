@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from agents_app import statements
-from agents_app.models import AgentInstance, ChatMessage, Turn
+from agents_app.models import AgentInstance, ChatMessage, MCPServerConfig, StreamRecord, StreamSegment, Turn
 
 PACKAGE = Path(statements.__file__).parent
 SQL = re.compile(r"""f["'](SELECT|INSERT|UPDATE|DELETE)\b|noqa: S608""")
@@ -29,10 +29,11 @@ def test_no_sql_is_written_outside_statements() -> None:
 def test_named_statements_read_what_they_say() -> None:
     assert statements.instance_queue_state(AgentInstance).build(connection) == (
         'SELECT i."generation", i."overlap_sequence" FROM "agents_app_agentinstance" i WHERE i."id" = %s')
-    assert statements.active_generation_and_user_count(Turn).build(connection) == (
+    assert statements.active_generation_and_user_count(Turn, MCPServerConfig).build(connection) == (
         'SELECT (SELECT MAX(t."generation") FROM "agents_app_turn" t WHERE t."instance_id" = %s '
         'AND t."status" IN (%s, %s)), (SELECT COUNT(*) FROM "agents_app_turn" u WHERE u."user_id" = %s '
-        'AND u."status" IN (%s, %s))')
+        'AND u."status" IN (%s, %s)), EXISTS (SELECT 1 FROM "agents_app_mcpserverconfig" o '
+        'WHERE o."instance_id" = %s)')
     assert statements.latest_turn(Turn).build(connection) == (
         'SELECT t."id", t."status", (SELECT q."id" FROM "agents_app_turn" q WHERE q."instance_id" = %s '
         'AND q."status" = %s LIMIT 1) FROM "agents_app_turn" t WHERE t."instance_id" = %s '
@@ -55,9 +56,17 @@ def test_named_statements_read_what_they_say() -> None:
 
 def test_joined_statements_read_every_column_in_order() -> None:
     instance = statements.Columns(AgentInstance, "i")
-    flag = statements.turn_instance_and_cancel_flag(Turn, instance).build(connection)
-    assert flag == (f'SELECT {instance.bound(connection).select}, t."cancel_requested" FROM "agents_app_turn" t '
+    flag = statements.turn_instance_and_cancel_flag(Turn, instance, MCPServerConfig).build(connection)
+    assert flag == (f'SELECT {instance.bound(connection).select}, EXISTS (SELECT 1 FROM "agents_app_mcpserverconfig" o '
+                    'WHERE o."instance_id" = i."id"), t."cancel_requested" FROM "agents_app_turn" t '
                     'JOIN "agents_app_agentinstance" i ON i."id" = t."instance_id" WHERE t."id" = %s')
+    stream = statements.Columns(StreamRecord, "s")
+    replay = statements.stream_and_segments(stream, StreamSegment).build(connection)
+    s = stream.bound(connection).select
+    assert replay == (
+        f'SELECT {s}, g."first_index", g."bodies" FROM (SELECT {s} FROM "agents_app_streamrecord" s '
+        'WHERE s."instance_id" = %s AND s."request_id" = %s ORDER BY s."id" DESC LIMIT 1) s '
+        'LEFT JOIN "agents_app_streamsegment" g ON g."stream_id" = s."id" ORDER BY g."first_index"')
     turn, user = statements.Columns(Turn, "t"), statements.Columns(get_user_model(), "u")
     head = statements.queued_head(turn, user, AgentInstance).build(connection)
     assert head == (
