@@ -132,9 +132,13 @@ class Replay:
     covers: int = -1
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     held: list[Item] = field(default_factory=list)
+    # The tokens of this replay's earlier flush requests: a late answer to one is as good as the
+    # answer to the last (every request was sent after the replay began holding live items).
+    asked: set[str] = field(default_factory=set)
 
     def renew_token(self) -> str:
-        """A new token for asking again: a late answer to the previous request is then ignored."""
+        """A new token for asking again; the answer to an earlier request is still taken."""
+        self.asked.add(self.token)
         self.token = uuid.uuid4().hex
         return self.token
 
@@ -286,8 +290,16 @@ class ResumeSession:
         return replay.held
 
     def matches(self, token: str) -> Replay | None:
-        """The replay in flight that a flush answer or overdue check with ``token`` is for."""
+        """The replay in flight that an overdue check with ``token`` is for (its last request's)."""
         return self.replay if self.replay is not None and self.replay.token == token else None
+
+    def answered(self, token: str) -> Replay | None:
+        """The replay in flight that a flush answer with ``token`` is for: to its last request or,
+        late, to an earlier one (docs/protocol.md#replay)."""
+        replay = self.replay
+        if replay is not None and (replay.token == token or token in replay.asked):
+            return replay
+        return None
 
 
 def replay_frames(replay: Replay, chunks: list[tuple[int, str]], *, continuation: bool) -> Iterator[frames.Frame]:

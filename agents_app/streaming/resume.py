@@ -167,7 +167,7 @@ class ResumeDriver:
 
     async def flushed(self, token: str, seq: int | None = None) -> None:
         """The writer stored every chunk up to ``seq``: send the replay, then release held items."""
-        replay = self.session.matches(token)
+        replay = self.session.answered(token)
         if replay is not None:
             await self._send_replay(replay, covered=seq)
 
