@@ -212,8 +212,10 @@ def write_batch(batch: list[tuple[int, list[tuple[int, list[str]]]]]) -> None:
         for stream_pk, rows in batch:
             # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
             if statements.update(StreamRecord, {"pk": stream_pk}, last_chunk_at=now):
-                segments += [StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies))
-                             for first, bodies in rows]
+                segments += [
+                    StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies))
+                    for first, bodies in rows
+                ]
         statements.insert_many(segments)
 
 
