@@ -209,10 +209,12 @@ async def shutdown() -> None:
     after one call)."""
     await mcp_connections.close_loop()
     control = _controls.pop(asyncio.get_running_loop(), None)
-    if control is not None and control.task is not None:
-        control.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await control.task
+    if control is not None:
+        # Flush answers still running end with the loop (their readers ask again elsewhere).
+        tasks = [*control.flushing, *([control.task] if control.task is not None else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @contextlib.asynccontextmanager
