@@ -120,7 +120,7 @@ class ResumeDriver:
         match handshake.decide_ack(state, request_id):
             case AckAction.REPLAY_LIVE:
                 replay = self.session.start_replay(request_id)
-                if state.active_continuation:
+                if state.active_continuation and self.session.needs_base():
                     await self._send_base(request_id)
                 await self._ask_flush(state, replay)
             case AckAction.REPLAY_ORPHAN:
@@ -133,10 +133,11 @@ class ResumeDriver:
                 pass
 
     async def _send_base(self, request_id: str) -> None:
-        """The stored transcript, before the replay of a live continuation: its chunks extend the
-        stored last reply, and a client that was away may have missed that reply's end (a process
-        stopped mid-reply, whose continuation runs elsewhere). Not sent if the continuation ended
-        meanwhile: its reply would then be in the transcript and its replay would double it."""
+        """The stored transcript, before the replay of a live continuation to a connection that has
+        followed no stream: its chunks extend the stored last reply, and a client that was away may
+        have missed that reply's end (a process stopped mid-reply, whose continuation runs
+        elsewhere). Not sent if the continuation ended meanwhile: its reply would then be in the
+        transcript and its replay would double it."""
         messages = await database_sync_to_async(_base_of_continuation)(self.instance, request_id)
         if messages is not None:
             await self.send_frame(frames.chat_messages(messages))

@@ -313,3 +313,22 @@ def test_addressing() -> None:
     assert item.addressed_to("other") and not item.addressed_to("sender")
     only = Item.frame(frames.chat_messages([]), only="one")
     assert only.addressed_to("one") and not only.addressed_to("two")
+
+
+def test_only_a_connection_that_followed_no_stream_needs_the_transcript_before_a_continuation() -> None:
+    """A continuation extends the stored last reply: a connection that saw chunks or the end of a
+    stream has that reply as it went out; a new one (a client back from a stopped server) may not
+    (docs/protocol.md#replay)."""
+    fresh = ResumeSession()
+    assert fresh.needs_base()
+    fresh.route(Item(event=Event.STREAM_START, request_id="r1"))
+    assert fresh.needs_base()  # a start carries nothing of the reply
+    assert fresh.route(chunk(0)).kind == RouteKind.SEND
+    assert not fresh.needs_base()
+    replayed = ResumeSession()
+    replayed.start_replay("r1")
+    replayed.finish_replay(3)
+    assert not replayed.needs_base()
+    closed = ResumeSession()
+    closed.close_request("r1")
+    assert not closed.needs_base()
