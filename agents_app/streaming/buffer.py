@@ -10,6 +10,8 @@ reconnecting reader asks the writer to flush first (``turns.control``), so it ne
 
 import asyncio
 import json
+import logging
+import weakref
 from datetime import datetime, timedelta
 
 from asgiref.sync import sync_to_async
@@ -20,6 +22,8 @@ from django.utils import timezone
 from .. import statements
 from ..messages import MessageBuilder, UIMessage, builder_for_reply
 from ..models import AgentInstance, StreamRecord, StreamSegment, Turn
+
+logger = logging.getLogger("agents_app.streaming")
 
 # Chunks per stored row at most.
 CHUNK_BUFFER_SIZE = 100
@@ -38,9 +42,9 @@ ABANDONED_RETENTION = timedelta(hours=1)
 class StreamWriter:
     """Appends one turn's chunks to its ``StreamRecord``, packed into rows.
 
-    Full rows are written in the background, in order, several per transaction when they pile
-    up, so storing never holds up streaming; ``flush()`` waits until everything appended so far
-    is in the database.
+    Full rows are written in the background, in order, with the rows every other writer of the
+    event loop sealed meanwhile (``_Batches``), so storing never holds up streaming; ``flush()``
+    waits until everything appended so far is in the database.
     """
 
     def __init__(self, stream_pk: int, *, enabled: bool = True) -> None:
@@ -50,7 +54,8 @@ class StreamWriter:
         self._bytes = 0
         self._first_index = 0
         self._rows: list[tuple[int, list[str]]] = []
-        self._writing: asyncio.Task[None] | None = None
+        # The batch that stores the rows queued last: done when they (and every earlier one) are.
+        self._pending: asyncio.Future[None] | None = None
         # Rows handed to the end of the turn to store (``take``): done when they are.
         self._taken: asyncio.Future[None] | None = None
         self._row_timer: asyncio.TimerHandle | None = None
@@ -89,25 +94,36 @@ class StreamWriter:
 
     def _close_row(self) -> None:
         self._seal_row()
-        if self._rows and self._writing is None:
-            self._writing = asyncio.ensure_future(self._write_rows())
+        if self._rows:
+            self._pending = _batches().enqueue(self)
 
-    async def _write_rows(self) -> None:
+    def hand_over(self) -> list[tuple[int, list[str]]]:
+        """The sealed rows, for the batch being written (``_Batches`` only)."""
+        rows, self._rows = self._rows, []
+        return rows
+
+    async def _written(self) -> None:
+        """Wait for the rows queued so far; a failed write is raised once, to the first to wait."""
+        pending = self._pending
+        if pending is None:
+            return
         try:
-            while self._rows:
-                rows, self._rows = self._rows, []
-                await sync_to_async(write_rows, thread_sensitive=True)(self.stream_pk, rows)
+            await asyncio.shield(pending)
         finally:
-            self._writing = None
+            if self._pending is pending:
+                self._pending = None
 
     async def flush(self) -> int:
         """Store everything appended so far; returns the index of the last chunk appended before
         the call. Chunks appended while the rows are written are not covered: a reader that took
-        the index at the end of the wait as stored skipped the one that came meanwhile."""
+        the index at the end of the wait as stored skipped the one that came meanwhile.
+
+        Flushes of any writers of the loop that come together share one write (``_Batches``): a
+        mass reconnect asks every writer of a process at once (docs/architecture.md#stream-buffer).
+        """
         self._close_row()
         covered = self.last_index
-        while self._writing is not None:
-            await asyncio.shield(self._writing)
+        await self._written()
         if self._taken is not None:
             await asyncio.shield(self._taken)
         return covered
@@ -117,9 +133,8 @@ class StreamWriter:
         ``write_rows`` in its own transaction (the end of a turn: one thread hop fewer); until it
         says ``stored()``, ``flush()`` waits for them as for its own."""
         self._seal_row()
-        while self._writing is not None:
-            await asyncio.shield(self._writing)
-        rows, self._rows = self._rows, []
+        await self._written()
+        rows = self.hand_over()
         self._taken = asyncio.get_running_loop().create_future()
         return rows
 
@@ -129,14 +144,87 @@ class StreamWriter:
             self._taken.set_result(None)
 
 
+class _Batches:
+    """The sealed rows of every writer on one event loop, written one batch at a time: one thread
+    hop and one transaction for all the streams whose rows (or flushes) came while the previous
+    batch was written. Per stream, rows are stored in the order they were sealed."""
+
+    def __init__(self) -> None:
+        # Writers with sealed rows, in the order they queued them (a dict as an ordered set).
+        self._queued: dict[StreamWriter, None] = {}
+        # Done when the batch being gathered is stored.
+        self._next: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def enqueue(self, writer: StreamWriter) -> "asyncio.Future[None]":
+        """Queue ``writer``'s sealed rows; the future is done when they are stored."""
+        self._queued[writer] = None
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._write())
+        return self._next
+
+    async def _write(self) -> None:
+        try:
+            while self._queued:
+                writers, self._queued = list(self._queued), {}
+                done, self._next = self._next, None
+                assert done is not None
+                batch = [(writer.stream_pk, writer.hand_over()) for writer in writers]
+                try:
+                    await sync_to_async(write_batch, thread_sensitive=True)(batch)
+                except Exception as exc:  # every writer in the batch lost these rows: their flushes raise
+                    logger.exception("Storing the rows of %d stream buffer(s) failed", len(batch))
+                    done.set_exception(exc)
+                    done.exception()  # logged here, raised to whoever flushes
+                else:
+                    done.set_result(None)
+        finally:
+            self._task = None
+
+
+_loop_batches: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batches]" = weakref.WeakKeyDictionary()
+
+
+def _batches() -> _Batches:
+    loop = asyncio.get_running_loop()
+    batches = _loop_batches.get(loop)
+    if batches is None:
+        batches = _loop_batches[loop] = _Batches()
+    return batches
+
+
 def write_rows(stream_pk: int, rows: list[tuple[int, list[str]]]) -> None:
-    """Store rows of chunks (``StreamWriter``), in one transaction, or in the caller's."""
-    if not rows:
+    """Store rows of one stream's chunks (``StreamWriter.take``), in the caller's transaction."""
+    write_batch([(stream_pk, rows)])
+
+
+def write_batch(batch: list[tuple[int, list[tuple[int, list[str]]]]]) -> None:
+    """Store rows of chunks of several streams (``_Batches``), in one transaction, or in the caller's."""
+    batch = [(stream_pk, rows) for stream_pk, rows in batch if rows]
+    if not batch:
         return
-    # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
-    statements.update_then_insert(StreamRecord, {"pk": stream_pk}, {"last_chunk_at": timezone.now()}, [
-        StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies)) for first, bodies in rows
-    ])
+    now = timezone.now()
+    if len(batch) == 1:
+        # The common case, one stream: on PostgreSQL one statement (docs/decisions.md#postgresql-on-the-turn-path).
+        [(stream_pk, rows)] = batch
+        # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
+        statements.update_then_insert(StreamRecord, {"pk": stream_pk}, {"last_chunk_at": now}, [
+            StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies)) for first, bodies in rows
+        ])
+        return
+    # No savepoint inside a caller's transaction (the end of a turn): a failure fails that too.
+    with transaction.atomic(savepoint=False):
+        segments: list[StreamSegment] = []
+        for stream_pk, rows in batch:
+            # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
+            if statements.update(StreamRecord, {"pk": stream_pk}, last_chunk_at=now):
+                segments += [
+                    StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies))
+                    for first, bodies in rows
+                ]
+        statements.insert_many(segments)
 
 
 def start(turn: Turn, message_id: str) -> StreamRecord:

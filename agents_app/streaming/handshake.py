@@ -132,9 +132,13 @@ class Replay:
     covers: int = -1
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     held: list[Item] = field(default_factory=list)
+    # The tokens of this replay's earlier flush requests: a late answer to one is as good as the
+    # answer to the last (every request was sent after the replay began holding live items).
+    asked: set[str] = field(default_factory=set)
 
     def renew_token(self) -> str:
-        """A new token for asking again: a late answer to the previous request is then ignored."""
+        """A new token for asking again; the answer to an earlier request is still taken."""
+        self.asked.add(self.token)
         self.token = uuid.uuid4().hex
         return self.token
 
@@ -184,6 +188,14 @@ class ResumeSession:
         # as it comes (the connection has no position in their chunks, so no resync).
         self.released: set[str] = set()
         self.next_seq: dict[str, int] = {}
+        # Whether chunks or the end of any stream went through this connection: one that has had
+        # none may lack the end of the reply a continuation extends (``needs_base``).
+        self.followed = False
+
+    def needs_base(self) -> bool:
+        """The replay of a live continuation starts with the stored transcript for a connection
+        that has followed no stream (docs/protocol.md#replay)."""
+        return not self.followed
 
     def note_sent(self, frame: frames.Frame | None, pending_turn_pk: int = 0) -> None:
         """Record what a handshake frame we sent obliges us to."""
@@ -215,7 +227,10 @@ class ResumeSession:
                 return _NOTHING
             self.awaiting_ack = None  # the awaited stream ends: released (module docstring)
             self.released.add(item.request_id)
-        if item.request_id is None or item.request_id in self.released:
+        if item.request_id is None:
+            return _SEND
+        self.followed = True
+        if item.request_id in self.released:
             return _SEND
         if item.seq is not None:
             return self._route_chunk(item, item.request_id, item.seq)
@@ -267,6 +282,7 @@ class ResumeSession:
 
     def close_request(self, request_id: str) -> None:
         """A replay ended this request with its own terminal frame: live frames of it are stale."""
+        self.followed = True
         self.closed.add(request_id)
         self.released.discard(request_id)
         self.next_seq.pop(request_id, None)
@@ -281,13 +297,22 @@ class ResumeSession:
         replay, self.replay = self.replay, None
         if replay is None:
             return []
+        self.followed = True
         self.replayed = (replay.request_id, last_sent)
         self.next_seq[replay.request_id] = max(last_sent, replay.covers, -1 if covered is None else covered) + 1
         return replay.held
 
     def matches(self, token: str) -> Replay | None:
-        """The replay in flight that a flush answer or overdue check with ``token`` is for."""
+        """The replay in flight that an overdue check with ``token`` is for (its last request's)."""
         return self.replay if self.replay is not None and self.replay.token == token else None
+
+    def answered(self, token: str) -> Replay | None:
+        """The replay in flight that a flush answer with ``token`` is for: to its last request or,
+        late, to an earlier one (docs/protocol.md#replay)."""
+        replay = self.replay
+        if replay is not None and (replay.token == token or token in replay.asked):
+            return replay
+        return None
 
 
 def replay_frames(replay: Replay, chunks: list[tuple[int, str]], *, continuation: bool) -> Iterator[frames.Frame]:

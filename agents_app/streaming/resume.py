@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from .. import transcript, turns
+from ..messages import UIMessage
 from ..models import AgentInstance, StreamRecord, Turn
 from ..protocol import frames
 from ..protocol.types import Outcome
@@ -72,6 +73,16 @@ def _finished(instance: AgentInstance, request_id: str) -> tuple[StreamRecord | 
     return buffer.by_request(instance, request_id), turn
 
 
+def _base_of_continuation(instance: AgentInstance, request_id: str) -> list[UIMessage] | None:
+    """The transcript, if the continuation ``request_id`` still streams once it is read (the end of
+    a turn stores its reply and closes its stream in one transaction, so this transcript has none
+    of the continuation's chunks)."""
+    messages = transcript.load(instance)
+    streaming = StreamRecord.objects.filter(instance=instance, request_id=request_id,
+                                            status=StreamRecord.Status.STREAMING).exists()
+    return messages if streaming else None
+
+
 class ResumeDriver:
     """Runs the handshake for one connection: the consumer forwards events, this sends frames."""
 
@@ -108,7 +119,10 @@ class ResumeDriver:
         state = await self._state()
         match handshake.decide_ack(state, request_id):
             case AckAction.REPLAY_LIVE:
-                await self._ask_flush(state, self.session.start_replay(request_id))
+                replay = self.session.start_replay(request_id)
+                if state.active_continuation and self.session.needs_base():
+                    await self._send_base(request_id)
+                await self._ask_flush(state, replay)
             case AckAction.REPLAY_ORPHAN:
                 await self._replay_orphan(request_id)
             case AckAction.REPLAY_TERMINAL:
@@ -117,6 +131,16 @@ class ResumeDriver:
                 await self._replay_finished(request_id, awaited=awaited)
             case AckAction.IGNORE:
                 pass
+
+    async def _send_base(self, request_id: str) -> None:
+        """The stored transcript, before the replay of a live continuation to a connection that has
+        followed no stream: its chunks extend the stored last reply, and a client that was away may
+        have missed that reply's end (a process stopped mid-reply, whose continuation runs
+        elsewhere). Not sent if the continuation ended meanwhile: its reply would then be in the
+        transcript and its replay would double it."""
+        messages = await database_sync_to_async(_base_of_continuation)(self.instance, request_id)
+        if messages is not None:
+            await self.send_frame(frames.chat_messages(messages))
 
     # --- live items -------------------------------------------------------------------------------
     async def deliver(self, item: Item) -> None:
@@ -167,7 +191,7 @@ class ResumeDriver:
 
     async def flushed(self, token: str, seq: int | None = None) -> None:
         """The writer stored every chunk up to ``seq``: send the replay, then release held items."""
-        replay = self.session.matches(token)
+        replay = self.session.answered(token)
         if replay is not None:
             await self._send_replay(replay, covered=seq)
 

@@ -63,6 +63,8 @@ class _ProcessControl:
         # cancel that reaches this process in between waits here for it (``listening``). A late
         # cancel for a turn that has ended waits here too, until newer ones push it out.
         self.early_cancels: collections.OrderedDict[int, str] = collections.OrderedDict()
+        # Flush requests being answered (a reference each, so none is collected mid-way).
+        self.flushing: set[asyncio.Task[None]] = set()
 
     def keep_cancel(self, turn_pk: int, reason: str) -> None:
         self.early_cancels[turn_pk] = reason
@@ -79,18 +81,22 @@ class _ProcessControl:
                 if message.get("type") == CANCEL_EVENT and isinstance(message.get("turn"), int):
                     self.keep_cancel(message["turn"], message.get("reason") or "Cancelled")
                 continue  # a flush request for a turn that is not running has nothing to do
-            try:
-                await _handle(running, message)
-            except Exception:  # one bad request must not stop the channel (logged)
-                logger.exception("control message %s failed", message.get("type"))
+            if message.get("type") == CANCEL_EVENT:
+                running.signal.abort(message.get("reason") or "Cancelled")
+            elif message.get("type") == FLUSH_REQUEST and running.writer is not None:
+                # Answered in a task of its own: the flushes that come together (a mass reconnect)
+                # share one database write (``StreamWriter.flush``) instead of waiting in line.
+                task = asyncio.ensure_future(_answer_flush(running.writer, message))
+                self.flushing.add(task)
+                task.add_done_callback(self.flushing.discard)
 
 
-async def _handle(running: _Running, message: dict[str, Any]) -> None:
-    if message.get("type") == CANCEL_EVENT:
-        running.signal.abort(message.get("reason") or "Cancelled")
-    elif message.get("type") == FLUSH_REQUEST and running.writer is not None:
-        last = await running.writer.flush()
+async def _answer_flush(writer: StreamWriter, message: dict[str, Any]) -> None:
+    try:
+        last = await writer.flush()
         await get_channel_layer().send(message["reply_to"], {"type": FLUSHED, "token": message["token"], "seq": last})
+    except Exception:  # the reader asks again (logged)
+        logger.exception("control message %s failed", message.get("type"))
 
 
 _controls: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ProcessControl]" = weakref.WeakKeyDictionary()
@@ -203,10 +209,12 @@ async def shutdown() -> None:
     after one call)."""
     await mcp_connections.close_loop()
     control = _controls.pop(asyncio.get_running_loop(), None)
-    if control is not None and control.task is not None:
-        control.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await control.task
+    if control is not None:
+        # Flush answers still running end with the loop (their readers ask again elsewhere).
+        tasks = [*control.flushing, *([control.task] if control.task is not None else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @contextlib.asynccontextmanager
@@ -243,9 +251,8 @@ async def stop_here() -> list[int]:
         assert running.task is not None
         running.task.cancel()
     await asyncio.gather(*(running.task for _, running in stopped if running.task is not None), return_exceptions=True)
-    for _, running in stopped:
-        if running.writer is not None:
-            await running.writer.flush()
+    # Together, so the writers' last rows go in one database write.
+    await asyncio.gather(*(running.writer.flush() for _, running in stopped if running.writer is not None))
     return [pk for pk, _ in stopped]
 
 

@@ -71,6 +71,23 @@ async def test_ack_replays_then_continues_live_without_gap_or_duplicate(ws):
     assert frames[-2]["type"] == "cf_agent_chat_messages"
 
 
+async def test_the_replay_of_a_live_continuation_starts_with_the_stored_transcript(ws):
+    """A continuation extends the stored last reply, whose end a client that was away may lack (its
+    server stopped mid-reply and a worker continues it): the stored transcript comes first, then
+    the replay as for any live stream (docs/protocol.md#replay)."""
+    await start_slow_turn(ws)
+    await StreamRecord.objects.filter(request_id="r1").aupdate(continuation=True)
+    b, first = await opened(ws)
+    assert first[0] == {"type": "cf_agent_stream_resuming", "id": "r1"}
+    await b.send_json_to({"type": "cf_agent_stream_resume_ack", "id": "r1"})
+    frames = await receive_until(b, is_done("r1"))
+    assert frames[0]["type"] == "cf_agent_chat_messages"
+    assert [(m["role"], m["id"]) for m in frames[0]["messages"]] == [("user", "u1")]
+    complete = next(i for i, f in enumerate(frames) if f.get("replayComplete"))
+    assert all(f.get("replay") for f in frames[1:complete])
+    assert deltas(frames) == FULL
+
+
 async def test_resume_request_while_streaming_repeats_resuming_with_probe_id(ws):
     await start_slow_turn(ws)
     b, _first = await opened(ws)

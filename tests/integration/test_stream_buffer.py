@@ -107,6 +107,44 @@ def test_rows_taken_by_the_turns_end_are_waited_for_by_a_flush(stream):
     assert [b for _, b in buffer.read(stream)] == [body(0), body(1), body(2)]
 
 
+def test_flushes_of_several_streams_that_come_together_share_one_write(stream):
+    """A mass reconnect asks every writer of a process to flush at once: their rows go in one
+    transaction (one ``now`` for every buffer touched), each flush covering its own chunks."""
+    streams = [stream] + [
+        buffer.start(Turn.objects.create(instance=stream.instance, request_id=f"r{n}"), f"m{n}") for n in (2, 3)
+    ]
+    writers = [buffer.StreamWriter(s.pk) for s in streams]
+
+    async def run():
+        for n, writer in enumerate(writers):
+            for index in range(n + 2):
+                writer.append(index, body(index))
+        return await asyncio.gather(*(writer.flush() for writer in writers))
+
+    assert async_to_sync(run)() == [1, 2, 3]
+    for n, s in enumerate(streams):
+        assert [b for _, b in buffer.read(s)] == [body(i) for i in range(n + 2)]
+    touched = set(StreamRecord.objects.filter(pk__in=[s.pk for s in streams]).values_list("last_chunk_at", flat=True))
+    assert len(touched) == 1
+
+
+def test_rows_sealed_while_a_batch_is_written_follow_it_in_order(stream):
+    """The next batch waits for the one being written: a stream's rows are stored in order."""
+    writer = buffer.StreamWriter(stream.pk)
+
+    async def run():
+        writer.append(0, body(0))
+        first = asyncio.ensure_future(writer.flush())
+        await asyncio.sleep(0)  # the first batch is being written
+        writer.append(1, body(1))
+        second = await writer.flush()
+        return await first, second
+
+    assert async_to_sync(run)() == (0, 1)
+    assert buffer.read(stream) == [(0, body(0)), (1, body(1))]
+    assert list(StreamSegment.objects.filter(stream=stream).values_list("first_index", flat=True)) == [0, 1]
+
+
 def test_a_big_chunk_starts_its_own_row(stream):
     bodies = [body(0), body(1, size=buffer.SEGMENT_MAX_BYTES), body(2)]
     write(stream, bodies)

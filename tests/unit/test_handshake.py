@@ -241,7 +241,9 @@ def test_replay_frames_are_marked_replay_and_a_resync_sends_live_frames_from_its
     assert handshake.replay_end(resync, continuation=True) is None
 
 
-def test_a_renewed_token_no_longer_matches() -> None:
+def test_a_renewed_token_no_longer_matches_an_overdue_check_but_a_late_answer_is_taken() -> None:
+    """The overdue check of an earlier request is stale; the writer's late answer to it is as good
+    as the answer to the last request (docs/protocol.md#replay)."""
     session = ResumeSession()
     replay = session.start_replay("r1")
     old = replay.token
@@ -249,6 +251,22 @@ def test_a_renewed_token_no_longer_matches() -> None:
     replay.renew_token()
     assert session.matches(old) is None
     assert session.matches(replay.token) is replay
+    assert session.answered(old) is replay
+    assert session.answered(replay.token) is replay
+    assert session.answered("another") is None
+
+
+def test_an_answer_to_an_earlier_replay_is_not_taken_by_the_next() -> None:
+    """A resync after a replay asks anew: what the first replay's writer covered may end before the gap."""
+    session = ResumeSession()
+    first = session.start_replay("r1")
+    first_token = first.token
+    first.renew_token()
+    session.finish_replay(4)
+    second = session.start_replay("r1")
+    assert session.answered(first_token) is None
+    assert session.answered(first.token) is None
+    assert session.answered(second.token) is second
 
 
 # ------------------------------------------------------------------------------------- items
@@ -295,3 +313,22 @@ def test_addressing() -> None:
     assert item.addressed_to("other") and not item.addressed_to("sender")
     only = Item.frame(frames.chat_messages([]), only="one")
     assert only.addressed_to("one") and not only.addressed_to("two")
+
+
+def test_only_a_connection_that_followed_no_stream_needs_the_transcript_before_a_continuation() -> None:
+    """A continuation extends the stored last reply: a connection that saw chunks or the end of a
+    stream has that reply as it went out; a new one (a client back from a stopped server) may not
+    (docs/protocol.md#replay)."""
+    fresh = ResumeSession()
+    assert fresh.needs_base()
+    fresh.route(Item(event=Event.STREAM_START, request_id="r1"))
+    assert fresh.needs_base()  # a start carries nothing of the reply
+    assert fresh.route(chunk(0)).kind == RouteKind.SEND
+    assert not fresh.needs_base()
+    replayed = ResumeSession()
+    replayed.start_replay("r1")
+    replayed.finish_replay(3)
+    assert not replayed.needs_base()
+    closed = ResumeSession()
+    closed.close_request("r1")
+    assert not closed.needs_base()
