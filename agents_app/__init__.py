@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .followers import StreamCallback
     from .handles import AgentHandle
     from .hooks import ToolCall, ToolCallDecision
-    from .lifecycle.connections import Connection, ConnectionRequest
+    from .lifecycle.sockets import Connection, ConnectionRequest
     from .mcp.servers import MCPServer
     from .recovery.policy import ChatRecovery, ChatRecoveryContext, ChatRecoveryExhaustedContext
     from .rpc import callable
@@ -50,8 +50,8 @@ _EXPORTS = {
     "ChatRecoveryContext": ".recovery.policy",
     "ChatRecoveryExhaustedContext": ".recovery.policy",
     "ChatResponseResult": ".agent",
-    "Connection": ".lifecycle.connections",
-    "ConnectionRequest": ".lifecycle.connections",
+    "Connection": ".lifecycle.sockets",
+    "ConnectionRequest": ".lifecycle.sockets",
     "MCPServer": ".mcp.servers",
     "Debounce": ".concurrency",
     "SaveMessagesResult": ".agent",

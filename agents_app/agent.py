@@ -48,7 +48,7 @@ from .tools import ApprovalGate, ToolPolicy, Toolset, client_tools_from_schemas,
 from .usage import service as quotas
 
 if TYPE_CHECKING:
-    from .lifecycle.connections import Connection, ConnectionRequest
+    from .lifecycle.sockets import Connection, ConnectionRequest
     from .models import AgentInstance
 
 logger = logging.getLogger("agents_app.agent")
