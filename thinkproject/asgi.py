@@ -21,11 +21,13 @@ from genai_prices.data_snapshot import get_snapshot  # noqa: E402
 
 from agents_app.operations import lifespan  # noqa: E402
 from agents_app.web.routing import websocket_urlpatterns  # noqa: E402
+from thinkproject import server_logs  # noqa: E402
 from thinkproject.middleware import websocket_auth_stack  # noqa: E402 - needs Django set up first
 
 # pydantic-ai loads the model price table when it builds its first model (~0.2 s): at start-up,
 # not on the event loop in the middle of the first turn while other connections stream.
 get_snapshot()
+server_logs.install()
 
 # The process now holds its long-lived objects (Django, pydantic, the apps: several hundred
 # thousand). The garbage collector's full passes walk every tracked object with the GIL held;
