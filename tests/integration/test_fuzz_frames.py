@@ -5,12 +5,14 @@ JSON type, messages with odd parts and extra keys, strings with lone surrogates 
 nesting, and text that is not JSON at all. ``parse`` must return an event or raise
 ``ProtocolError``, and whatever it returns must be sendable (UTF-8) and storable. The consumer
 must answer every frame without closing the socket or logging a traceback, and then run a
-normal turn. 10,000 frames go through ``parse`` and 1,000 through the consumer on every run.
+normal turn. 10,000 frames go through ``parse`` and 1,000 through the consumer on every run of
+``make test``; ``make test-fast`` sends 2,000 through ``parse`` (``THINK_FUZZ_EXAMPLES``).
 """
 
 import asyncio
 import json
 import logging
+import os
 import uuid
 from typing import Any
 
@@ -25,6 +27,8 @@ from tests.conftest import connect, engine_settled
 from tests.support.frames import chat_request, is_done, receive_until, text_of, user_message
 
 MAX_BYTES = 64 * 1024
+# Frames through ``parse`` per run: a minute of the inner loop at 10,000 (scripts/test.sh --fast).
+PARSE_EXAMPLES = int(os.environ.get("THINK_FUZZ_EXAMPLES", "10000"))
 
 # Characters with the ones JSON can carry but UTF-8 and PostgreSQL cannot (lone surrogates, NUL).
 characters = st.characters(categories=["Cs", "L", "Nd", "P", "Zs", "Cc"])
@@ -88,7 +92,7 @@ def sendable(value: Any) -> None:
     frames.encode({"value": value}).encode()
 
 
-@settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=PARSE_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw_frames)
 def test_parse_returns_an_event_or_a_protocol_error(raw: str) -> None:
     try:
