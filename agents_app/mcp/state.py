@@ -101,8 +101,10 @@ def snapshot(instance_pk: int | None, declared: Sequence[MCPServer]) -> Snapshot
     only its declared servers, not connected.
     """
     servers = [*declared, *(runtime_servers(instance_pk) if instance_pk is not None else [])]
-    rows = {row.name: row for row in MCPServerStatus.objects.filter(instance_id=instance_pk)} if instance_pk else {}
     result = Snapshot()
+    if not servers:
+        return result  # every connect of an agent without MCP servers: one query, not two
+    rows = {row.name: row for row in MCPServerStatus.objects.filter(instance_id=instance_pk)} if instance_pk else {}
     for server in servers:
         row = rows.get(server.name)
         result.servers[server.name] = {
