@@ -11,6 +11,12 @@ or after the stream starts again (the ACK of a live stream sends it from its ``s
 continuation never does); any other is *doubled*. A word that skips ahead leaves a hole that only
 a replay or the stored reply fills (a chat that never fills it times out). The gap between two new
 words is what the user waits.
+
+A chat is over once the reply is *stored* too, not when its last word arrives: live words leave
+before the end of the turn stores the reply (one transaction, then the final transcript, then the
+terminal frame: docs/architecture.md#end-of-a-turn), and until then ``get-messages`` holds what was
+stored before, such as the partial reply a hand-off left. So a chat ends at the terminal frame of
+the stream that brought its last word, or at a stored transcript that has every word.
 """
 
 import asyncio
@@ -63,16 +69,25 @@ class Chat:
     gaps: list[float] = field(default_factory=list)
     last_new: float | None = None
     error: str = ""
+    # The request whose stream brought the last word (its terminal frame says the reply is stored).
+    last_request: str | None = None
+    # The reply is stored whole: its stream's terminal frame came, or a stored transcript had every word.
+    stored_whole: bool = False
 
     @property
     def complete(self) -> bool:
         return len(self.seen) == self.words
 
     @property
+    def over(self) -> bool:
+        """Every word seen and the reply stored (module docstring): what ``get-messages`` returns is final."""
+        return self.complete and self.stored_whole
+
+    @property
     def longest_gap(self) -> float:
         return max(self.gaps, default=0.0)
 
-    def word(self, index: int, replay: bool) -> None:
+    def word(self, index: int, replay: bool, request_id: str | None = None) -> None:
         if index < len(self.seen):
             if not (replay or self.restarted):
                 self.doubled += 1
@@ -86,11 +101,14 @@ class Chat:
             self.gaps.append(now - self.last_new)
         self.last_new = now
         self.seen.append(index)
+        self.last_request = request_id
 
     def stored(self, text: str) -> None:
-        """The reply as ``get-messages`` has it (a client that found no live stream loads it)."""
+        """The reply as stored (``get-messages``, or a transcript frame)."""
         for match in re.finditer(r"w(\d+) ", text):
             self.word(int(match.group(1)), replay=True)
+        if text == expected_text(self.words):
+            self.stored_whole = True
 
     def feed(self, frame: dict[str, Any]) -> None:
         if frame.get("type") == "cf_agent_chat_messages":  # the transcript: the reply as stored so far
@@ -98,13 +116,21 @@ class Chat:
             if messages and messages[-1].get("role") == "assistant":
                 self.stored(reply_text(messages[-1]))
             return
-        if frame.get("type") != RESP or not frame.get("body") or frame.get("done"):
+        if frame.get("type") != RESP:
+            return
+        if frame.get("done"):
+            # The end of the turn that brought the last word: the reply was stored before it was
+            # sent. A cut (``recovering``) stores nothing: the next attempt stores the reply.
+            if self.complete and frame.get("id") == self.last_request and frame.get("outcome") != "recovering":
+                self.stored_whole = True
+            return
+        if not frame.get("body"):
             return
         chunk = json.loads(frame["body"])
         if chunk.get("type") == "start" and not frame.get("continuation"):
             self.restarted = True  # the stream again from its start (the ACK of a live stream): the client rebuilds
         if chunk.get("type") == "text-delta" and (match := _WORD.match(chunk.get("delta", ""))):
-            self.word(int(match.group(1)), bool(frame.get("replay")))
+            self.word(int(match.group(1)), bool(frame.get("replay")), frame.get("id"))
 
 
 async def _open(ws_base: str, path: str, cookie: str) -> ClientConnection:
@@ -122,7 +148,7 @@ async def _open(ws_base: str, path: str, cookie: str) -> ClientConnection:
 
 
 async def live_chat(pool: Pool, chat: Chat, cookie: str, get_messages: Any, *, timeout: float = 120) -> Chat:
-    """Run ``chat``'s turn to its end across server restarts; never raises (``chat.error``).
+    """Run ``chat``'s turn to its end (``Chat.over``) across server restarts; never raises (``chat.error``).
 
     ``get_messages(path)``: the stored transcript, read when a reconnect finds no live stream.
     """
@@ -131,7 +157,7 @@ async def live_chat(pool: Pool, chat: Chat, cookie: str, get_messages: Any, *, t
     try:
         sock = await _open(base, chat.path, cookie)
         await sock.send(json.dumps(chat_request("r1", [user_message("u1", f"/slow {chat.words} 20")])))
-        while not chat.complete:
+        while not chat.over:
             try:
                 frame = json.loads(await asyncio.wait_for(sock.recv(), max(0.01, deadline - time.monotonic())))
             except ConnectionClosed:
