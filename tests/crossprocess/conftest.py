@@ -1,4 +1,4 @@
-"""Fixtures for tests that run real servers: one Redis per module, one stack per test."""
+"""Fixtures for tests that run real servers: one Redis per module, one PostgreSQL per run, one stack per test."""
 
 import shutil
 import tempfile
@@ -27,9 +27,10 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path, redis: RedisServer) ->
         live.print_logs()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
-    """A throwaway PostgreSQL server for the module; each test makes its own database on it."""
+    """A throwaway PostgreSQL server for the run; each test makes its own database on it (a copy of
+    the migrated template, ``LiveStack``)."""
     # Not under pytest's tmp_path: its parents are mode 0700 and the server runs as "postgres".
     workdir = Path(tempfile.mkdtemp(prefix="crossprocess-pg-"))
     server = PostgresServer(workdir)

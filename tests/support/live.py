@@ -3,8 +3,13 @@
 A ``LiveStack`` owns a database of its own (a SQLite file, or PostgreSQL when asked), migrated
 by ``manage.py migrate`` in a subprocess, and starts servers against it with the production
 settings module. Tests talk to it only over HTTP and WebSockets, like a browser would.
+
+``migrate`` runs once per settings module and database server in a test run, into a template; each
+stack's database is a copy of it (a SQLite backup, or PostgreSQL's ``CREATE DATABASE ... TEMPLATE``).
+Migrating took about 5 s of CPU per stack, and a full run starts about a hundred stacks.
 """
 
+import atexit
 import contextlib
 import http.cookiejar
 import json
@@ -14,8 +19,10 @@ import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -177,6 +184,19 @@ def _pg_user_prefix() -> list[str]:
     return ["runuser", "-u", "postgres", "--"]
 
 
+# (settings module, "sqlite" or a PostgreSQL server) → its migrated template: a file, or a database name.
+_templates: dict[tuple[str, str], str] = {}
+_template_dir: Path | None = None
+
+
+def _sqlite_template_path() -> Path:
+    global _template_dir
+    if _template_dir is None:
+        _template_dir = Path(tempfile.mkdtemp(prefix="live-templates-"))
+        atexit.register(shutil.rmtree, _template_dir, True)
+    return _template_dir / f"template-{len(_templates)}.sqlite3"
+
+
 class LiveStack:
     """Servers of the project, sharing one database and one Redis."""
 
@@ -197,10 +217,41 @@ class LiveStack:
             **(extra_env or {}),
         }
         self.procs: list[subprocess.Popen[Any]] = []
-        self.manage("migrate", "--noinput")
+        self._migrated_database()
 
-    def manage(self, *args: str) -> str:
-        result = subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, env=self.env,
+    def _migrated_database(self) -> None:
+        """Make the stack's database a copy of the migrated template (migrated first if need be)."""
+        settings = self.env["DJANGO_SETTINGS_MODULE"]
+        if self.database_url.startswith("sqlite:///"):
+            template = _templates.get((settings, "sqlite"))
+            if template is None:
+                template = str(_sqlite_template_path())
+                self.manage("migrate", "--noinput", database_url=f"sqlite:///{template}")
+                _templates[(settings, "sqlite")] = template
+            target = self.database_url.removeprefix("sqlite:///")
+            with contextlib.closing(sqlite3.connect(template)) as source, \
+                    contextlib.closing(sqlite3.connect(target)) as copy:
+                source.backup(copy)
+            return
+        server, _, name = self.database_url.rpartition("/")
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+            # A server's identity, not its URL: a later throwaway server may get the same port.
+            row = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()
+            assert row is not None
+            key = (settings, f"{server} {row[0]}")
+            template = _templates.get(key)
+            if template is None:
+                template = f"template_{len(_templates)}"
+                conn.execute(f'CREATE DATABASE "{template}"')
+                self.manage("migrate", "--noinput", database_url=f"{server}/{template}")
+                _templates[key] = template
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+
+    def manage(self, *args: str, database_url: str | None = None) -> str:
+        """``manage.py *args`` against the stack's database (or ``database_url``); its output."""
+        env = self.env if database_url is None else {**self.env, "DATABASE_URL": database_url}
+        result = subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, env=env,
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
