@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from channels.db import database_sync_to_async
 from pydantic_ai import Agent, CancellationToken, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallEvent
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.usage import UsageLimits
@@ -28,7 +28,14 @@ from pydantic_ai.usage import UsageLimits
 from . import conf, events, llm, transcript
 from .abort import AbortSignal
 from .actions import Action, call_maybe_async, compile_actions
-from .actions.context import ALLOW_ALL, ActionAuthorizationContext, AuthorizationDecision, TurnContext, TurnState
+from .actions.context import (
+    ALLOW_ALL,
+    ActionAuthorizationContext,
+    AuthorizationDecision,
+    CallAnnouncements,
+    TurnContext,
+    TurnState,
+)
 from .actions.envelopes import missing_permission_message
 from .actions.ledger import USE_SETTING, UseSetting
 from .actions.pipeline import action_tool, needs_approval
@@ -668,12 +675,21 @@ class ChatAgent:
         turn.abort_signal.add_callback(token.cancel)
         limits = UsageLimits(request_limit=self.get_max_steps())
         run = agent()
-        async with run, run.run_stream_events(
-            message_history=history, cancellation_token=token, usage_limits=limits, deps=turn,
-            deferred_tool_results=deferred, usage=usage,
-        ) as events:
-            async for event in _until_step_limit(events):
-                yield event
+        # A call runs once its announcement is handled: stored, so a crash while it runs leaves
+        # it for recovery to answer, not to run again (``CallAnnouncements``).
+        announcements = turn.announcements = CallAnnouncements()
+        try:
+            async with run, run.run_stream_events(
+                message_history=history, cancellation_token=token, usage_limits=limits, deps=turn,
+                deferred_tool_results=deferred, usage=usage,
+            ) as events:
+                async for event in _until_step_limit(events):
+                    yield event
+                    # Back for the next event: the reader has sent and stored what this one made.
+                    if isinstance(event, ToolCallEvent):
+                        announcements.handled(event.part.tool_call_id)
+        finally:
+            turn.announcements = None
 
 
 async def _until_step_limit(events: AsyncIterator[Any]) -> AsyncIterator[Any]:

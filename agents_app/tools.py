@@ -180,6 +180,10 @@ class ToolPolicy(AbstractCapability[Any]):
     async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: Any, tool_def: ToolDefinition,
                                 args: dict[str, Any], handler: Any) -> Any:
         name = call.tool_name
+        announcements = getattr(ctx.deps, "announcements", None)
+        if announcements is not None and call.tool_call_id:
+            # Nothing of the call runs before the turn has stored it (``CallAnnouncements``).
+            await announcements.wait(call.tool_call_id)
         gate = self.approval_gates.get(name)
         if gate is not None and not ctx.tool_call_approved and await self._must_ask(gate, ctx, args):
             raise ApprovalRequired()

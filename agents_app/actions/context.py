@@ -9,6 +9,7 @@
   see (docs/architecture.md#authorization).
 """
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,8 +25,8 @@ from .attachments import NO_ATTACHMENTS, AttachmentAttempt, NullReplyAttachments
 from .descriptor import ActionKind
 
 __all__ = [
-    "ActionAgent", "ActionAuthorizationContext", "ActionContext", "AuthorizationDecision", "TurnContext",
-    "TurnState",
+    "ActionAgent", "ActionAuthorizationContext", "ActionContext", "AuthorizationDecision", "CallAnnouncements",
+    "TurnContext", "TurnState",
 ]
 
 logger = logging.getLogger("agents_app.actions")
@@ -128,6 +129,41 @@ ALLOW_ALL = AuthorizationDecision(allowed=True)
 AgentT = TypeVar("AgentT", bound=ActionAgent)
 
 
+class CallAnnouncements:
+    """The tool calls of a model run whose announcement the turn has handled: a call runs only then.
+
+    pydantic-ai's streamed run (``run_stream_events``) stays one event ahead of its reader: it
+    starts a tool as soon as the turn has *received* the call's event, while the turn is still
+    turning it into ``tool-input-available`` and storing it (``TurnRun._chunk``). A process killed
+    in that window has run the call without storing it, and its recovery runs it again. So a tool
+    waits here (``ToolPolicy``) until the run's reader comes back for the next event, which it
+    does only once the call's chunks are sent and stored (``ChatAgent._model_events``).
+
+    Every call pydantic-ai runs is announced first (``FunctionToolCallEvent``), so a wait ends;
+    one of a run that is cancelled ends with the run's task.
+    """
+
+    def __init__(self) -> None:
+        self._handled: set[str] = set()
+        self._waiting: dict[str, asyncio.Future[None]] = {}
+
+    def handled(self, tool_call_id: str) -> None:
+        """The turn has handled the call's announcement: it may run."""
+        self._handled.add(tool_call_id)
+        waiting = self._waiting.pop(tool_call_id, None)
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+
+    async def wait(self, tool_call_id: str) -> None:
+        """Return once the call's announcement is handled (at once if it is)."""
+        if tool_call_id in self._handled:
+            return
+        waiting = self._waiting.get(tool_call_id)
+        if waiting is None:
+            waiting = self._waiting[tool_call_id] = asyncio.get_running_loop().create_future()
+        await asyncio.shield(waiting)
+
+
 @dataclass(kw_only=True, eq=False)
 class TurnState(Generic[AgentT]):
     """One running turn: what it was asked, and what it collects while it runs.
@@ -164,6 +200,8 @@ class TurnState(Generic[AgentT]):
     keep: Callable[[Any], Awaitable[None]] | None = None
     # What the turn's model runs used, and a quota that refused it (``agents_app.usage``).
     metered: Metered = field(default_factory=Metered)
+    # While a model run streams: the calls whose announcement is stored, which may run (``CallAnnouncements``).
+    announcements: CallAnnouncements | None = None
 
     async def write(self, chunk: dict[str, Any]) -> None:
         """Send a chunk of your own into this turn's reply, e.g. a data part::

@@ -9,7 +9,7 @@ the call answered as interrupted and the turn recovered on a Celery worker.
 import asyncio
 import json
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 from tests.support.frames import chat_request, user_message
 from tests.support.live import LiveStack, RedisServer
 from tests.support.mcp_server import McpHttpServer
-from tests.support.waiting import wait_until
+from tests.support.waiting import eventually, wait_until
 from tests.support.wsclient import RESP, open_socket, recv_until
 
 pytestmark = pytest.mark.crossprocess
@@ -88,7 +88,7 @@ def test_a_server_added_on_one_process_is_used_by_a_turn_on_another(mcp_stack: A
 
 
 def test_kill_minus_nine_in_the_middle_of_an_mcp_call_is_recovered(mcp_stack: Any) -> None:
-    stack, _ = mcp_stack
+    stack, mcp_server = mcp_stack
     doomed, survivor = stack.start_server(), stack.start_server()
     stack.start_celery_worker("a")
     stack.start_celery_beat()
@@ -99,9 +99,11 @@ def test_kill_minus_nine_in_the_middle_of_an_mcp_call_is_recovered(mcp_stack: An
         observer = await open_socket(survivor.ws, path, cookie)
         sender = await open_socket(doomed.ws, path, cookie)
         await sender.send(json.dumps(chat_request("r1", [user_message("u1", '/tool slow {"seconds": 60}')])))
-        # The call is stored (the buffer is flushed before a tool runs) and is running on the MCP server.
         await recv_until(sender, lambda f: f.get("type") == RESP and f.get("body") and
                          json.loads(f["body"])["type"] == "tool-input-available", timeout=PATIENCE)
+        # The frame goes out before the call is stored; the call runs only once it is (the turn
+        # stores a call before it runs it). Killed while the MCP server runs it, then.
+        await eventually(_running(mcp_server, "slow"), "the slow call to run on the MCP server", timeout=PATIENCE)
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait(10)
         seen = await recv_until(observer, lambda f: f.get("type") == "cf_agent_chat_recovering"
@@ -119,6 +121,14 @@ def test_kill_minus_nine_in_the_middle_of_an_mcp_call_is_recovered(mcp_stack: An
         "tool-slow", "output-error", "The tool call was interrupted before it finished")
     text = "".join(p.get("text", "") for p in history[1]["parts"] if p["type"] == "text")
     assert text == "slow failed: The tool call was interrupted before it finished."
+    # Answered as interrupted, not run again: the server saw the one call the killed process made.
+    assert mcp_server.started("slow") == 1
+
+
+def _running(mcp_server: McpHttpServer, tool: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return mcp_server.started(tool) > 0
+    return check
 
 
 def _settled(server: Any, cookie: str, path: str) -> bool:

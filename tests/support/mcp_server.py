@@ -12,9 +12,11 @@ a resource, so clients see all three kinds.
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +37,17 @@ def deploy(version: str) -> str:
     return f"deployed {version}"
 
 
+# A file the server appends a line to when ``slow`` starts, so a test can tell that a call is
+# running on the server (``McpHttpServer.started``), not merely asked for.
+CALL_LOG = "TEST_MCP_CALL_LOG"
+
+
 @server.tool()
 async def slow(seconds: float = 30.0) -> str:
     """Sleep, then answer: a call to cut with kill -9."""
+    if log := os.environ.get(CALL_LOG):
+        with open(log, "a") as calls:
+            calls.write("slow\n")
     await asyncio.sleep(seconds)
     return f"slept {seconds}"
 
@@ -97,16 +107,18 @@ class McpHttpServer:
         self.token = token
         self.sse = sse
         self.process: subprocess.Popen[bytes] | None = None
+        self._calls = Path(tempfile.mkdtemp(prefix="mcp-test-server-")) / "calls.log"
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/{'sse' if self.sse else 'mcp'}"
 
     def start(self) -> "McpHttpServer":
+        self._calls.parent.mkdir(exist_ok=True)
         args = [sys.executable, str(SCRIPT), "sse" if self.sse else "http", str(self.port),
                 *(["--token", self.token] if self.token else [])]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                        env={**os.environ, "PYTHONUNBUFFERED": "1", CALL_LOG: str(self._calls)})
         from tests.support.waiting import wait_until
 
         wait_until(self._listening, f"the MCP test server on port {self.port} to listen", timeout=20)
@@ -119,6 +131,12 @@ class McpHttpServer:
         with socket.socket() as sock:
             return sock.connect_ex(("127.0.0.1", self.port)) == 0
 
+    def started(self, tool: str) -> int:
+        """How many calls of ``tool`` have started on the server so far (only ``slow`` reports)."""
+        if not self._calls.exists():
+            return 0
+        return self._calls.read_text().splitlines().count(tool)
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
@@ -128,6 +146,7 @@ class McpHttpServer:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+        shutil.rmtree(self._calls.parent, ignore_errors=True)
 
     def __enter__(self) -> "McpHttpServer":
         return self.start()
