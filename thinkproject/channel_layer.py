@@ -31,7 +31,13 @@ no other process is known to have members of the group. A process learns that fr
 PUBLISH's count of receivers, and from the notice every process publishes on a shared topic when
 its first member of a group has joined. A chunk published in the instant between a join and its
 notice is lost to the joiner and re-synced by the chunks that follow; everything else always
-goes out.
+goes out. A count may only say "nobody else" when no join after it can go unheard: the process
+listened to the notices (Redis had confirmed that subscription) before the PUBLISH, and nothing
+that changes what the count means happened while it was on its way (a notice came, this
+process's own subscriptions changed, the subscription connection was lost); otherwise the next
+PUBLISH counts again. A count taken before the process listened once made a turn skip every live
+chunk to a process that had joined just after it, whose notice nobody heard: its reader got the
+chunks only from the stream buffer, at the stream's end.
 
 **Point-to-point messages within a process stay in memory.** ``send`` to a channel of this
 process (a turn's control channel when the reader who asks it to flush is on the same process,
@@ -147,6 +153,8 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         self._pump: asyncio.Task[None] | None = None
         # group → whether another process had members at the last PUBLISH or join notice.
         self._remote: dict[str, bool] = {}
+        # Join notices heard so far: one heard while a PUBLISH was on its way makes its count stale.
+        self._notices = 0
         self.outage = Outage()
 
     async def receive(self, channel: str) -> dict[str, Any]:
@@ -210,13 +218,38 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         assert self.require_valid_group_name(group), "Group name not valid"
         self.deliver_locally(group, message)
+        basis = self._count_basis(group)
         receivers = await self._publish(self.consistent_hash(group), self.topic(group),
                                         self._origin + self.serialize(message))
         if receivers is None:
             return  # dropped: what is known of the other processes stays as it was
         if len(self._remote) >= MAX_REMOTE_ENTRIES:
             self._remote.clear()
-        self._remote[group] = receivers > (1 if group in self.local_groups else 0)
+        after = self._count_basis(group)
+        # Not known to be alone unless the count can tell (``_count_basis``): publish next time.
+        self._remote[group] = basis is None or basis != after or receivers > basis[2]
+
+    def _count_basis(self, group: str) -> tuple[int, int, int] | None:
+        """What a PUBLISH's count of receivers to ``group`` is read against, taken before and after it:
+        (changes of this process's subscriptions, join notices heard, this process's own receivers).
+
+        None when a count cannot say that no other process has members: this process does not
+        listen to join notices (a join right after the count would go unheard, and nothing would
+        correct the count). A different value after the PUBLISH means that something happened
+        while it was on its way: the count is not read either. Our own receiver is counted as one
+        only when Redis had confirmed the subscription; one in between is taken as none, which at
+        worst makes the next chunk published for nothing.
+        """
+        subscriber = self._subscriber
+        if (subscriber is None or subscriber.loop is not asyncio.get_running_loop()
+                or not subscriber.confirmed(self.joins_topic)):
+            return None
+        own = 1 if group in self.local_groups and subscriber.confirmed(self.topic(group)) else 0
+        return subscriber.changes, self._notices, own
+
+    def forget_remote(self) -> None:
+        """Nothing known of the other processes' members holds any more (join notices were lost)."""
+        self._remote.clear()
 
     async def group_send_lossy(self, group: str, message: dict[str, Any]) -> None:
         """``group_send`` of a message its receivers can do without: no PUBLISH while nobody else listens.
@@ -276,6 +309,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
             return
         payload = data[len(self._origin):]
         if topic.decode() == self.joins_topic:
+            self._notices += 1
             self._remote[payload.decode()] = True
         else:
             self.deliver_locally(topic.decode()[len(self.topic("")):], self.deserialize(payload))
@@ -328,7 +362,9 @@ class _Subscriber:
     """One pub/sub connection of a process (and event loop) and the task reading it.
 
     ``subscribe`` waits for Redis's confirmation, read by the reader task like any message: after
-    it returns, every later publication to the topic reaches this process.
+    it returns, every later publication to the topic reaches this process. ``confirmed`` says
+    whether that holds for a topic now, and ``changes`` counts the changes of what it says (the
+    layer reads a PUBLISH's count of receivers only if none came while the PUBLISH was on its way).
     """
 
     def __init__(self, layer: FanoutRedisChannelLayer, loop: asyncio.AbstractEventLoop) -> None:
@@ -339,6 +375,11 @@ class _Subscriber:
         self.redis = Redis.from_url(host["address"], socket_timeout=None)
         self.pubsub: PubSub = self.redis.pubsub()
         self._confirmations: dict[bytes, asyncio.Future[None]] = {}
+        # Topics this process wants, and per topic its (un)subscribe commands Redis has not
+        # answered yet: Redis answers each in order, so a wanted topic with none left is subscribed.
+        self._wanted: set[bytes] = set()
+        self._unanswered: dict[bytes, int] = {}
+        self.changes = 0
         self._reader: asyncio.Task[None] | None = None
         self._watching: set[str] = set()
         # redis-py's PubSub opens its connection on the first command: concurrent first commands
@@ -350,6 +391,7 @@ class _Subscriber:
         key = topic.encode()
         if first:
             confirmed = self._confirmations[key] = self.loop.create_future()
+            self._issue(key, wanted=True)
             async with self._commands:
                 await self.pubsub.subscribe(topic)
             self._read()
@@ -363,7 +405,40 @@ class _Subscriber:
         self._watching.add(topic)
         await self.subscribe(topic, first=first)
 
+    def confirmed(self, topic: str) -> bool:
+        """Whether every publication to ``topic`` reaches this process now."""
+        key = topic.encode()
+        return key in self._wanted and not self._unanswered.get(key)
+
+    def _issue(self, key: bytes, *, wanted: bool) -> None:
+        """A (un)subscribe command is about to leave (in call order: ``_commands`` is FIFO)."""
+        if wanted:
+            self._wanted.add(key)
+        else:
+            self._wanted.discard(key)
+        self._unanswered[key] = self._unanswered.get(key, 0) + 1
+        self.changes += 1
+
+    def _answered(self, key: bytes) -> None:
+        """Redis answered a (un)subscribe command for ``key``. One nobody is waiting for is redis-py
+        subscribing again on a new connection: what was published meanwhile, join notices
+        included, is lost, so nothing known of the other processes' members holds."""
+        left = self._unanswered.pop(key, 0) - 1
+        if left > 0:
+            self._unanswered[key] = left
+        elif left < 0:
+            self.layer.forget_remote()
+        self.changes += 1
+
+    def _lost_connection(self) -> None:
+        """The subscription connection failed: every wanted topic waits for redis-py's new subscription."""
+        self._unanswered = dict.fromkeys(self._wanted, 1)
+        self.changes += 1
+        self.layer.forget_remote()
+
     async def unsubscribe(self, topic: str) -> None:
+        # Before the command leaves: a count taken from now on may or may not include ours.
+        self._issue(topic.encode(), wanted=False)
         with contextlib.suppress(RedisConnectionError):
             async with self._commands:
                 await self.pubsub.unsubscribe(topic)
@@ -377,8 +452,10 @@ class _Subscriber:
             try:
                 message = await self.pubsub.get_message(timeout=None)
             except UNREACHABLE as exc:
-                # redis-py subscribes again when it reconnects; what was published meanwhile is lost.
+                # redis-py subscribes again when it reconnects; what was published meanwhile is lost,
+                # join notices too: other processes may have members this one has not heard of.
                 self.layer.outage.lost(exc)
+                self._lost_connection()
                 await asyncio.sleep(RECONNECT_SECONDS)
                 continue
             if message is None:
@@ -390,7 +467,9 @@ class _Subscriber:
                     self.layer.on_publication(topic, message["data"])
                 except Exception:  # one bad message must not stop the process's fan-out
                     logger.exception("Undeliverable publication on %s", topic)
-            elif kind == "subscribe":
+            elif kind in ("subscribe", "unsubscribe"):
+                self._answered(topic)
+            if kind == "subscribe":
                 confirmed = self._confirmations.pop(topic, None)
                 if confirmed is not None and not confirmed.done():
                     confirmed.set_result(None)

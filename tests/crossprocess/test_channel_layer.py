@@ -110,6 +110,25 @@ async def test_a_member_added_after_the_first_also_waits_for_the_subscription(la
         assert (await receive(b, channel))["n"] == 1
 
 
+async def test_a_process_that_joins_before_the_sender_watches_for_joins_gets_the_live_chunks(layers):
+    """A count taken while the sender heard no join notice says nothing of later joins.
+
+    The first reconnect of the hundred-drops resume test: the turn's process had one socket (its
+    own subscription was the PUBLISH's only receiver) and did not listen to join notices yet (it
+    does from its first live chunk on); the other process joined, and its notice went unheard.
+    The turn then skipped the PUBLISH of every live chunk: the reader got them only from the
+    stream buffer, at the stream's end.
+    """
+    a, b = layers
+    a1, b1 = await a.new_channel(), await b.new_channel()
+    await a.group_add("room", a1)
+    await a.group_send("room", {"type": "chat.frames", "n": 0})  # a stream's start: its one receiver is a
+    await b.group_add("room", b1)  # b's join notice: nobody listens to them yet
+    await a.group_send_lossy("room", {"type": "chat.frames", "n": 1})  # a live chunk
+    assert (await receive(b, b1))["n"] == 1
+    assert [(await receive(a, a1))["n"] for _ in range(2)] == [0, 1]
+
+
 async def test_a_publication_of_another_os_process_is_delivered(layers, redis):
     _, b = layers
     channel = await b.new_channel()
