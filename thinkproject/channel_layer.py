@@ -59,17 +59,27 @@ re-syncs the chunks it missed, must not be lost to that. A point-to-point send t
 (a cancel, a flush request) that still fails raises: its caller decides.
 
 Receiving: every channel of this process reads its own in-memory queue, filled by group
-deliveries, by its own process's sends, and by one pump per event loop that pops the process's
+deliveries, by its own process's sends, and by one pump per process that pops the process's
 point-to-point messages from other processes (``send`` to a ``new_channel`` name: the resume
 handshake's control messages) off Redis. The core
 layer instead lets one receiver at a time block on Redis for all of them, which would leave a
 message put in memory unseen until the next message from Redis. Receivers must treat a delivered
 message as read-only: this process's members of a group share one dict.
+
+**Several event loops in one process.** A Celery worker's thread pool runs each task on an event
+loop of its own, all sharing the process's layer: a turn's control channel (its cancel and flush
+requests) is received on its task's loop. A message for a channel is put in its queue on the loop
+that receives it (``call_soon_threadsafe`` from another thread: a queue woken from a foreign
+thread may sleep until its loop wakes for something else). One pump runs at a time, on a loop
+that receives: pumps on several loops popped the same Redis list concurrently and tripped over
+``channels_redis``'s per-channel lock ("bound to a different event loop"). When its loop ends, a
+loop still receiving starts the next.
 """
 
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -128,6 +138,18 @@ class Outage:
         self.since = None
 
 
+def stopping() -> None:
+    """Raise ``CancelledError`` if the running task is being cancelled.
+
+    redis-py can turn a cancellation that meets its read timeout into a ``TimeoutError``: a reading
+    loop that takes it for Redis out of reach and reads again never ends, and whoever awaits the
+    cancelled task (a process shutting down, ``close_pools``) waits for ever.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 def one_line(error: BaseException) -> str:
     """``error`` as one log line: its type and message, without a traceback."""
     return " ".join(f"{type(error).__name__}: {error}".split())
@@ -151,6 +173,9 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         self._origin = self.client_prefix.encode()
         self._subscriber: _Subscriber | None = None
         self._pump: asyncio.Task[None] | None = None
+        self._pump_lock = threading.Lock()
+        # channel of this process → the event loop receiving on it (while it waits or has messages).
+        self._receivers: dict[str, asyncio.AbstractEventLoop] = {}
         # group → whether another process had members at the last PUBLISH or join notice.
         self._remote: dict[str, bool] = {}
         # Join notices heard so far: one heard while a PUBLISH was on its way makes its count stale.
@@ -161,12 +186,16 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         if "!" not in channel:
             return await super().receive(channel)
         assert self._is_local(channel), "Wrong client prefix"
-        self._start_pump()
+        loop = asyncio.get_running_loop()
+        self._receivers[channel] = loop
+        self._start_pump(loop)
         queue = self.receive_buffer[channel]
-        message = await queue.get()
-        if queue.empty() and self.receive_buffer.get(channel) is queue:
-            del self.receive_buffer[channel]
-        return message
+        try:
+            return await queue.get()
+        finally:  # also when cancelled (the consumer went): nothing is left of an idle channel
+            if queue.empty() and self.receive_buffer.get(channel) is queue:
+                del self.receive_buffer[channel]
+                self._receivers.pop(channel, None)
 
     async def send(self, channel: str, message: dict[str, Any]) -> None:
         if not self._is_local(channel):
@@ -175,13 +204,43 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         assert isinstance(message, dict), "message is not a dict"
         assert self.require_valid_channel_name(channel), "Channel name not valid"
         assert "__asgi_channel__" not in message
-        self.receive_buffer[channel].put_nowait(dict(message))  # bounded: a full queue drops its oldest
+        self._put(channel, dict(message))
 
-    def _start_pump(self) -> None:
-        # One per event loop: a Daphne has one loop; a Celery task's loop cancels it when it ends.
-        loop = asyncio.get_running_loop()
-        if self._pump is None or self._pump.done() or self._pump.get_loop() is not loop:
-            self._pump = loop.create_task(self._pump_forever())
+    def _put(self, channel: str, message: dict[str, Any]) -> None:
+        """Into the channel's queue (bounded: a full one drops its oldest), on its receiving loop."""
+        owner = self._receivers.get(channel)
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if owner is None or owner is here:
+            self.receive_buffer[channel].put_nowait(message)
+            return
+        with contextlib.suppress(RuntimeError):  # its loop has closed: nobody receives there any more
+            owner.call_soon_threadsafe(self._put, channel, message)
+
+    def _start_pump(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop`` (the running one), unless a pump runs on any loop already."""
+        with self._pump_lock:
+            if self._pump is None or self._pump.done():
+                self._pump = loop.create_task(self._pump_forever())
+                self._pump.add_done_callback(self._pump_ended)
+
+    def _pump_ended(self, pump: "asyncio.Task[None]") -> None:
+        """The pump's loop ended (a Celery task's): another loop still receiving starts the next."""
+        if pump is not self._pump:
+            return  # stopped by ``_stop_then``
+        if not pump.cancelled():  # a failure of its own: the next ``receive`` starts another
+            logger.error("Channel layer pump stopped: %s", one_line(pump.exception() or RuntimeError("ended")))
+            return
+        ended = pump.get_loop()
+        for channel, loop in list(self._receivers.items()):
+            if loop is ended:
+                self._receivers.pop(channel, None)
+        for loop in set(self._receivers.values()):
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: try the next
+                loop.call_soon_threadsafe(self._start_pump, loop)
+                return
 
     async def _pump_forever(self) -> None:
         real_channel = f"specific.{self.client_prefix}!"
@@ -189,11 +248,12 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
             try:
                 channel, message = await self.receive_single(real_channel)
             except UNREACHABLE as exc:
+                stopping()
                 self.outage.lost(exc)
                 await asyncio.sleep(RECONNECT_SECONDS)
                 continue
             self.outage.back()
-            self.receive_buffer[channel].put_nowait(message)
+            self._put(channel, message)
 
     async def group_add(self, group: str, channel: str) -> None:
         assert self.require_valid_group_name(group), "Group name not valid"
@@ -301,7 +361,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
     def deliver_locally(self, group: str, message: dict[str, Any]) -> None:
         """Hand ``message`` to this process's members of ``group`` (each channel's bounded queue)."""
         for channel in self.local_groups.get(group, ()):
-            self.receive_buffer[channel].put_nowait(message)
+            self._put(channel, message)
 
     def on_publication(self, topic: bytes, data: bytes) -> None:
         """A message another process sent to a group this process has members of."""
@@ -326,11 +386,14 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         # The groups and the subscription go even when Redis fails ``then``: a subscription left
         # behind would keep receiving the groups' publications.
         try:
-            if self._pump is not None:
-                self._pump.cancel()
+            pump, self._pump = self._pump, None
+            if pump is not None and pump.get_loop() is asyncio.get_running_loop():
+                pump.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await self._pump
-                self._pump = None
+                    await pump
+            elif pump is not None:
+                with contextlib.suppress(RuntimeError):  # its loop has closed, and the pump with it
+                    pump.get_loop().call_soon_threadsafe(pump.cancel)
             await then()
         finally:
             self.local_groups.clear()
@@ -452,6 +515,7 @@ class _Subscriber:
             try:
                 message = await self.pubsub.get_message(timeout=None)
             except UNREACHABLE as exc:
+                stopping()
                 # redis-py subscribes again when it reconnects; what was published meanwhile is lost,
                 # join notices too: other processes may have members this one has not heard of.
                 self.layer.outage.lost(exc)

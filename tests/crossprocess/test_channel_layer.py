@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,42 @@ async def _joined(server: Server, path: str, cookie: str) -> ClientConnection:
     sock = await open_socket(server.ws, path, cookie)
     await recv_until(sock, lambda f: f["type"] == "cf_agent_mcp_servers")
     return sock
+
+
+def test_loops_in_threads_of_one_process_get_their_messages_also_after_the_pumps_loop_ends(redis):
+    """A Celery worker's thread pool runs each task on an event loop of its own, all sharing the
+    process's layer. Messages another process sends reach the channel of each loop, and keep
+    reaching the loop still running once the loop that ran the pump has ended."""
+    worker = FanoutRedisChannelLayer(hosts=[{"address": redis.url}])
+    sender = FanoutRedisChannelLayer(hosts=[{"address": redis.url}])
+    channels: dict[str, str] = {}
+    ready = {name: threading.Event() for name in ("a", "b")}
+    received: dict[str, list[int]] = {}
+
+    def task(name: str, count: int) -> None:
+        async def main() -> None:
+            channel = channels[name] = await worker.new_channel()
+            ready[name].set()
+            received[name] = [(await receive(worker, channel))["n"] for _ in range(count)]
+
+        asyncio.run(main())  # as a thread-pool task's loop ends: every task left on it is cancelled
+
+    def send(name: str, n: int) -> None:
+        asyncio.run(sender.send(channels[name], {"type": "control", "n": n}))
+
+    a = threading.Thread(target=task, args=("a", 1))
+    b = threading.Thread(target=task, args=("b", 2))
+    a.start()
+    b.start()
+    assert ready["a"].wait(PATIENCE) and ready["b"].wait(PATIENCE)
+    send("a", 0)
+    send("b", 0)
+    a.join(PATIENCE)
+    assert not a.is_alive() and received["a"] == [0]
+    send("b", 1)  # popped by whichever pump runs now: b's loop is the only one left
+    b.join(PATIENCE)
+    assert not b.is_alive() and received["b"] == [0, 1]
+    asyncio.run(sender.flush())
 
 
 def test_redis_down_mid_stream_is_one_warning_and_one_line_when_it_is_back(tmp_path: Path) -> None:
