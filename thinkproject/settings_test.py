@@ -64,3 +64,7 @@ AGENT_CLASSES = [
     "tests.agents.CustomBuildAgent",
     "tests.action_agents.ActionTestAgent",
 ]
+
+# The test database in memory, named so: pytest-xdist's workers (``make test-fast``) would otherwise
+# each derive a file name from NAME (pytest-django recognises only Django's own SQLite engine).
+DATABASES["default"]["TEST"] = {"NAME": ":memory:"}  # noqa: F405
