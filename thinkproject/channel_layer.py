@@ -244,16 +244,24 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
 
     async def _pump_forever(self) -> None:
         real_channel = f"specific.{self.client_prefix}!"
+        index, key = self.consistent_hash(real_channel), self.prefix + real_channel
         while True:
             try:
-                channel, message = await self.receive_single(real_channel)
+                # Not ``receive_single``: its per-channel asyncio lock stays bound to the loop of a
+                # pump that ended holding it, and the next pump, on another loop, fails on it. One
+                # pump at a time needs no lock.
+                content = await self._brpop_with_clean(index, key, timeout=self.brpop_timeout)
+                if content is None:
+                    continue
+                message = self.deserialize(content)
+                self._put(message.pop("__asgi_channel__", real_channel), message)
+                await self._clean_receive_backup(index, key)
             except UNREACHABLE as exc:
                 stopping()
                 self.outage.lost(exc)
                 await asyncio.sleep(RECONNECT_SECONDS)
                 continue
             self.outage.back()
-            self._put(channel, message)
 
     async def group_add(self, group: str, channel: str) -> None:
         assert self.require_valid_group_name(group), "Group name not valid"
