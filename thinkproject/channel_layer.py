@@ -206,13 +206,17 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         assert "__asgi_channel__" not in message
         self._put(channel, dict(message))
 
-    def _put(self, channel: str, message: dict[str, Any]) -> None:
-        """Into the channel's queue (bounded: a full one drops its oldest), on its receiving loop."""
+    def _put(self, channel: str, message: dict[str, Any], here: asyncio.AbstractEventLoop | None = None) -> None:
+        """Into the channel's queue (bounded: a full one drops its oldest), on its receiving loop.
+
+        ``here``: the running loop, if the caller has it (a group delivery puts once per member).
+        """
         owner = self._receivers.get(channel)
-        try:
-            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
+        if here is None:
+            try:
+                here = asyncio.get_running_loop()
+            except RuntimeError:
+                here = None
         if owner is None or owner is here:
             self.receive_buffer[channel].put_nowait(message)
             return
@@ -368,8 +372,10 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
 
     def deliver_locally(self, group: str, message: dict[str, Any]) -> None:
         """Hand ``message`` to this process's members of ``group`` (each channel's bounded queue)."""
-        for channel in self.local_groups.get(group, ()):
-            self._put(channel, message)
+        members = self.local_groups.get(group, ())
+        here = asyncio.get_running_loop() if members else None
+        for channel in members:
+            self._put(channel, message, here)
 
     def on_publication(self, topic: bytes, data: bytes) -> None:
         """A message another process sent to a group this process has members of."""
