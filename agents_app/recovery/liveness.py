@@ -32,8 +32,10 @@ def control_channel(turn: Turn) -> str | None:
     return channel or None
 
 
-def heartbeat(turn_pk: int) -> None:
-    Turn.objects.filter(pk=turn_pk).running().update(heartbeat_at=timezone.now())
+def heartbeat(turn_pk: int) -> bool:
+    """Refresh a running turn's heartbeat; False when it is no longer running: another process
+    judged it dead (a heartbeat held up past ``HEARTBEAT_STALE``) and cut it into recovery."""
+    return bool(Turn.objects.filter(pk=turn_pk).running().update(heartbeat_at=timezone.now()))
 
 
 def heartbeat_waiting(turn_pk: int) -> None:

@@ -13,6 +13,7 @@ import json
 import logging
 import weakref
 from datetime import datetime, timedelta
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
@@ -195,6 +196,12 @@ def _batches() -> _Batches:
     return batches
 
 
+def _open(stream_pk: int) -> dict[str, Any]:
+    """The stream buffer, while its turn may still add to it: the recovery of a cut turn reads what
+    it had stored then, so what its turn sends after (alive after all) is not stored."""
+    return {"pk": stream_pk, "status": StreamRecord.Status.STREAMING}
+
+
 def write_rows(stream_pk: int, rows: list[tuple[int, list[str]]]) -> None:
     """Store rows of one stream's chunks (``StreamWriter.take``), in the caller's transaction."""
     write_batch([(stream_pk, rows)])
@@ -209,8 +216,9 @@ def write_batch(batch: list[tuple[int, list[tuple[int, list[str]]]]]) -> None:
     if len(batch) == 1:
         # The common case, one stream: on PostgreSQL one statement (docs/decisions.md#postgresql-on-the-turn-path).
         [(stream_pk, rows)] = batch
-        # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
-        statements.update_then_insert(StreamRecord, {"pk": stream_pk}, {"last_chunk_at": now}, [
+        # A clear may have deleted the buffer mid-turn, or a recovery closed it (its turn judged dead,
+        # ``recovery.cut``): its chunks then have nowhere to go.
+        statements.update_then_insert(StreamRecord, _open(stream_pk), {"last_chunk_at": now}, [
             StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies)) for first, bodies in rows
         ])
         return
@@ -218,8 +226,7 @@ def write_batch(batch: list[tuple[int, list[tuple[int, list[str]]]]]) -> None:
     with transaction.atomic(savepoint=False):
         segments: list[StreamSegment] = []
         for stream_pk, rows in batch:
-            # A clear may have deleted the buffer mid-turn; its chunks then have nowhere to go.
-            if statements.update(StreamRecord, {"pk": stream_pk}, last_chunk_at=now):
+            if statements.update(StreamRecord, _open(stream_pk), last_chunk_at=now):
                 segments += [
                     StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies))
                     for first, bodies in rows

@@ -267,6 +267,9 @@ class ResumeSession:
         if last_seq >= expected:
             return self._resync(item, request_id, expected, flush=False, covers=last_seq)
         self.next_seq.pop(request_id, None)
+        # Over for this connection: chunks of it still on their way (a turn cut into recovery while
+        # alive goes on streaming until it hears of the cut) are stale.
+        self.closed.add(request_id)
         return _SEND
 
     def _resync(self, item: Item, request_id: str, from_seq: int, *, flush: bool, covers: int = -1) -> Route:
@@ -299,7 +302,14 @@ class ResumeSession:
             return []
         self.followed = True
         self.replayed = (replay.request_id, last_sent)
-        self.next_seq[replay.request_id] = max(last_sent, replay.covers, -1 if covered is None else covered) + 1
+        following = max(last_sent, replay.covers, -1 if covered is None else covered) + 1
+        if replay.resync:
+            # The buffer could not fill the gap: those chunks were never stored (a turn cut while
+            # alive: the cut closed its buffer). The stream goes on from the first held chunk
+            # instead of resyncing again, forever.
+            held = [i.seq for i in replay.held if i.request_id == replay.request_id and i.seq is not None]
+            following = max(following, min(held, default=following))
+        self.next_seq[replay.request_id] = following
         return replay.held
 
     def matches(self, token: str) -> Replay | None:

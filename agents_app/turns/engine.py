@@ -289,6 +289,9 @@ class _Ending:
     # The queue was empty, and the event that says so, unless a newer turn is active already (``_turns_idle``).
     drained: bool = False
     idle: Item | None = None
+    # Another process had cut the turn into recovery (``lock.finish``): nothing of its end was
+    # stored, and the recovery has told the clients how it ended.
+    lost: bool = False
 
 
 class TurnRun:
@@ -298,8 +301,8 @@ class TurnRun:
     knows from its start on is ``setup``, set once when the agent is made.
     """
 
-    __slots__ = ("attachments", "builder", "drained", "error", "last_chunk_at", "merge_text", "publisher", "seq",
-                 "setup", "signal", "stalled", "status", "text_id", "turn", "writer")
+    __slots__ = ("attachments", "builder", "drained", "error", "last_chunk_at", "lost", "merge_text", "publisher",
+                 "seq", "setup", "signal", "stalled", "status", "text_id", "turn", "writer")
 
     def __init__(self, turn: Turn) -> None:
         self.turn = turn  # the claimed row; the start fills in its ``message_ids`` if the admission did not
@@ -322,6 +325,8 @@ class TurnRun:
         self.merge_text = False
         # The end of the turn found the queue empty, and said so: ``drain`` stops.
         self.drained = False
+        # The end of the turn found it cut into recovery by another process (``_Ending.lost``).
+        self.lost = False
 
     async def run(self, started: "_Started | None" = None, lead: Lead | None = None) -> ChatResponseResult:
         """Run the turn (``started``: its start, when the claim's hop made it already; ``lead``:
@@ -337,7 +342,11 @@ class TurnRun:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(liveness.HEARTBEAT_SECONDS)
-            await database_sync_to_async(liveness.heartbeat)(self.turn.pk)
+            if not await database_sync_to_async(liveness.heartbeat)(self.turn.pk):
+                # Cut into recovery while still alive: its recovery carries the reply on, so this
+                # run stops, and its end (fenced in ``lock.finish``) stores nothing.
+                self.signal.abort("Cut into recovery by another process")
+                return
 
     def _result(self, status: str, error: str | None = None, *, replied: bool = False) -> ChatResponseResult:
         """What ``on_chat_response`` gets; ``replied``: the turn streamed to its end, and its reply (if
@@ -415,9 +424,9 @@ class TurnRun:
             if self.signal.aborted or self.stalled:
                 self.status = Turn.Status.ABORTED
             await self._finish(instance, thrown=False)
-        if self.stalled:
+        if self.stalled or self.lost:
             # Cut into bounded recovery: the attempt, queued first, owns the result (no response hook).
-            return self._result(Turn.Status.ABORTED, recovery.STALLED)
+            return self._result(Turn.Status.ABORTED, recovery.STALLED if self.stalled else recovery.INTERRUPTED)
         if setup.attempt is not None:
             await recovery.end_attempt(turn, self.status, self.error or "")
         if self.status == Turn.Status.COMPLETED:
@@ -658,6 +667,10 @@ class TurnRun:
             self.writer.stored()
         self.drained = ending.drained
         metrics.CHUNKS.labels(instance.slug).inc(self.seq)
+        if ending.lost:
+            self.lost = True
+            await self.publisher.close()
+            return
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]
         if ending.final_transcript is not None:
             # Marked as the stream's: it releases a connection still waiting for its resume ACK.
@@ -689,15 +702,28 @@ class TurnRun:
         return {Turn.Status.ERROR: Outcome.ERROR, Turn.Status.ABORTED: Outcome.ABORTED}.get(self.status)
 
     def _persist_and_finish(self, instance: AgentInstance, rows: list[tuple[int, list[str]]]) -> _Ending:
+        assert self.setup is not None
+        ending = self._end(instance, rows)
+        if ending.lost:
+            # Nothing of the end was kept, but the model's tokens were spent all the same.
+            usage.record(self.turn, instance.slug, self.setup.agent.turn.metered)
+            logger.warning("Turn %s ended after another process had cut it into recovery: its end is dropped",
+                           self.turn.request_id)
+        return ending
+
+    def _end(self, instance: AgentInstance, rows: list[tuple[int, list[str]]]) -> _Ending:
         setup = self.setup
         assert self.builder is not None
         assert setup is not None
+        metered = setup.agent.turn.metered
         if self.stalled:
-            # The partial reply stays in the stream buffer: the recovery attempt stores it.
+            # The partial reply stays in the stream buffer: the recovery attempt stores it. The
+            # turn's row first, as ``recovery.cut`` takes it, then the stream's.
             with transaction.atomic():
+                if not lock.finish(self.turn, Turn.Status.ABORTED, recovery.STALLED):
+                    return _Ending(lost=True)
                 buffer.write_rows(setup.stream_pk, rows)
-                usage.record(self.turn, instance.slug, setup.agent.turn.metered)
-                lock.finish(self.turn, Turn.Status.ABORTED, recovery.STALLED)
+                usage.record(self.turn, instance.slug, metered)
                 recovering = recovery.schedule(self.turn)
             return _Ending(recovering=recovering)
         # One transaction for the turn's end: on SQLite each write transaction waits for the
@@ -711,8 +737,15 @@ class TurnRun:
                 instance.pk, terminal_request_id=self.turn.request_id if failed else "",
                 terminal_error=(self.error or "Error") if failed else "",
             )
+            # Fenced: a turn that another process judged dead and cut meanwhile leaves its end to
+            # the recovery, which stores the reply once (docs/architecture.md#a-live-turn-judged-dead).
+            # The request's message ids as the live terminal frame gave them: a replayed one reads them here.
+            also = {"attachments": self.attachments.items()} if len(self.attachments) else {}
+            if not lock.finish(self.turn, self.status, self.error or "", message_ids=self.turn.message_ids, **also):
+                transaction.set_rollback(True)
+                return _Ending(lost=True)
             buffer.write_rows(setup.stream_pk, rows)
-            usage.record(self.turn, instance.slug, setup.agent.turn.metered)
+            usage.record(self.turn, instance.slug, metered)
             # A clear during the turn wins: its partial reply is not written back.
             saved = self.builder.has_content() and current.generation <= self.turn.generation
             if saved:
@@ -728,9 +761,6 @@ class TurnRun:
                 transcript.save_message(instance, self.builder.message, after=after, policy=setup.policy, touched=True)
             buffer.finish(setup.stream_pk, error=failed)
             final_transcript = transcript.load(instance) if saved else None
-            # The request's message ids as the live terminal frame gave them: a replayed one reads them here.
-            also = {"attachments": self.attachments.items()} if len(self.attachments) else {}
-            lock.finish(self.turn, self.status, self.error or "", message_ids=self.turn.message_ids, **also)
         # The drain's next look at the queue, made here, after the commit as it would make it: in a
         # thread hop of its own after the turn, it queued on the database thread behind the next
         # request's admission and held up the end of that request's turn (bench/README.md, "Fifth

@@ -103,11 +103,16 @@ def queue_empty(instance_id: int) -> bool:
     return _queued_head(instance_id) is None
 
 
-def finish(turn: Turn, status: str, error: str = "", **also: Any) -> None:
+def finish(turn: Turn, status: str, error: str = "", **also: Any) -> bool:
     """Record the end of a running turn, releasing the instance for the next one (and ``also``,
-    more columns of the turn, in the same statement)."""
-    statements.update(Turn, {"pk": turn.pk}, status=status, error=error, finished_at=timezone.now(), **also)
-    turn.status, turn.error = status, error
+    more columns of the turn, in the same statement); False, changing nothing, when the turn is no
+    longer running: another process judged it dead and cut it into recovery (``recovery.cut``),
+    which owns its end from then on."""
+    ended = statements.update(Turn, {"pk": turn.pk, "status": Turn.Status.RUNNING}, status=status, error=error,
+                              finished_at=timezone.now(), **also)
+    if ended:
+        turn.status, turn.error = status, error
+    return bool(ended)
 
 
 _TURN = statements.Columns(Turn, "t")

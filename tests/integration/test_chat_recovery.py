@@ -136,6 +136,30 @@ async def test_a_partial_reply_is_continued_in_the_same_message_without_repeatin
     assert (await incident()).kind == Kind.CONTINUE
 
 
+async def test_a_live_turn_judged_dead_leaves_its_end_to_the_recovery(ws, user):
+    """A sweep that judges a live turn dead (its heartbeat held up, on a loaded process) cuts it: the
+    turn's end and its later chunks store nothing, and the reply is stored once, by the attempt."""
+    handle = await instance_of(user, "alive")
+    a = await open_agent(ws, "/agents/recovery-agent/alive")
+    live = asyncio.ensure_future(handle.save_messages(["/slow 60 50"]))
+    await receive_until(a, lambda f: f.get("type") == RESP and '"text-delta"' in f["body"])
+    turn = await Turn.objects.aget(status=Turn.Status.RUNNING)
+    # As a sweep sees it once its heartbeat is older than the stale bound.
+    later = timezone.now() + recovery.liveness.HEARTBEAT_STALE + timedelta(seconds=1)
+    sweep = asyncio.ensure_future(turns.recover_interrupted(now=later))
+    result = await asyncio.wait_for(live, 30)
+    assert await asyncio.wait_for(sweep, 30) == 1
+    assert (result.status, result.error) == (Turn.Status.ABORTED, recovery.INTERRUPTED)
+    cut = await Turn.objects.select_related("stream").aget(pk=turn.pk)
+    assert (cut.status, cut.error) == (Turn.Status.ABORTED, recovery.INTERRUPTED)
+    attempt = await Turn.objects.aget(kind=Turn.Kind.RECOVERY)
+    assert attempt.status == Turn.Status.COMPLETED
+    # The same prompt, uncut, on an instance of its own: the reply the attempt must have stored.
+    other = await instance_of(user, "uncut")
+    assert (await asyncio.wait_for(other.save_messages(["/slow 60 50"]), 30)).status == Turn.Status.COMPLETED
+    assert await replies(handle) == await replies(other)
+
+
 async def test_the_recovering_status_is_told_to_a_client_connecting_between_attempts(ws, user):
     handle = await instance_of(user, "connect")
     await database_sync_to_async(crash)(handle.instance)
