@@ -1,5 +1,5 @@
 """The model layer: which pydantic-ai model a turn talks to (``get_model``) and the demo model."""
 
-from .providers import get_model, is_demo
+from .providers import get_model, is_demo, warm
 
-__all__ = ["get_model", "is_demo"]
+__all__ = ["get_model", "is_demo", "warm"]

@@ -12,7 +12,9 @@ the base URL the provider's SDK takes (``.../v1`` for OpenAI, the host alone for
 ``AGENT_MODEL_API_KEY`` then overrides the provider's usual key.
 """
 
+import contextlib
 import os
+from collections.abc import Iterable
 
 from pydantic_ai.models import Model, infer_model
 from pydantic_ai.models.function import FunctionModel
@@ -55,6 +57,15 @@ def get_model(spec: str | None = None) -> Model:
         raise
     except Exception as exc:
         raise AgentConfigurationError(f"AGENT_MODEL {spec!r} cannot be used: {exc}") from exc
+
+
+def warm(specs: Iterable[str | None]) -> None:
+    """Build each model once and drop it, at a process's start: its provider's SDK is imported then
+    (Anthropic's and OpenAI's take seconds), not on the event loop of the first turn while other
+    connections stream. A model that cannot be built is left to the first turn, which says why."""
+    for spec in dict.fromkeys(spec or conf.get("AGENT_MODEL") for spec in specs):
+        with contextlib.suppress(AgentConfigurationError):
+            get_model(spec)
 
 
 def _openai_compatible(name: str, base_url: str | None) -> Model:

@@ -1,11 +1,12 @@
 """A server process's own start-up and shutdown work, around the hooks of ``lifecycle``.
 
 Start-up warms what a first turn would otherwise pay for on the event loop, while other
-connections stream: the agent classes imported, the database thread and its connection open, the
-process's control channel on Redis; then it looks for turns a crash left running (the process a
-deploy just stopped, say). Shutdown hands the turns still running here to recovery at once, as a
-crash would be recovered but without waiting to be found (docs/operations.md#lifespan), then
-closes the Redis pools and the database connection.
+connections stream: the agent classes imported and their models built once (their providers'
+SDKs imported), the database thread and its connection open, the process's control channel on
+Redis; then it looks for turns a crash left running (the process a deploy just stopped, say).
+Shutdown hands the turns still running here to recovery at once, as a crash would be recovered but
+without waiting to be found (docs/operations.md#lifespan), then closes the Redis pools and the
+database connection.
 """
 
 import asyncio
@@ -15,7 +16,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connections
 
-from .. import conf, registry, turns
+from .. import conf, llm, registry, turns
 from ..recovery import service as recovery
 from ..turns import control
 from . import health
@@ -24,10 +25,16 @@ logger = logging.getLogger("agents_app.operations")
 
 
 async def warm() -> None:
-    registry.agent_classes()
+    warm_models()
     await database_sync_to_async(health.warm)()
     await control.channel_name()
     turns.sweep_on_startup()
+
+
+def warm_models() -> None:
+    """Import the agent classes and build each one's model once (``llm.warm``); a Celery worker
+    does the same when it is ready, since it runs turns too (continuations, background turns)."""
+    llm.warm(cls.model for cls in registry.agent_classes().values())
 
 
 async def hand_off() -> int:
@@ -45,10 +52,13 @@ async def hand_off() -> int:
     if running:
         await asyncio.wait(running, timeout=float(conf.get("AGENT_SHUTDOWN_GRACE_SECONDS")))
     stopped = await control.stop_here()
-    # Every cut in one thread hop, then the announcements and the attempts' dispatch together: one
-    # at a time, the last of 26 turns waited a second for its cut (bench/README.md, deploy.py).
+    # Every cut in one thread hop (one at a time, the last of 26 turns waited a second for its cut:
+    # bench/README.md, deploy.py), the announcements together, then every attempt sent to a
+    # worker in one hop (not one hop, and one read of its instance, per cut).
     cuts = await database_sync_to_async(_cut_all)(stopped)
-    await asyncio.gather(*(_announce_and_dispatch(won) for won in cuts))
+    await asyncio.gather(*(recovery.announce(won) for won in cuts))
+    if cuts and conf.get("AGENT_RECOVERY") == "celery":
+        await turns.run_recovery(*(won.turn.instance_id for won in cuts))
     if stopped:
         logger.info("Handed off %d running turn(s) to recovery", len(stopped))
     return len(stopped)
@@ -58,12 +68,6 @@ def _cut_all(turn_pks: list[int]) -> list[recovery.Cut]:
     """Cut each turn into recovery (``recovery.cut``, a transaction each); those another process
     cut first are left out."""
     return [won for pk in turn_pks if (won := recovery.cut(pk)) is not None]
-
-
-async def _announce_and_dispatch(won: recovery.Cut) -> None:
-    await recovery.announce(won)
-    if conf.get("AGENT_RECOVERY") == "celery":
-        await turns.run_recovery(won.turn.instance_id)
 
 
 async def close() -> None:

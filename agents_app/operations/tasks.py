@@ -16,7 +16,7 @@ from django.db import connections
 from redis.exceptions import RedisError
 
 from ..turns.control import run_sync
-from . import health, lifecycle
+from . import health, lifecycle, server
 
 logger = logging.getLogger("agents_app.operations")
 
@@ -40,6 +40,10 @@ def _mark_worker_forever(hostname: str) -> None:
 
 @worker_ready.connect
 def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
+    try:
+        server.warm_models()
+    except Exception:  # the first turn reports what cannot be built
+        logger.exception("Warming the worker failed; it starts cold")
     run_sync(lifecycle.run_startup)
     hostname = getattr(sender, "hostname", "worker")
     threading.Thread(target=_mark_worker_forever, args=(hostname,), name="think-worker-mark", daemon=True).start()

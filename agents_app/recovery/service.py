@@ -84,7 +84,8 @@ def cut(turn_pk: int, reason: str = INTERRUPTED) -> Cut | None:
         )
         if not won:
             return None
-        return schedule(Turn.objects.select_related("incident").get(pk=turn_pk))
+        # With its instance, which ``announce`` names in its events without a query of its own.
+        return schedule(Turn.objects.select_related("incident", "instance").get(pk=turn_pk))
 
 
 def schedule(turn: Turn) -> Cut:
@@ -206,7 +207,7 @@ async def announce(won: Cut) -> None:
             await database_sync_to_async(transcript.load)(turn.instance_id)))
         return
     await fanout.publish(turn.instance_id, frames.chat_recovering(recovering=True, request_id=won.root_request_id))
-    instance = await AgentInstance.objects.aget(pk=turn.instance_id)
+    instance = turn.instance  # read with the turn (``cut``)
     data = {"requestId": turn.request_id, "recoveryRootRequestId": won.root_request_id,
             "incidentId": won.attempt.incident.incident_id if won.attempt.incident else "", "reason": turn.error}
     events.emit_chat(instance, events.RECOVERY_DETECTED, **data)

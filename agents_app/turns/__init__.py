@@ -212,7 +212,10 @@ async def recover_interrupted(*, now: datetime | None = None, here: bool = True)
     instances = dict.fromkeys(cut.turn.instance_id for cut in cuts)
     instances.update(dict.fromkeys(await database_sync_to_async(recovery.unclaimed_attempts)(now)))
     # Side by side: one slow recovery must not hold up the others.
-    await asyncio.gather(*(drain(pk) if here else run_recovery(pk) for pk in instances))
+    if here:
+        await asyncio.gather(*(drain(pk) for pk in instances))
+    else:
+        await run_recovery(*instances)
     return len(cuts)
 
 
@@ -230,13 +233,15 @@ async def recover_stream(stream_pk: int) -> None:
         await run_recovery(won.turn.instance_id)
 
 
-async def run_recovery(instance_pk: int) -> None:
-    """Run the instance's queue, whose next turn is a recovery attempt: on a Celery worker
-    (``AGENT_RECOVERY = "celery"``, the default) or in this process (``"inline"``)."""
+async def run_recovery(*instance_pks: int) -> None:
+    """Run each instance's queue, whose next turn is a recovery attempt: on a Celery worker
+    (``AGENT_RECOVERY = "celery"``, the default; all sent in one thread hop) or in this process
+    (``"inline"``)."""
     if conf.get("AGENT_RECOVERY") == "celery":
-        await dispatch.enqueue(dispatch.DRAIN_INSTANCE, instance_pk)
+        await dispatch.enqueue_each(dispatch.DRAIN_INSTANCE, [(pk,) for pk in instance_pks])
     else:
-        start_drain(instance_pk)
+        for pk in instance_pks:
+            start_drain(pk)
 
 
 _startup_sweep: asyncio.Task[int] | None = None
