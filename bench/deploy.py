@@ -5,18 +5,21 @@
 Redis, SQLite, a Celery worker (one thread per chat) and two uvicorn servers; ``--chats`` chats
 stream ``/slow`` replies (20 ms a word), spread over both servers. Once each has shown 10 words,
 one server gets ``SIGTERM`` and a new one starts; the clients of the stopped one reconnect to a
-server that is up and resume. Three rounds: the default grace period (the stopped server's turns
+server that is up and resume. Four rounds: the default grace period (the stopped server's turns
 end there, followed through Redis), none (``AGENT_SHUTDOWN_GRACE_SECONDS=0``: they are handed to
-recovery and the worker continues them), and the latter with the worker restarted while it
-streams the continuations. Every reply is checked (no word lost
-or doubled, the stored reply whole); printed: the longest wait between two new words per chat
-(median, p95, max), for the chats that were on the restarted server and for the others.
+recovery and the worker continues them), and the latter with the worker restarted (``SIGTERM``,
+then a new one started): once it streams every continuation (the waits counted are those after
+its ``SIGTERM``), and as soon as the stopped server has exited, before it has started them all.
+Every reply is checked (no word lost or doubled, the stored reply whole); printed: the longest wait
+between two new words per chat (median, p95, max), for the chats that were on the restarted
+server and for the others.
 """
 
 import argparse
 import asyncio
 import signal
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from bench._stack import machine_load, median, p95, report
@@ -25,8 +28,12 @@ from tests.support.live import LiveStack, RedisServer
 from tests.support.load import make_sessions
 
 
-async def _round(stack: LiveStack, chats: int, words: int, restart_worker: bool, name: str) -> list[list[object]]:
-    """One restart under ``chats`` live replies; rows of the longest waits (``name`` labels them)."""
+async def _round(stack: LiveStack, chats: int, words: int, worker_restart: str, name: str) -> list[list[object]]:
+    """One restart under ``chats`` live replies; rows of the longest waits (``name`` labels them).
+
+    ``worker_restart``: "" (a server restart only), "streaming" (then the worker, once it streams
+    every continuation; the waits counted are those after its ``SIGTERM``) or "early" (the worker as
+    soon as the stopped server has exited, before it has started all the continuations)."""
     cookies = make_sessions(stack, chats, prefix="chat")
     worker = stack.start_celery_worker("w1", concurrency=chats)
     old, other = stack.start_server(), stack.start_server()
@@ -38,20 +45,32 @@ async def _round(stack: LiveStack, chats: int, words: int, restart_worker: bool,
         )
         for chat, cookie in zip(items, cookies, strict=True)
     ]
-    while not all(len(chat.seen) >= 10 or chat.error for chat in items):
-        await asyncio.sleep(0.05)
+    await _until(lambda: all(len(chat.seen) >= 10 or chat.error for chat in items))
 
-    def restart() -> None:
+    def restart_server() -> None:
         pool.ws_bases.remove(old.ws)
         old.proc.send_signal(signal.SIGTERM)
-        if restart_worker:
+        if worker_restart:
             old.proc.wait(30)
-            worker.send_signal(signal.SIGTERM)
-            stack.start_celery_worker("w2", concurrency=chats)
         else:
             pool.ws_bases.append(stack.start_server().ws)
 
-    await asyncio.to_thread(restart)
+    def restart_worker() -> None:
+        worker.send_signal(signal.SIGTERM)
+        stack.start_celery_worker("w2", concurrency=chats)
+
+    seen_at_restart = [len(chat.seen) for chat in items]
+    await asyncio.to_thread(restart_server)
+    counted_from = [0] * chats
+    if worker_restart == "streaming":
+        # Every reply goes on (the handed-off ones on the worker) well past where it was cut.
+        await _until(lambda: all(len(chat.seen) >= seen + 20 or chat.error or chat.complete
+                                 for chat, seen in zip(items, seen_at_restart, strict=True)))
+        counted_from = [len(chat.gaps) for chat in items]
+        if any(chat.complete for chat in items):
+            raise AssertionError("a reply ended before the worker's restart: give --words more")
+    if worker_restart:
+        await asyncio.to_thread(restart_worker)
     await asyncio.gather(*tasks)
     for chat, cookie in zip(items, cookies, strict=True):
         if chat.error or not chat.complete or chat.doubled:
@@ -66,11 +85,16 @@ async def _round(stack: LiveStack, chats: int, words: int, restart_worker: bool,
         ("moved", [c for c in items if c.reconnects]),
         ("stayed", [c for c in items if not c.reconnects]),
     ):
-        gaps = [chat.longest_gap for chat in group]
+        gaps = [max(chat.gaps[counted_from[items.index(chat)]:], default=0.0) for chat in group]
         if gaps:
             rows.append([name, label, len(group), f"{median(gaps):.2f}", f"{p95(gaps):.2f}", f"{max(gaps):.2f}"])
     stack.stop()
     return rows
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.05)
 
 
 def main() -> None:
@@ -81,15 +105,18 @@ def main() -> None:
     print(f"load before: {machine_load()}")
     rows = []
     # The server restarted with the default grace period (its turns end there), with none (they
-    # are handed to recovery at once), and the worker restarted while it runs those continuations.
-    rounds = (("server, grace 10 s", "10", False), ("server, grace 0", "0", False), ("worker", "0", True))
-    for name, grace, restart_worker in rounds:
+    # are handed to recovery at once), and then the worker restarted while it streams those
+    # continuations, or before it has started them all.
+    rounds = (("server, grace 10 s", "10", ""), ("server, grace 0", "0", ""),
+              ("worker, while it streams the continuations", "0", "streaming"),
+              ("worker, as the continuations arrive", "0", "early"))
+    for name, grace, worker_restart in rounds:
         workdir = Path(tempfile.mkdtemp(prefix="bench-deploy-"))
         redis = RedisServer(workdir)
         try:
             stack = LiveStack(workdir, redis.url, extra_env={"AGENT_SHUTDOWN_GRACE_SECONDS": grace})
             try:
-                rows += asyncio.run(_round(stack, args.chats, args.words, restart_worker, name))
+                rows += asyncio.run(_round(stack, args.chats, args.words, worker_restart, name))
             finally:
                 stack.stop()
         finally:

@@ -1,7 +1,7 @@
 """What one turn costs inside one process: SQL statements, thread hops, CPU and wall time.
 
     .venv/bin/python -m bench.turn_cost [--turns 30] [--chunks 1] [--history 0] [--by-caller]
-                                        [--database postgres [--round-trips]]
+                                        [--database postgres [--round-trips]] [--profile FILE]
 
 Issue 16's P1 row (a minimal turn) is mostly fixed per-turn work, not streaming, and the other
 scripts see it only from outside. This one runs the project's ASGI application in this process
@@ -31,6 +31,7 @@ CPU column matters.
 import argparse
 import asyncio
 import collections
+import cProfile
 import json
 import os
 import statistics
@@ -180,6 +181,7 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
         history.append({"id": f"h{index}a", "role": "assistant",
                         "parts": [{"type": "text", "text": f"(demo model, offline) You said: earlier {index}"}]})
     rows = []
+    profiler = cProfile.Profile()
     for turn in range(args.turns):
         if turn == 1 and args.old_turns:
             await database_sync_to_async(_old_turns)(args.old_turns)
@@ -187,6 +189,8 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
         body = {"messages": [*history, user], "trigger": "submit-message"}
         frame = {"type": "cf_agent_use_chat_request", "id": f"r{turn}",
                  "init": {"method": "POST", "body": json.dumps(body)}}
+        if turn == 1 and args.profile:
+            profiler.enable()  # the turns after the first, as the medians
         counters.reset()
         cpu, wall, db_cpu = time.process_time(), time.perf_counter(), database_cpu()
         await ws.send_json_to(frame)
@@ -213,6 +217,9 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
             rows[-1]["callers"] = dict(counters.callers)  # type: ignore[assignment]
             rows[-1]["hop_callers"] = dict(counters.hop_callers)  # type: ignore[assignment]
         history += [user, {"id": f"a{turn}", "role": "assistant", "parts": [{"type": "text", "text": "".join(text)}]}]
+    profiler.disable()
+    if args.profile:
+        profiler.dump_stats(args.profile)
     await ws.disconnect()
     return rows
 
@@ -265,6 +272,7 @@ def main() -> None:
                         help="on PostgreSQL, the plan of each read and update of the last turn (seq scans off)")
     parser.add_argument("--round-trips", action="store_true",
                         help="on PostgreSQL, count the queries sent (pure-Python libpq binding: more CPU)")
+    parser.add_argument("--profile", help="cProfile the turns after the first into this file (pstats)")
     args = parser.parse_args()
     if (args.round_trips or args.explain) and args.database != "postgres":
         parser.error("--round-trips and --explain are PostgreSQL's: add --database postgres")
