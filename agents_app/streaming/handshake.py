@@ -307,8 +307,8 @@ class ResumeSession:
             # The buffer could not fill the gap: those chunks were never stored (a turn cut while
             # alive: the cut closed its buffer). The stream goes on from the first held chunk
             # instead of resyncing again, forever.
-            held = [i.seq for i in replay.held if i.request_id == replay.request_id and i.seq is not None]
-            following = max(following, min(held, default=following))
+            following = min((i.seq for i in replay.held if i.request_id == replay.request_id
+                             and i.seq is not None and i.seq >= following), default=following)
         self.next_seq[replay.request_id] = following
         return replay.held
 

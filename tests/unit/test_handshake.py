@@ -217,6 +217,24 @@ def test_transient_chunks_the_buffer_never_had_are_not_a_gap_after_a_replay() ->
     assert kinds(session, held) == [RouteKind.SEND, RouteKind.SEND]
 
 
+def test_a_resync_the_buffer_cannot_fill_goes_on_from_the_first_held_chunk() -> None:
+    """Chunks never stored (a turn cut while alive: the cut closed its buffer) are not asked for again."""
+    session = started()
+    assert kinds(session, [chunk(0), chunk(1)]) == [RouteKind.SEND] * 2
+    assert session.route(chunk(6)).kind == RouteKind.RESYNC
+    # The buffer had nothing past chunk 1: the held chunk 6 goes out, and what follows it.
+    held = session.finish_replay(last_sent=1, covered=1)
+    assert kinds(session, held) == [RouteKind.SEND]
+    assert kinds(session, [chunk(7)]) == [RouteKind.SEND]
+
+
+def test_chunks_of_a_request_after_its_terminal_frame_are_dropped() -> None:
+    """The cut's terminal frame ended the request; its still-alive turn's late chunks are stale."""
+    session = started()
+    assert kinds(session, [chunk(0), chunk(1), terminal(1)]) == [RouteKind.SEND] * 3
+    assert kinds(session, [chunk(3), terminal(4)]) == [RouteKind.NOTHING] * 2
+
+
 def test_a_lost_stream_start_is_a_gap_from_the_first_chunk() -> None:
     """A connection not waiting for an ACK was there when the stream started: it must see chunk 0."""
     session = ResumeSession()
