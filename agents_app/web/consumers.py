@@ -27,6 +27,8 @@ from ..streaming.resume import ResumeDriver
 from . import limits
 
 logger = logging.getLogger("agents_app.web.consumers")
+# How uvicorn's websockets-sansio refuses a send once it has closed the socket itself (``_send_unless_gone``).
+_SERVER_CLOSED = "after sending 'websocket.close'"
 
 # Frames above this many characters are decoded on a worker thread, not on the event loop that
 # serves every other connection of the process (a 3 MB chat request takes ~70 ms to decode).
@@ -63,14 +65,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
         A client can go in the middle of a handler (a text frame that is not UTF-8 makes the server
         close the socket, 1007, while the answer to the frame before or a reply's relay is on its
         way), and the server refuses the send with an ``OSError`` (ASGI; uvicorn's
-        ``ClientDisconnected``). A normal end, not a failure: raised, it was a logged traceback, or
-        it ended the consumer before ``disconnect`` left the group. ``websocket.disconnect`` follows.
+        ``ClientDisconnected``) or, from uvicorn's ``websockets-sansio`` between its own close frame
+        and the connection's end, a ``RuntimeError`` "… after sending 'websocket.close'". A normal
+        end, not a failure: raised, it was a logged traceback, or it ended the consumer before
+        ``disconnect`` left the group. ``websocket.disconnect`` follows.
         """
         if self.gone:
             return
         try:
             await self._server_send(message)
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:
+            if isinstance(exc, RuntimeError) and _SERVER_CLOSED not in str(exc):
+                raise
             self.gone = True
             logger.debug("The client of %s went away; what was left to send is dropped (%r)", self.instance, exc)
 
