@@ -303,10 +303,11 @@ class ResumeSession:
         self.followed = True
         self.replayed = (replay.request_id, last_sent)
         following = max(last_sent, replay.covers, -1 if covered is None else covered) + 1
-        if replay.resync:
-            # The buffer could not fill the gap: those chunks were never stored (a turn cut while
-            # alive: the cut closed its buffer). The stream goes on from the first held chunk
-            # instead of resyncing again, forever.
+        if replay.resync and last_sent < replay.from_seq:
+            # The buffer had nothing of the gap, even after the writer's flush: those chunks were
+            # never stored (a turn cut while alive: the cut closed its buffer). The stream goes on
+            # from the first held chunk instead of resyncing again, forever. A resync that filled
+            # some of the gap resyncs again for the rest, if any.
             following = min((i.seq for i in replay.held if i.request_id == replay.request_id
                              and i.seq is not None and i.seq >= following), default=following)
         self.next_seq[replay.request_id] = following

@@ -228,6 +228,16 @@ def test_a_resync_the_buffer_cannot_fill_goes_on_from_the_first_held_chunk() -> 
     assert kinds(session, [chunk(7)]) == [RouteKind.SEND]
 
 
+def test_a_resync_that_filled_part_of_the_gap_resyncs_again_for_the_rest() -> None:
+    session = started()
+    assert kinds(session, [chunk(0), chunk(1)]) == [RouteKind.SEND] * 2
+    assert session.route(chunk(6)).kind == RouteKind.RESYNC
+    held = session.finish_replay(last_sent=3, covered=3)
+    route = session.route(held[0])
+    assert route.kind == RouteKind.RESYNC
+    assert route.replay is not None and route.replay.from_seq == 4
+
+
 def test_chunks_of_a_request_after_its_terminal_frame_are_dropped() -> None:
     """The cut's terminal frame ended the request; its still-alive turn's late chunks are stale."""
     session = started()
