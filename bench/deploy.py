@@ -81,13 +81,12 @@ async def _round(stack: LiveStack, chats: int, words: int, worker_restart: str, 
         ):
             raise AssertionError(f"{chat.path}: the stored reply is wrong")
     rows = []
-    for label, group in (
-        ("moved", [c for c in items if c.reconnects]),
-        ("stayed", [c for c in items if not c.reconnects]),
-    ):
-        gaps = [max(chat.gaps[counted_from[items.index(chat)]:], default=0.0) for chat in group]
+    # Each chat's longest wait in the window counted (from the worker's restart, or all of it).
+    longest = [(chat, max(chat.gaps[start:], default=0.0)) for chat, start in zip(items, counted_from, strict=True)]
+    for label, moved in (("moved", True), ("stayed", False)):
+        gaps = [gap for chat, gap in longest if bool(chat.reconnects) == moved]
         if gaps:
-            rows.append([name, label, len(group), f"{median(gaps):.2f}", f"{p95(gaps):.2f}", f"{max(gaps):.2f}"])
+            rows.append([name, label, len(gaps), f"{median(gaps):.2f}", f"{p95(gaps):.2f}", f"{max(gaps):.2f}"])
     stack.stop()
     return rows
 

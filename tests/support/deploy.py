@@ -83,10 +83,6 @@ class Chat:
         """Every word seen and the reply stored (module docstring): what ``get-messages`` returns is final."""
         return self.complete and self.stored_whole
 
-    @property
-    def longest_gap(self) -> float:
-        return max(self.gaps, default=0.0)
-
     def word(self, index: int, replay: bool, request_id: str | None = None) -> None:
         if index < len(self.seen):
             if not (replay or self.restarted):
