@@ -354,15 +354,22 @@ class Columns:
         return [_convert(list(row), converters, connection) for row in rows]
 
     def instance(self, row: Sequence[Any], start: int, connection: BaseDatabaseWrapper) -> Model | None:
-        """The instance in ``row[start:start + len(self)]`` (every concrete field); None for a LEFT
-        JOIN that found no row."""
+        """The instance in ``row[start:start + len(self)]`` (the fields not among ``names``
+        deferred); None for a LEFT JOIN that found no row."""
         if row[start + self._pk_index] is None:
             return None
-        return self.model.from_db(connection.alias, self._attnames, self.values(row, start, connection))
+        values = self.values(row, start, connection)
+        return self.model.from_db(connection.alias, self._attnames, [values[index] for index in self._model_order])
+
+    @functools.cached_property
+    def _model_order(self) -> list[int]:
+        """The indexes of ``fields`` in the model's order, which ``Model.from_db`` reads values in."""
+        position = {field: index for index, field in enumerate(self.model._meta.concrete_fields)}
+        return sorted(range(len(self.fields)), key=lambda index: position[self.fields[index]])
 
     @functools.cached_property
     def _attnames(self) -> list[str]:
-        return [field.attname for field in self.fields]
+        return [self.fields[index].attname for index in self._model_order]
 
     @functools.cached_property
     def _pk_index(self) -> int:
@@ -514,6 +521,36 @@ def stream_and_segments(stream: Columns, segment: type[Model]) -> Select:
                 f"LEFT JOIN {g.table} ON {g('stream')} = {s('id')} ORDER BY {g('first_index')}")
 
     return Select(stream.model, build)
+
+
+@functools.cache
+def resume_state(instance: type[Model], stream: Columns, turn: Columns, incident: type[Model]) -> Select:
+    """What a resume handshake reads of an instance, in one round trip where four queries took it:
+    its ``terminal_request_id``; its newest stream of a status (``stream``'s columns) and that
+    stream's turn (``turn``'s columns); the pk and request id of its newest turn of two statuses;
+    the root request id of its newest incident of three statuses. NULLs: none. Parameters: the
+    stream status, the two turn statuses, the three incident statuses, the instance pk."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        i, s, t = Columns(instance, "i").bound(connection), stream.bound(connection), turn.bound(connection)
+        p, r = Columns(turn.model, "p").bound(connection), Columns(incident, "r").bound(connection)
+
+        def newest(model: type[Model], statuses: int) -> str:
+            """The pk of the instance's newest ``model`` row whose status is one of ``statuses`` parameters."""
+            n = Columns(model, "n").bound(connection)
+            among = ", ".join(["%s"] * statuses)
+            return (f"(SELECT MAX({n('id')}) FROM {n.table} "  # noqa: S608
+                    f"WHERE {n('instance')} = {i('id')} AND {n('status')} IN ({among}))")
+
+        return (f"SELECT {i('terminal_request_id')}, {s.select}, {t.select}, {p('id')}, {p('request_id')}, "  # noqa: S608
+                f"{r('root_request_id')} FROM {i.table} "
+                f"LEFT JOIN {s.table} ON {s('id')} = {newest(stream.model, 1)} "
+                f"LEFT JOIN {t.table} ON {t('id')} = {s('turn')} "
+                f"LEFT JOIN {p.table} ON {p('id')} = {newest(turn.model, 2)} "
+                f"LEFT JOIN {r.table} ON {r('id')} = {newest(incident, 3)} "
+                f"WHERE {i('id')} = %s")
+
+    return Select(instance, build)
 
 
 @functools.cache

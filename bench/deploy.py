@@ -7,9 +7,11 @@ stream ``/slow`` replies (20 ms a word), spread over both servers. Once each has
 one server gets ``SIGTERM`` and a new one starts; the clients of the stopped one reconnect to a
 server that is up and resume. Four rounds: the default grace period (the stopped server's turns
 end there, followed through Redis), none (``AGENT_SHUTDOWN_GRACE_SECONDS=0``: they are handed to
-recovery and the worker continues them), and the latter with the worker restarted (``SIGTERM``,
-then a new one started): once it streams every continuation (the waits counted are those after
-its ``SIGTERM``), and as soon as the stopped server has exited, before it has started them all.
+recovery and the worker continues them), and the latter with the worker restarted: once it streams
+every continuation (``SIGTERM``, then a new one started; the waits counted are those after its
+``SIGTERM``), and as the continuations arrive, in the order docs/operations.md#deploys gives (its
+replacement is up first; the old one gets ``SIGTERM`` as soon as the stopped server has exited,
+before it has started them all).
 Every reply is checked (no word lost or doubled, the stored reply whole); printed: the longest wait
 between two new words per chat (median, p95, max), for the chats that were on the restarted
 server and for the others.
@@ -32,8 +34,9 @@ async def _round(stack: LiveStack, chats: int, words: int, worker_restart: str, 
     """One restart under ``chats`` live replies; rows of the longest waits (``name`` labels them).
 
     ``worker_restart``: "" (a server restart only), "streaming" (then the worker, once it streams
-    every continuation; the waits counted are those after its ``SIGTERM``) or "early" (the worker as
-    soon as the stopped server has exited, before it has started all the continuations)."""
+    every continuation; the waits counted are those after its ``SIGTERM``) or "early" (a
+    replacement worker started first, then the old one stopped as soon as the stopped server has
+    exited, before it has started all the continuations)."""
     cookies = make_sessions(stack, chats, prefix="chat")
     worker = stack.start_celery_worker("w1", concurrency=chats)
     old, other = stack.start_server(), stack.start_server()
@@ -46,6 +49,8 @@ async def _round(stack: LiveStack, chats: int, words: int, worker_restart: str, 
         for chat, cookie in zip(items, cookies, strict=True)
     ]
     await _until(lambda: all(len(chat.seen) >= 10 or chat.error for chat in items))
+    if worker_restart == "early":
+        await asyncio.to_thread(stack.start_celery_worker, "w2", chats)
 
     def restart_server() -> None:
         pool.ws_bases.remove(old.ws)
@@ -57,7 +62,8 @@ async def _round(stack: LiveStack, chats: int, words: int, worker_restart: str, 
 
     def restart_worker() -> None:
         worker.send_signal(signal.SIGTERM)
-        stack.start_celery_worker("w2", concurrency=chats)
+        if worker_restart == "streaming":
+            stack.start_celery_worker("w2", concurrency=chats)
 
     seen_at_restart = [len(chat.seen) for chat in items]
     await asyncio.to_thread(restart_server)
@@ -105,10 +111,10 @@ def main() -> None:
     rows = []
     # The server restarted with the default grace period (its turns end there), with none (they
     # are handed to recovery at once), and then the worker restarted while it streams those
-    # continuations, or before it has started them all.
+    # continuations, or replaced (its replacement up first) before it has started them all.
     rounds = (("server, grace 10 s", "10", ""), ("server, grace 0", "0", ""),
               ("worker, while it streams the continuations", "0", "streaming"),
-              ("worker, as the continuations arrive", "0", "early"))
+              ("worker, replaced as the continuations arrive", "0", "early"))
     for name, grace, worker_restart in rounds:
         workdir = Path(tempfile.mkdtemp(prefix="bench-deploy-"))
         redis = RedisServer(workdir)

@@ -556,12 +556,6 @@ async def end_attempt(attempt: Turn, status: str, error: str = "") -> None:
     await _ended(incident.instance, incident, event, None, requestId=attempt.request_id)
 
 
-def open_incident_of(instance: AgentInstance | int) -> RecoveryIncident | None:
-    """The instance's incident being worked on, if any (clients connecting are told it recovers)."""
-    return RecoveryIncident.objects.filter(
-        instance_id=getattr(instance, "pk", instance), status__in=chat_recovery.OPEN_STATUSES).first()
-
-
 def sweep_expired(*, now: datetime | None = None) -> int:
     """Delete incidents that ended more than ``INCIDENT_RETENTION`` ago; returns how many."""
     deleted, _ = RecoveryIncident.objects.filter(

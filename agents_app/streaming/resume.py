@@ -14,12 +14,12 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
-from .. import transcript, turns
+from .. import statements, transcript, turns
 from ..messages import UIMessage
-from ..models import AgentInstance, StreamRecord, Turn
+from ..models import AgentInstance, RecoveryIncident, StreamRecord, Turn
 from ..protocol import frames
 from ..protocol.types import Outcome
-from ..recovery import liveness
+from ..recovery import liveness, policy
 from ..recovery import service as recovery
 from ..turns import control
 from . import buffer, handshake
@@ -30,21 +30,25 @@ SendFrame = Callable[[frames.Frame], Awaitable[None]]
 SendText = Callable[[str], Awaitable[None]]
 
 
+_STREAM = statements.Columns(StreamRecord, "s", ("id", "request_id", "continuation", "turn"))
+_TURN = statements.Columns(Turn, "t", ("id", "status", "worker", "heartbeat_at", "started_at"))
+
+
 def load_state(instance: AgentInstance) -> ResumeState:
-    """What the database says about the instance's streams and turns, in one go."""
-    stream = (
-        StreamRecord.objects.filter(instance=instance, status=StreamRecord.Status.STREAMING)
-        .select_related("turn").last()
-    )
-    instance.refresh_from_db(fields=["terminal_request_id"])
-    pending = Turn.objects.of(instance).active().values("pk", "request_id").last()
-    pending_id, pending_pk = (pending["request_id"], pending["pk"]) if pending else (None, 0)
+    """What the database says about the instance's streams and turns, in one statement (a
+    connection's connect, probe and ACK each read it: a mass reconnect reads it once per step)."""
+    select = statements.resume_state(AgentInstance, _STREAM, _TURN, RecoveryIncident)
+    row = select.rows(StreamRecord.Status.STREAMING, *Turn.ACTIVE_STATUSES, *policy.OPEN_STATUSES,
+                      instance.pk)[0]
+    connection = select.connection
+    instance.terminal_request_id = row[0]
+    stream = _STREAM.instance(row, 1, connection)
+    turn = _TURN.instance(row, 1 + len(_STREAM), connection)
+    pending_pk, pending_id, incident_root = row[1 + len(_STREAM) + len(_TURN):]
     if stream is None:
-        incident = recovery.open_incident_of(instance) if pending is None else None
         return ResumeState(terminal_request_id=instance.terminal_request_id or None,
-                           pending_request_id=pending_id, pending_turn_pk=pending_pk,
-                           recovering_request_id=incident.root_request_id if incident else None)
-    turn = stream.turn
+                           pending_request_id=pending_id, pending_turn_pk=pending_pk or 0,
+                           recovering_request_id=incident_root if pending_pk is None else None)
     return ResumeState(
         active_request_id=stream.request_id,
         active_continuation=stream.continuation,
@@ -53,7 +57,7 @@ def load_state(instance: AgentInstance) -> ResumeState:
         turn_pk=turn.pk if turn else None,
         terminal_request_id=instance.terminal_request_id or None,
         pending_request_id=pending_id,
-        pending_turn_pk=pending_pk,
+        pending_turn_pk=pending_pk or 0,
     )
 
 

@@ -28,9 +28,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents_app import statements, transcript
-from agents_app.models import (AgentInstance, ChatMessage, MCPServerConfig, RequestContext, StreamRecord,
-                               StreamSegment, Turn)
-from agents_app.streaming import buffer
+from agents_app.models import (AgentInstance, ChatMessage, MCPServerConfig, RecoveryIncident, RequestContext,
+                               StreamRecord, StreamSegment, Turn)
+from agents_app.streaming import buffer, resume
 from agents_app.turns import admission, engine, lock
 
 def fields(obj):
@@ -159,6 +159,45 @@ try:
     statements.update(Turn, {"pk": first.pk}, priority=django.db.models.F("priority") + 1)
 except TypeError as exc:
     report["expression"] = "plain values" in str(exc)
+
+def incident(of, root, status):
+    return RecoveryIncident.objects.create(instance=of, incident_id=f"{root}:u", root_request_id=root, status=status,
+                                           last_progress_at=timezone.now())
+
+def state(of):
+    read = resume.load_state(of)
+    return {name: getattr(read, name) for name in ("active_request_id", "active_continuation", "active_orphaned",
+            "control_channel", "terminal_request_id", "pending_request_id", "recovering_request_id")} | {
+            "turn": read.turn_pk, "pending": read.pending_turn_pk}
+
+live = AgentInstance.objects.create(slug="demo-agent", name="resume-live", terminal_request_id="old")
+StreamRecord.objects.create(instance=live, request_id="before", status=StreamRecord.Status.COMPLETED)
+running = Turn.objects.create(instance=live, request_id="ra", status=Turn.Status.RUNNING, started_at=timezone.now(),
+                              heartbeat_at=timezone.now(), worker="elsewhere:1 control.abc")
+StreamRecord.objects.create(instance=live, turn=running, request_id="ra", continuation=True)
+StreamRecord.objects.create(instance=live, request_id="after", status=StreamRecord.Status.ERROR)
+queued = AgentInstance.objects.create(slug="demo-agent", name="resume-queued", terminal_request_id="rt")
+Turn.objects.create(instance=queued, request_id="rq1")
+second = Turn.objects.create(instance=queued, request_id="rq2")
+Turn.objects.create(instance=queued, request_id="rq3", status=Turn.Status.COMPLETED)
+incident(queued, "rq0", RecoveryIncident.Status.ATTEMPTING)
+recovering = AgentInstance.objects.create(slug="demo-agent", name="resume-recovering")
+incident(recovering, "old", RecoveryIncident.Status.DETECTED)
+incident(recovering, "newer", RecoveryIncident.Status.SCHEDULED)
+incident(recovering, "done", RecoveryIncident.Status.COMPLETED)
+orphan = AgentInstance.objects.create(slug="demo-agent", name="resume-orphan")
+StreamRecord.objects.create(instance=orphan, request_id="ro")
+stale = AgentInstance.objects.create(slug="demo-agent", name="resume-stale")
+long_ago = timezone.now() - timedelta(minutes=5)
+cut = Turn.objects.create(instance=stale, request_id="rs", status=Turn.Status.RUNNING, worker="elsewhere:2 control.s",
+                          started_at=long_ago, heartbeat_at=long_ago)
+StreamRecord.objects.create(instance=stale, turn=cut, request_id="rs")
+report["resume_state"] = {
+    "live": state(live), "queued": state(queued), "recovering": state(recovering), "orphan": state(orphan),
+    "stale": state(stale), "empty": state(AgentInstance.objects.create(slug="demo-agent", name="resume-empty")),
+    "ids": {"running": running.pk, "second": second.pk, "cut": cut.pk},
+    "terminal_read": resume.load_state(live) and live.terminal_request_id,
+}
 print(json.dumps(report), flush=True)
 """
 
@@ -193,6 +232,23 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
         "read": [[0, "x0"], [1, "x1"], [2, "x2 é"], [3, "x3"]],
     }
     assert report["lock_row"] == [3, 5]
+    ids = report["resume_state"].pop("ids")
+    nothing = {"active_request_id": None, "active_continuation": False, "active_orphaned": False,
+               "control_channel": None, "terminal_request_id": None, "pending_request_id": None,
+               "recovering_request_id": None, "turn": None, "pending": 0}
+    assert report["resume_state"] == {
+        "live": {**nothing, "active_request_id": "ra", "active_continuation": True, "control_channel": "control.abc",
+                 "terminal_request_id": "old", "pending_request_id": "ra", "turn": ids["running"],
+                 "pending": ids["running"]},
+        # An open incident is reported only when nothing is pending.
+        "queued": {**nothing, "terminal_request_id": "rt", "pending_request_id": "rq2", "pending": ids["second"]},
+        "recovering": {**nothing, "recovering_request_id": "newer"},
+        "orphan": {**nothing, "active_request_id": "ro", "active_orphaned": True},
+        "stale": {**nothing, "active_request_id": "rs", "active_orphaned": True, "control_channel": "control.s",
+                  "pending_request_id": "rs", "turn": ids["cut"], "pending": ids["cut"]},
+        "empty": nothing,
+        "terminal_read": "old",
+    }
     assert report["upsert"] == {
         "first": [{"model": "é", "n": [1, None]}, None],
         "second": [None, [{"name": "t", "parameters": {"type": "object"}}]],

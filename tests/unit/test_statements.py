@@ -11,7 +11,15 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from agents_app import statements
-from agents_app.models import AgentInstance, ChatMessage, MCPServerConfig, StreamRecord, StreamSegment, Turn
+from agents_app.models import (
+    AgentInstance,
+    ChatMessage,
+    MCPServerConfig,
+    RecoveryIncident,
+    StreamRecord,
+    StreamSegment,
+    Turn,
+)
 
 PACKAGE = Path(statements.__file__).parent
 SQL = re.compile(r"""f["'](SELECT|INSERT|UPDATE|DELETE)\b|noqa: S608""")
@@ -74,3 +82,27 @@ def test_joined_statements_read_every_column_in_order() -> None:
         'i."overlap_sequence" FROM "agents_app_turn" t JOIN "agents_app_agentinstance" i ON i."id" = t."instance_id" '
         'LEFT JOIN "auth_user" u ON u."id" = t."user_id" WHERE t."instance_id" = %s '
         'AND t."status" = %s ORDER BY t."priority" DESC, t."id" ASC LIMIT 1')
+
+
+def test_resume_state_reads_the_newest_of_each_in_one_statement() -> None:
+    stream = statements.Columns(StreamRecord, "s", ("id", "request_id"))
+    turn = statements.Columns(Turn, "t", ("id", "status"))
+    assert statements.resume_state(AgentInstance, stream, turn, RecoveryIncident).build(connection) == (
+        'SELECT i."terminal_request_id", s."id", s."request_id", t."id", t."status", p."id", p."request_id", '
+        'r."root_request_id" FROM "agents_app_agentinstance" i '
+        'LEFT JOIN "agents_app_streamrecord" s ON s."id" = (SELECT MAX(n."id") FROM "agents_app_streamrecord" n '
+        'WHERE n."instance_id" = i."id" AND n."status" IN (%s)) '
+        'LEFT JOIN "agents_app_turn" t ON t."id" = s."turn_id" '
+        'LEFT JOIN "agents_app_turn" p ON p."id" = (SELECT MAX(n."id") FROM "agents_app_turn" n '
+        'WHERE n."instance_id" = i."id" AND n."status" IN (%s, %s)) '
+        'LEFT JOIN "agents_app_recoveryincident" r ON r."id" = (SELECT MAX(n."id") '
+        'FROM "agents_app_recoveryincident" n WHERE n."instance_id" = i."id" AND n."status" IN (%s, %s, %s)) '
+        'WHERE i."id" = %s')
+
+
+def test_an_instance_of_some_columns_in_any_order_has_them_and_defers_the_rest() -> None:
+    columns = statements.Columns(Turn, "t", ("worker", "id", "status"))
+    turn = columns.instance([0, "host:1 c", 7, "running"], 1, connection)
+    assert turn is not None
+    assert (turn.pk, turn.worker, turn.status) == (7, "host:1 c", "running")
+    assert turn.get_deferred_fields() >= {"request_id", "heartbeat_at"}
