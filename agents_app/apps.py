@@ -1,3 +1,4 @@
+from channels.layers import get_channel_layer
 from django.apps import AppConfig
 from django.core.signals import setting_changed
 from django.db.models.signals import post_save
@@ -32,3 +33,8 @@ class AgentsAppConfig(AppConfig):
         # Metrics follow the app's events; traces, when switched on (docs/operations.md#metrics).
         observers.install()
         tracing.install()
+        # The process's channel layer, made now, before any thread runs a turn: channels' registry
+        # makes it on first use without a lock, and a Celery worker's threads starting turns at once
+        # each made one. A turn's control channel, named by one, was then received on another, and
+        # its flush requests went unanswered until the reply ended (docs/architecture.md#turn-control).
+        get_channel_layer()

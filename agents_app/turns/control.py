@@ -109,7 +109,15 @@ async def _control() -> _ProcessControl:
         control = _controls[loop] = _ProcessControl(await get_channel_layer().new_channel())
     if control.task is None:
         control.task = loop.create_task(control.receive())
+        control.task.add_done_callback(_receive_ended)
     return control
+
+
+def _receive_ended(task: "asyncio.Task[None]") -> None:
+    """A control loop only ends with its event loop; one that fails leaves this loop's turns deaf to
+    cancel and flush requests, so it says so (one line)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.error("turn control loop stopped: %s: %s", type(exc).__name__, exc)
 
 
 async def channel_name() -> str:

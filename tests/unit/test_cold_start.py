@@ -37,3 +37,23 @@ def test_warming_a_provider_model_imports_its_sdk_at_start() -> None:
     code = ("from agents_app import llm\nimport os\nos.environ.setdefault('ANTHROPIC_API_KEY', 'unused')\n"
             "llm.warm(['anthropic:claude-sonnet-4-5'])")
     assert "pydantic_ai.models.anthropic" in _modules_after(code)
+
+
+def test_the_channel_layer_is_made_at_start_up_once_for_every_thread() -> None:
+    """Channels' registry makes a layer on first use without a lock: threads that first use it at
+    once (a Celery worker's, starting turns) each made their own (docs/architecture.md#turn-control)."""
+    script = (
+        "import django, json, threading\ndjango.setup()\n"
+        "from channels.layers import channel_layers, get_channel_layer\n"
+        "made = 'default' in channel_layers.backends\n"
+        "barrier, layers = threading.Barrier(16), []\n"
+        "def use():\n    barrier.wait()\n    layers.append(get_channel_layer())\n"
+        "threads = [threading.Thread(target=use) for _ in range(16)]\n"
+        "[t.start() for t in threads]\n[t.join() for t in threads]\n"
+        "print(json.dumps([made, type(layers[0]).__name__, len({id(layer) for layer in layers})]))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "thinkproject.settings", "PYTHONPATH": str(ROOT),
+           "SECRET_KEY": "cold-start-" * 6, "CHANNEL_LAYER": "redis", "REDIS_URL": "redis://127.0.0.1:9/0"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, "FanoutRedisChannelLayer", 1]
