@@ -218,7 +218,7 @@ start_server daphne "$PY" manage.py runserver --noreload --insecure "$addrport"
 daphne_pid=${PIDS[-1]}
 
 say "starting the Celery worker"
-start_server celery-worker "$ROOT/.venv/bin/celery" -A thinkproject worker -l info
+start_server celery-worker "$ROOT/.venv/bin/celery" -A thinkproject worker --pool threads --concurrency 50 -l info
 worker_pid=${PIDS[-1]}
 
 say "starting Celery beat"

@@ -255,6 +255,10 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
                 # pump that ended holding it, and the next pump, on another loop, fails on it. One
                 # pump at a time needs no lock.
                 content = await self._brpop_with_clean(index, key, timeout=self.brpop_timeout)
+                # A cancellation can go unraised through the blocking pop, which then returns at its
+                # timeout (seen when ``asyncio.run`` cancels the pump as a Celery task's loop ends):
+                # the pump stops at the next pop instead of reading for ever and holding the loop open.
+                stopping()
                 if content is None:
                     continue
                 message = self.deserialize(content)

@@ -11,11 +11,19 @@ import threading
 import time
 from typing import Any
 
-from celery.signals import beat_init, before_task_publish, worker_ready, worker_shutdown, worker_shutting_down
+from celery.concurrency import get_implementation
+from celery.signals import (
+    beat_init,
+    before_task_publish,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+    worker_shutting_down,
+)
 from django.db import connections
 from redis.exceptions import RedisError
 
-from ..turns.control import run_sync
+from ..turns.control import run_sync, use_one_loop
 from . import health, lifecycle, server
 
 logger = logging.getLogger("agents_app.operations")
@@ -36,6 +44,20 @@ def _mark_worker_forever(hostname: str) -> None:
                 logger.warning("Cannot mark worker %s in Redis: %s", hostname, exc)
             failing = True
         _stop_marking.wait(health.WORKER_BEAT_SECONDS)
+
+
+# Pools whose tasks run in this process's threads: their engine work can share one event loop. A
+# prefork child keeps a loop per task (a loop thread and its database thread do not survive a fork).
+_ONE_PROCESS_POOLS = ("celery.concurrency.thread", "celery.concurrency.solo")
+
+
+@worker_init.connect
+def on_worker_init(sender: Any = None, **kwargs: Any) -> None:
+    """Before the pool starts: a threads or solo worker runs its tasks' engine work on one event
+    loop (``control.use_one_loop``), as a server does (docs/operations.md#workers)."""
+    pool = get_implementation(getattr(sender, "pool_cls", None) or "prefork")
+    if pool.__module__ in _ONE_PROCESS_POOLS:
+        use_one_loop()
 
 
 @worker_ready.connect
@@ -63,6 +85,7 @@ def on_worker_shutting_down(sender: Any = None, **kwargs: Any) -> None:
 @worker_shutdown.connect
 def on_worker_shutdown(sender: Any = None, **kwargs: Any) -> None:
     run_sync(lifecycle.run_shutdown)
+    run_sync(server.close)
     connections.close_all()
 
 

@@ -13,8 +13,10 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
+import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -264,14 +266,64 @@ async def stop_here() -> list[int]:
     return [pk for pk, _ in stopped]
 
 
-def run_sync(function: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """Run async engine code from sync code (a Celery task), on a loop that ends with the call.
+class _ProcessLoop:
+    """The event loop a Celery worker process runs all its engine work on, in a thread of its own.
 
-    A turn-control receiver the call starts is stopped before the loop closes (``scoped``).
+    A loop per task cost every continuation a new loop and thread, new Redis connections, a control
+    channel and a channel-layer pump that moved from loop to loop as tasks ended; a worker now
+    works as a server does: one loop, its database work in one thread (docs/operations.md#workers).
     """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="agents-worker-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+
+_one_loop = False
+_process_loop: _ProcessLoop | None = None
+_process_loop_lock = threading.Lock()
+
+
+def use_one_loop() -> None:
+    """From now on, ``run_sync`` in this process (and in processes forked from it) runs on one
+    event loop per process (a Celery worker, from its start)."""
+    global _one_loop
+    _one_loop = True
+
+
+def _loop_of_process() -> _ProcessLoop | None:
+    """This process's loop when it uses one (made on first use: a forked child makes its own)."""
+    global _process_loop
+    if not _one_loop:
+        return None
+    with _process_loop_lock:
+        if _process_loop is None or _process_loop.pid != os.getpid():
+            _process_loop = _ProcessLoop()
+        return _process_loop
+
+
+def run_sync(function: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Run async engine code from sync code (a Celery task) and wait for its result.
+
+    In a worker (``use_one_loop``) it runs on the process's loop, whose turn-control receiver and
+    connections stay for the next call. Elsewhere it runs on a loop that ends with the call, and a
+    turn-control receiver the call starts is stopped before the loop closes (``scoped``).
+    """
+    process_loop = _loop_of_process()
+    if process_loop is not None and threading.current_thread() is not process_loop.thread:
+        return process_loop.run(_awaited(function, *args))
 
     async def main() -> T:
         async with scoped():
             return await function(*args)
 
     return async_to_sync(main)()
+
+
+async def _awaited(function: Callable[..., Awaitable[T]], *args: Any) -> T:
+    return await function(*args)
