@@ -255,9 +255,11 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
                 # pump that ended holding it, and the next pump, on another loop, fails on it. One
                 # pump at a time needs no lock.
                 content = await self._brpop_with_clean(index, key, timeout=self.brpop_timeout)
-                # A cancellation can go unraised through the blocking pop, which then returns at its
-                # timeout (seen when ``asyncio.run`` cancels the pump as a Celery task's loop ends):
-                # the pump stops at the next pop instead of reading for ever and holding the loop open.
+                # A cancellation can go unraised through the pop: Python 3.11's ``asyncio.wait_for``
+                # (redis-py's send, its connect) drops one that comes as what it waits for completes,
+                # and the pop then blocks to its timeout. Seen as ``asyncio.run`` ended the loop of a
+                # sync caller that had run the pump: without this check it read for ever and the
+                # caller never returned.
                 stopping()
                 if content is None:
                     continue
