@@ -255,6 +255,10 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
                 # pump that ended holding it, and the next pump, on another loop, fails on it. One
                 # pump at a time needs no lock.
                 content = await self._brpop_with_clean(index, key, timeout=self.brpop_timeout)
+                if content is not None:
+                    message = self.deserialize(content)
+                    self._put(message.pop("__asgi_channel__", real_channel), message)
+                    await self._clean_receive_backup(index, key)
                 # A cancellation can go unraised through the pop: Python 3.11's ``asyncio.wait_for``
                 # (redis-py's send, its connect) drops one that comes as what it waits for completes,
                 # and the pop then blocks to its timeout. Seen as ``asyncio.run`` ended the loop of a
@@ -263,9 +267,6 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
                 stopping()
                 if content is None:
                     continue
-                message = self.deserialize(content)
-                self._put(message.pop("__asgi_channel__", real_channel), message)
-                await self._clean_receive_backup(index, key)
             except UNREACHABLE as exc:
                 stopping()
                 self.outage.lost(exc)

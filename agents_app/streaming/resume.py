@@ -38,8 +38,9 @@ def load_state(instance: AgentInstance) -> ResumeState:
     """What the database says about the instance's streams and turns, in one statement (a
     connection's connect, probe and ACK each read it: a mass reconnect reads it once per step)."""
     select = statements.resume_state(AgentInstance, _STREAM, _TURN, RecoveryIncident)
-    row = select.rows(StreamRecord.Status.STREAMING, *Turn.ACTIVE_STATUSES, *policy.OPEN_STATUSES,
-                      instance.pk)[0]
+    row = select.row(StreamRecord.Status.STREAMING, *Turn.ACTIVE_STATUSES, *policy.OPEN_STATUSES, instance.pk)
+    if row is None:  # destroyed meanwhile, as ``refresh_from_db`` reports it
+        raise AgentInstance.DoesNotExist(f"No agent instance {instance.pk}")
     connection = select.connection
     instance.terminal_request_id = row[0]
     stream = _STREAM.instance(row, 1, connection)
