@@ -12,10 +12,11 @@ Every change of state is stored (``state.record``) and broadcast to the instance
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
 from fastmcp.client.transports import ClientTransport, SSETransport, StdioTransport, StreamableHttpTransport
@@ -30,6 +31,7 @@ from . import state
 from .servers import MCPServer
 
 logger = logging.getLogger("agents_app.mcp")
+T = TypeVar("T")
 
 State = state.State
 
@@ -193,10 +195,10 @@ class Connection:
     async def _report(self, report: state.Report, *, unless_ready: bool = False) -> None:
         """Store what changed and broadcast it; a database or channel-layer failure is logged only."""
         try:
-            changed = await database_sync_to_async(state.record)(self.instance_pk, self.server, report,
-                                                                 unless_ready=unless_ready)
+            changed = await _to_the_end(functools.partial(state.record, self.instance_pk, self.server, report,
+                                                          unless_ready=unless_ready))
             if changed:
-                current = await database_sync_to_async(state.snapshot)(self.instance_pk, self.declared)
+                current = await _to_the_end(functools.partial(state.snapshot, self.instance_pk, self.declared))
                 await state.broadcast(self.instance_pk, current)
         except Exception:
             logger.exception("The state of MCP server %s of instance %s could not be stored",
@@ -276,6 +278,18 @@ class Pool:
         for connection in connections:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await connection.task
+
+
+async def _to_the_end(work: Callable[[], T]) -> T:
+    """``work()`` on the database thread. A cancellation (a pool closing a keeper that is still
+    connecting) waits for it to end, since the thread would go on with it anyway: a closed pool
+    leaves no statement of its keepers running on the database."""
+    running = asyncio.ensure_future(database_sync_to_async(work)())
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait({running})
+        raise
 
 
 _pools: dict[asyncio.AbstractEventLoop, Pool] = {}
