@@ -289,6 +289,8 @@ async def _to_the_end(work: Callable[[], T]) -> T:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
         await asyncio.wait({running})
+        if not running.cancelled() and running.exception() is not None:  # retrieved: the closing keeper drops it
+            logger.warning("MCP state write failed as its keeper closed: %s", running.exception())
         raise
 
 
