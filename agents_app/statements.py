@@ -359,17 +359,22 @@ class Columns:
         if row[start + self._pk_index] is None:
             return None
         values = self.values(row, start, connection)
-        return self.model.from_db(connection.alias, self._attnames, [values[index] for index in self._model_order])
+        if self._model_order is not None:
+            values = [values[index] for index in self._model_order]
+        return self.model.from_db(connection.alias, self._attnames, values)
 
     @functools.cached_property
-    def _model_order(self) -> list[int]:
-        """The indexes of ``fields`` in the model's order, which ``Model.from_db`` reads values in."""
+    def _model_order(self) -> list[int] | None:
+        """The indexes of ``fields`` in the model's order, which ``Model.from_db`` reads values in;
+        None when they are in it already (every concrete field: the per-turn reads)."""
         position = {field: index for index, field in enumerate(self.model._meta.concrete_fields)}
-        return sorted(range(len(self.fields)), key=lambda index: position[self.fields[index]])
+        order = sorted(range(len(self.fields)), key=lambda index: position[self.fields[index]])
+        return None if order == list(range(len(self.fields))) else order
 
     @functools.cached_property
     def _attnames(self) -> list[str]:
-        return [self.fields[index].attname for index in self._model_order]
+        order = self._model_order or range(len(self.fields))
+        return [self.fields[index].attname for index in order]
 
     @functools.cached_property
     def _pk_index(self) -> int:
