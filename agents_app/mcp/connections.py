@@ -16,12 +16,10 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from channels.db import database_sync_to_async
-from fastmcp.client.transports import ClientTransport, SSETransport, StdioTransport, StreamableHttpTransport
 from pydantic_ai import RunContext
-from pydantic_ai.mcp import CallToolFunc, MCPToolset, ToolResult
 from pydantic_ai.messages import BinaryContent
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 
@@ -29,6 +27,9 @@ from .. import conf, events
 from ..actions.envelopes import prepare_output
 from . import state
 from .servers import MCPServer
+
+if TYPE_CHECKING:
+    from pydantic_ai.mcp import CallToolFunc, MCPToolset, ToolResult
 
 logger = logging.getLogger("agents_app.mcp")
 T = TypeVar("T")
@@ -47,15 +48,9 @@ class _Borrowed(WrapperToolset[Any]):
         return None
 
 
-def _transport(server: MCPServer) -> ClientTransport:
-    """The fastmcp transport of a declaration, with its secrets resolved now (``MCPConfigurationError``)."""
-    if server.kind == "stdio":
-        return StdioTransport(server.command, list(server.args), env={k: v.resolve() for k, v in server.env.items()},
-                              cwd=server.cwd, keep_alive=False)
-    headers = {k: v.resolve(runtime=server.runtime) for k, v in server.headers.items()}
-    if server.kind == "sse":
-        return SSETransport(server.url, headers=headers)
-    return StreamableHttpTransport(server.url, headers=headers)
+def load_client() -> None:
+    """Import the MCP client's packages now (``_client``): at start-up, not on a serving event loop."""
+    from . import _client  # noqa: F401 - imported for its side effect, on purpose here (``_client``)
 
 
 def _dump(items: Sequence[Any]) -> list[dict[str, Any]]:
@@ -71,7 +66,7 @@ def describe(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-def _prepared(result: ToolResult) -> Any:
+def _prepared(result: "ToolResult") -> Any:
     """A tool's result cut and made JSON-safe as an action's is (docs/architecture.md#output-normalisation);
     images and audio go to the model as they are."""
     if isinstance(result, BinaryContent) or (
@@ -112,11 +107,12 @@ class Connection:
         if not self.settled.is_set():
             self.task.cancel()
 
-    def _toolset(self) -> MCPToolset[Any]:
-        return MCPToolset(_transport(self.server), id=f"mcp-{self.server.name}", tool_error_behavior="failed",
-                          process_tool_call=self._call, max_retries=0)
+    def _toolset(self) -> "MCPToolset[Any]":
+        from . import _client  # here, not at the top: the first connection imports it (``_client``)
 
-    async def _call(self, ctx: RunContext[Any], call_tool: CallToolFunc, name: str, args: dict[str, Any]) -> Any:
+        return _client.toolset(self.server, self._call)
+
+    async def _call(self, ctx: RunContext[Any], call_tool: "CallToolFunc", name: str, args: dict[str, Any]) -> Any:
         return _prepared(await call_tool(name, args))
 
     async def _keep(self) -> None:
@@ -158,7 +154,7 @@ class Connection:
                 self.pool.discard(self)
                 events.emit(events.MCP_CLOSE, serverId=server.name, url=server.server_url, state=str(self.state))
 
-    async def _discover(self, toolset: MCPToolset[Any]) -> state.Report:
+    async def _discover(self, toolset: "MCPToolset[Any]") -> state.Report:
         """What the server offers: tools always, prompts and resources when it says it has them."""
         client = toolset.client
         tools = await toolset.list_tools()

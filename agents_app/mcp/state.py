@@ -45,6 +45,11 @@ def runtime_servers(instance_pk: int) -> list[MCPServer]:
     return [server_of(row) for row in MCPServerConfig.objects.filter(instance_id=instance_pk)]
 
 
+def any_runtime_servers() -> bool:
+    """Whether any instance has a runtime server (start-up loads the MCP client then)."""
+    return MCPServerConfig.objects.exists()
+
+
 def server_of(row: MCPServerConfig) -> MCPServer:
     """The declaration a runtime row stands for."""
     return MCPServer(name=row.name, url=row.url, transport=row.transport, headers=row.headers,  # type: ignore[arg-type]

@@ -2,21 +2,25 @@
 
 Start-up warms what a first turn would otherwise pay for on the event loop, while other
 connections stream: the agent classes imported and their models built once (their providers'
-SDKs imported), the database thread and its connection open, the process's control channel on
-Redis; then it looks for turns a crash left running (the process a deploy just stopped, say).
-Shutdown hands the turns still running here to recovery at once, as a crash would be recovered but
-without waiting to be found (docs/operations.md#lifespan), then closes the Redis pools and the
-database connection.
+SDKs imported), the MCP client imported if any agent may use it, the database thread and its
+connection open, the process's control channel on Redis; then it looks for turns a crash left
+running (the process a deploy just stopped, say). Shutdown hands the turns still running here to
+recovery at once, as a crash would be recovered but without waiting to be found
+(docs/operations.md#lifespan), then closes the Redis pools and the database connection.
 """
 
 import asyncio
 import logging
+from types import SimpleNamespace
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connections
 
 from .. import conf, llm, registry, turns
+from ..agent import ChatAgent
+from ..mcp import connections as mcp_connections
+from ..mcp import state as mcp_state
 from ..recovery import service as recovery
 from ..turns import control
 from . import health
@@ -25,16 +29,30 @@ logger = logging.getLogger("agents_app.operations")
 
 
 async def warm() -> None:
-    warm_models()
+    await database_sync_to_async(warm_models)()
     await database_sync_to_async(health.warm)()
     await control.channel_name()
     turns.sweep_on_startup()
 
 
 def warm_models() -> None:
-    """Import the agent classes and build each one's model once (``llm.warm``); a Celery worker
-    does the same when it is ready, since it runs turns too (continuations, background turns)."""
-    llm.warm(cls.model for cls in registry.agent_classes().values())
+    """Import the agent classes and build each one's model once (``llm.warm``), and import the MCP
+    client if an agent class declares servers or an instance has runtime ones (a process that has
+    none never imports it: ``mcp._client``). A Celery worker does the same when it is ready, since
+    it runs turns too (continuations, background turns). Reads the database."""
+    classes = registry.agent_classes().values()
+    llm.warm(cls.model for cls in classes)
+    if any(map(_declares_mcp_servers, classes)) or mcp_state.any_runtime_servers():
+        mcp_connections.load_client()
+
+
+def _declares_mcp_servers(agent_class: type[ChatAgent]) -> bool:
+    """Whether the class's ``get_mcp_servers()`` declares any, asked as the system check asks it
+    (an instance that is not stored); one that cannot answer without its instance counts as yes."""
+    try:
+        return bool(agent_class(SimpleNamespace(name="(start-up)", pk=None)).get_mcp_servers())  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - its turns report it; here it only decides what to import
+        return True
 
 
 async def hand_off() -> int:
