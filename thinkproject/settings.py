@@ -5,6 +5,7 @@ that runs the whole system on one machine with no configuration (see README "Con
 """
 
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -37,7 +38,10 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
 
 INSTALLED_APPS = [
-    "daphne",
+    # Daphne's app makes `runserver` serve through Daphne (`make run`). Importing it loads Twisted,
+    # about 16 MB in every process that loads these settings, so only `runserver` has it: uvicorn,
+    # the `daphne` command and Celery do not use it (bench/README.md, "Tenth round").
+    *(["daphne"] if sys.argv[1:2] == ["runserver"] else []),
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
