@@ -662,7 +662,7 @@ class TurnRun:
         # The last chunks are stored with the reply, in its transaction.
         rows = await self.writer.take()
         try:
-            ending = await database.run(self._persist_and_finish, instance, rows, own_turns=1)
+            ending = await database.run(self._persist_and_finish, instance, rows)
         finally:
             self.writer.stored()
         self.drained = ending.drained

@@ -1,6 +1,6 @@
 """``agents_app.turns.database.run``: a unit of the engine's database work runs on the event loop's
-own thread when no other turn runs on the loop and the SQLite file's write lock is free, and on
-Channels' database thread otherwise.
+own thread when the loop is the main thread's and the SQLite file's write lock is free (whatever
+other turns run on the loop), and on Channels' database thread otherwise.
 
 The connections are real ones to an SQLite file (the test database is in memory, which has no
 write lock to take, so the engine's units always hop there).
@@ -50,30 +50,29 @@ def _insert(handler: ConnectionHandler, value: int) -> int:
     return threading.get_ident()
 
 
-async def test_a_unit_runs_on_the_loop_thread_when_nothing_waits(file_database: ConnectionHandler) -> None:
+async def test_a_unit_runs_on_the_loop_thread_when_the_lock_is_free(file_database: ConnectionHandler) -> None:
     loop_thread = threading.get_ident()
     assert await database.run(_insert, file_database, 1) == loop_thread
-    # The end of a turn counts itself among the loop's running turns.
-    async with control.listening(1, AbortSignal()):
-        assert await database.run(_insert, file_database, 2, own_turns=1) == loop_thread
+    async with control.listening(1, AbortSignal()):  # as the end of a turn runs
+        assert await database.run(_insert, file_database, 2) == loop_thread
 
 
-async def test_a_unit_hops_while_another_turn_runs_on_the_loop(file_database: ConnectionHandler) -> None:
+async def test_a_unit_runs_on_the_loop_thread_while_other_turns_run_there(file_database: ConnectionHandler) -> None:
+    """A hop would not let the other turns run meanwhile (the GIL), and costs CPU (the module's docstring)."""
     loop_thread = threading.get_ident()
-    other_turn_may_end = asyncio.Event()
+    other_turns_may_end = asyncio.Event()
+    listening = asyncio.Event()
 
-    async def other_turn() -> None:
-        async with control.listening(1, AbortSignal()):
-            await other_turn_may_end.wait()
+    async def other_turn(pk: int) -> None:
+        async with control.listening(pk, AbortSignal()):
+            listening.set()
+            await other_turns_may_end.wait()
 
-    task = asyncio.ensure_future(other_turn())
-    await asyncio.sleep(0)
-    assert await database.run(_insert, file_database, 1) != loop_thread
-    async with control.listening(2, AbortSignal()):
-        assert await database.run(_insert, file_database, 2, own_turns=1) != loop_thread
-    other_turn_may_end.set()
-    await task
-    assert await database.run(_insert, file_database, 3) == loop_thread
+    tasks = [asyncio.ensure_future(other_turn(pk)) for pk in (1, 2, 3)]
+    await listening.wait()
+    assert await database.run(_insert, file_database, 1) == loop_thread
+    other_turns_may_end.set()
+    await asyncio.gather(*tasks)
 
 
 async def test_a_unit_hops_while_another_writer_holds_the_lock(tmp_path: Path,
