@@ -15,12 +15,11 @@ import weakref
 from datetime import datetime, timedelta
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import statements
+from .. import database, statements
 from ..messages import MessageBuilder, UIMessage, builder_for_reply
 from ..models import AgentInstance, StreamRecord, StreamSegment, Turn
 
@@ -146,9 +145,10 @@ class StreamWriter:
 
 
 class _Batches:
-    """The sealed rows of every writer on one event loop, written one batch at a time: one thread
-    hop and one transaction for all the streams whose rows (or flushes) came while the previous
-    batch was written. Per stream, rows are stored in the order they were sealed."""
+    """The sealed rows of every writer on one event loop, written one batch at a time: one unit
+    (``database.run``: on the SQLite fast path, else a thread hop) and one transaction for all the
+    streams whose rows (or flushes) came while the previous batch was written. Per stream, rows
+    are stored in the order they were sealed."""
 
     def __init__(self) -> None:
         # Writers with sealed rows, in the order they queued them (a dict as an ordered set).
@@ -174,7 +174,7 @@ class _Batches:
                 assert done is not None
                 batch = [(writer.stream_pk, writer.hand_over()) for writer in writers]
                 try:
-                    await sync_to_async(write_batch, thread_sensitive=True)(batch)
+                    await database.run(write_batch, batch, close_old_connections=False)
                 except Exception as exc:  # every writer in the batch lost these rows: their flushes raise
                     logger.exception("Storing the rows of %d stream buffer(s) failed", len(batch))
                     done.set_exception(exc)

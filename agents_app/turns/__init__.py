@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from .. import conf, dispatch, events, registry, transcript
+from .. import conf, database, dispatch, events, registry, transcript
 from ..messages import UIMessage, awaits_interaction, request_message_ids
 from ..models import AgentInstance, Turn
 from ..protocol import frames
@@ -25,7 +25,7 @@ from ..protocol.types import Outcome
 from ..recovery import liveness
 from ..recovery import service as recovery
 from ..streaming import buffer, fanout
-from . import admission, control, database, engine
+from . import admission, control, engine
 from .control import cancel, cancel_all
 from .engine import drain, start_drain
 from .interactions import apply_tool_approval, apply_tool_result, enqueue_continuation

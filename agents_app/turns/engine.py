@@ -18,7 +18,7 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from .. import conf, dispatch, events, registry, statements, transcript
+from .. import conf, database, dispatch, events, registry, statements, transcript
 from ..abort import AbortSignal
 from ..actions.attachments import ReplyAttachments
 from ..actions.envelopes import to_json_safe
@@ -49,7 +49,7 @@ from ..streaming import buffer, fanout
 from ..streaming.fanout import Publisher
 from ..streaming.items import Event, Item
 from ..usage import service as usage
-from . import admission, control, database, lock
+from . import admission, control, lock
 
 logger = logging.getLogger("agents_app.turns")
 

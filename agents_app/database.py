@@ -1,5 +1,8 @@
 """Where a turn's database work runs: on Channels' database thread, or on the event loop's own.
 
+The units are the engine's two per turn (the admission with the queue's first look, the end of a
+turn) and the stream buffer's background row writes (``streaming.buffer``).
+
 Django keeps the ORM off an event loop's thread: a query there blocks every connection the loop
 serves, and coroutines sharing the thread's connection would interleave their transactions. So
 ``run`` sends a unit of work to the database thread (``database_sync_to_async``), except on the
@@ -16,19 +19,23 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connections
 
 T = TypeVar("T")
 
 
-async def run(unit: Callable[..., T], *args: Any) -> T:
+async def run(unit: Callable[..., T], *args: Any, close_old_connections: bool = True) -> T:
     """``unit(*args)``: on the SQLite fast path when it applies (module docstring), else on the
-    database thread."""
+    database thread, where ``close_old_connections`` (Channels' ``database_sync_to_async``) closes
+    a stale connection before and after the unit; without it, the hop is asgiref's plain one (the
+    stream buffer's background writes, which never had it)."""
     ran, result = _on_loop_thread(unit, args)
     if ran:
         return result
-    return await database_sync_to_async(unit)(*args)
+    hop = database_sync_to_async if close_old_connections else sync_to_async
+    return await hop(unit)(*args)
 
 
 def _on_loop_thread(unit: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:

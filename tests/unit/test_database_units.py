@@ -1,4 +1,4 @@
-"""``agents_app.turns.database.run``: a unit of the engine's database work runs on the event loop's
+"""``agents_app.database.run``: a unit of the engine's database work runs on the event loop's
 own thread when the loop is the main thread's and the SQLite file's write lock is free (whatever
 other turns run on the loop), and on Channels' database thread otherwise.
 
@@ -16,8 +16,9 @@ import pytest
 from django.db import DEFAULT_DB_ALIAS
 from django.db.utils import ConnectionHandler
 
+from agents_app import database
 from agents_app.abort import AbortSignal
-from agents_app.turns import control, database
+from agents_app.turns import control
 
 
 def _handler(path: str) -> ConnectionHandler:
