@@ -19,7 +19,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from genai_prices.data_snapshot import get_snapshot  # noqa: E402
 
-from agents_app.operations import lifespan  # noqa: E402
+from agents_app.operations import lifespan, server  # noqa: E402
 from agents_app.web.routing import websocket_urlpatterns  # noqa: E402
 from thinkproject import server_logs  # noqa: E402
 from thinkproject.middleware import websocket_auth_stack  # noqa: E402 - needs Django set up first
@@ -27,6 +27,10 @@ from thinkproject.middleware import websocket_auth_stack  # noqa: E402 - needs D
 # pydantic-ai loads the model price table when it builds its first model (~0.2 s): at start-up,
 # not on the event loop in the middle of the first turn while other connections stream.
 get_snapshot()
+# The MCP client (44 MB, over a second to import) when an agent class declares MCP servers: now,
+# not on the first connection's event loop. Daphne sends no lifespan events, so the lifespan's
+# warming (operations.server.warm, which also looks for runtime servers) runs under uvicorn only.
+server.load_mcp_client_if_declared()
 server_logs.install()
 
 # The process now holds its long-lived objects (Django, pydantic, the apps: several hundred

@@ -40,10 +40,18 @@ def warm_models() -> None:
     client if an agent class declares servers or an instance has runtime ones (a process that has
     none never imports it: ``mcp._client``). A Celery worker does the same when it is ready, since
     it runs turns too (continuations, background turns). Reads the database."""
-    classes = registry.agent_classes().values()
-    llm.warm(cls.model for cls in classes)
-    if any(map(_declares_mcp_servers, classes)) or mcp_state.any_runtime_servers():
+    llm.warm(cls.model for cls in registry.agent_classes().values())
+    if not load_mcp_client_if_declared() and mcp_state.any_runtime_servers():
         mcp_connections.load_client()
+
+
+def load_mcp_client_if_declared() -> bool:
+    """Import the MCP client if an agent class declares servers; whether one does. No database
+    read: the ASGI module calls it at import too, for Daphne, which sends no lifespan events."""
+    declared = any(map(_declares_mcp_servers, registry.agent_classes().values()))
+    if declared:
+        mcp_connections.load_client()
+    return declared
 
 
 def _declares_mcp_servers(agent_class: type[ChatAgent]) -> bool:

@@ -54,10 +54,15 @@ _ONE_PROCESS_POOLS = ("celery.concurrency.thread", "celery.concurrency.solo")
 @worker_init.connect
 def on_worker_init(sender: Any = None, **kwargs: Any) -> None:
     """Before the pool starts: a threads or solo worker runs its tasks' engine work on one event
-    loop (``control.use_one_loop``), as a server does (docs/operations.md#workers)."""
+    loop (``control.use_one_loop``), as a server does (docs/operations.md#workers). The MCP client
+    is imported now if an agent class declares servers, so that prefork children inherit it."""
     pool = get_implementation(getattr(sender, "pool_cls", None) or "prefork")
     if pool.__module__ in _ONE_PROCESS_POOLS:
         use_one_loop()
+    try:
+        server.load_mcp_client_if_declared()
+    except Exception:  # the first turn reports what cannot be built
+        logger.exception("Importing the MCP client failed; the first MCP connection imports it")
 
 
 @worker_ready.connect
@@ -66,6 +71,8 @@ def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
         server.warm_models()
     except Exception:  # the first turn reports what cannot be built
         logger.exception("Warming the worker failed; it starts cold")
+    finally:
+        connections.close_all()  # the connection of warming's read: a task opens its own as it needs one
     run_sync(lifecycle.run_startup)
     hostname = getattr(sender, "hostname", "worker")
     threading.Thread(target=_mark_worker_forever, args=(hostname,), name="think-worker-mark", daemon=True).start()

@@ -22,12 +22,17 @@ SDKS = ("anthropic", "openai", "pydantic_ai.models.anthropic", "pydantic_ai.mode
 MCP_CLIENT = ("fastmcp", "pydantic_ai.mcp", "agents_app.mcp._client")
 
 
-def _modules_after(code: str, modules: tuple[str, ...] = SDKS) -> list[str]:
+def _modules_after(code: str, modules: tuple[str, ...] = SDKS, *, production: bool = False) -> list[str]:
     """Which of ``modules`` (the provider SDKs) are loaded in a fresh interpreter after Django's
-    set-up and ``code``."""
+    set-up and ``code``; with the test settings, or with ``production``'s (the demo agent alone,
+    its MCP server not set)."""
     script = (f"import django, json, sys\ndjango.setup()\n{code}\n"
               f"print(json.dumps(sorted(m for m in {modules!r} if m in sys.modules)))")
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "thinkproject.settings_test", "PYTHONPATH": str(ROOT)}
+    if production:
+        env.pop("DEMO_MCP_URL", None)
+        env |= {"DJANGO_SETTINGS_MODULE": "thinkproject.settings", "SECRET_KEY": "cold-start-" * 6,
+                "CHANNEL_LAYER": "memory"}
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -47,12 +52,20 @@ def test_warming_a_provider_model_imports_its_sdk_at_start() -> None:
 
 
 def test_a_server_whose_agents_have_no_mcp_server_imports_neither_the_mcp_client_nor_twisted() -> None:
-    """The ASGI application, the agent classes and a turn's own MCP code; the demo agent declares
-    its server only when ``DEMO_MCP_URL`` is set, as ``make run`` does."""
+    """The ASGI application, the agent classes and a turn's own MCP code, with the project's own
+    agents: the demo agent declares its server only when ``DEMO_MCP_URL`` is set, as ``make run``
+    does."""
     code = ("import thinkproject.asgi\nfrom agents_app import registry\nfrom agents_app.mcp import connections\n"
             "from agents_app.operations import server\nfrom agents_app.demo.agents import DemoAgent\n"
             "assert not server._declares_mcp_servers(DemoAgent)\nregistry.agent_classes()")
-    assert _modules_after(code, (*MCP_CLIENT, "daphne", "twisted")) == []
+    assert _modules_after(code, (*MCP_CLIENT, "daphne", "twisted"), production=True) == []
+
+
+def test_the_asgi_application_imports_the_mcp_client_when_an_agent_declares_a_server() -> None:
+    """At import, for Daphne, which sends no lifespan events (the test settings' agents include
+    MCP ones)."""
+    code = "from tests.mcp_agents import McpHttpAgent\nimport thinkproject.asgi"
+    assert _modules_after(code, MCP_CLIENT) == sorted(MCP_CLIENT)
 
 
 def test_warming_a_process_whose_agent_declares_an_mcp_server_imports_the_client_at_start() -> None:

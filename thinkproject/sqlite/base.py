@@ -12,8 +12,8 @@ Writes outside a transaction (autocommit) and other programs still meet SQLite's
 and its ``timeout``, as before. An in-memory database has no file and no other process: no lock.
 
 ``write_lock_if_free()`` takes the lock only if no other writer holds it, and holds it for a
-block of code: the turn engine runs its database work on the event loop's own thread when that
-needs no wait (``agents_app.turns.database``).
+block of code: the turn engine and the stream buffer run their database work on the event loop's
+own thread when that needs no wait (``agents_app.database``).
 """
 
 import contextlib
