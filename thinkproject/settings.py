@@ -118,6 +118,11 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # planning it (docs/decisions.md#postgresql-on-the-turn-path). "off": never (behind a
     # transaction-mode pgbouncer older than 1.21, which cannot keep prepared statements).
     _prepare = os.environ.get("DB_PREPARE_THRESHOLD", "2")
+    # Django's backend, which skips the health check of a connection whose last commit was less
+    # than HEALTH_CHECK_DELAY seconds ago (DB_HEALTH_CHECK_DELAY, default 1; 0: check at every
+    # thread hop, as Django does): two round trips a turn (thinkproject/postgresql/base.py).
+    DATABASES["default"]["ENGINE"] = "thinkproject.postgresql"
+    DATABASES["default"]["HEALTH_CHECK_DELAY"] = float(os.environ.get("DB_HEALTH_CHECK_DELAY", "1"))
     DATABASES["default"]["OPTIONS"] = {
         **DATABASES["default"].get("OPTIONS", {}),
         "prepare_threshold": None if _prepare == "off" else int(_prepare),

@@ -1,0 +1,97 @@
+"""``thinkproject.postgresql``: a connection whose last commit is younger than ``HEALTH_CHECK_DELAY``
+is used without Django's health check (``SELECT 1``); an older one, or any with a delay of 0, is
+checked as Django checks it, and a dead one is replaced before the request's first statement.
+
+The server is a real PostgreSQL cluster; the backend is killed from another session
+(``pg_terminate_backend``), as a restart or an idle timeout would kill it.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import OperationalError
+from django.db.utils import ConnectionHandler
+
+from tests.support.live import PostgresServer
+
+pytestmark = [pytest.mark.crossprocess, pytest.mark.requires_postgres]
+
+
+@pytest.fixture
+def url(postgres: PostgresServer, django_db_blocker: Any) -> Iterator[str]:
+    """A fresh database; these tests open their own connections, not the test database."""
+    with django_db_blocker.unblock():
+        yield postgres.new_database("backend")
+
+
+def _connection(url: str, delay: float):  # type: ignore[no-untyped-def]
+    name = url.rsplit("/", 1)[1]
+    handler = ConnectionHandler({"default": {
+        "ENGINE": "thinkproject.postgresql", "NAME": name, "USER": "postgres",
+        "HOST": "127.0.0.1", "PORT": url.rsplit(":", 1)[1].split("/", 1)[0],
+        "CONN_MAX_AGE": 600, "CONN_HEALTH_CHECKS": True, "HEALTH_CHECK_DELAY": delay,
+    }})
+    return handler["default"]
+
+
+def _committed_request(connection) -> int:  # type: ignore[no-untyped-def]
+    """One request that commits a transaction, as a turn's unit does; the backend's pid."""
+    connection.close_if_unusable_or_obsolete()  # a request's start (``close_old_connections``)
+    connection.set_autocommit(False)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = int(cursor.fetchone()[0])
+    connection.commit()
+    connection.set_autocommit(True)
+    connection.close_if_unusable_or_obsolete()  # its end
+    return pid
+
+
+def _kill(url: str, pid: int) -> None:
+    with psycopg.connect(url, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s, 10000)", [pid])
+
+
+def _next_request_pid(connection) -> int:  # type: ignore[no-untyped-def]
+    connection.close_if_unusable_or_obsolete()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def test_a_connection_that_just_committed_is_not_checked_again(url: str) -> None:
+    connection = _connection(url, delay=600)
+    try:
+        pid = _committed_request(connection)
+        _kill(url, pid)
+        # No ``SELECT 1`` before the request's first statement: that statement meets the dead
+        # connection itself (the trade the delay makes) ...
+        with pytest.raises(OperationalError):
+            _next_request_pid(connection)
+        # ... and the request after it finds the connection failed, checks it and opens a new one.
+        assert _next_request_pid(connection) != pid
+    finally:
+        connection.close()
+
+
+def test_without_a_delay_every_request_checks_the_connection_first(url: str) -> None:
+    connection = _connection(url, delay=0)
+    try:
+        pid = _committed_request(connection)
+        _kill(url, pid)
+        # Django's own behaviour: the check finds the connection dead and replaces it unseen.
+        assert _next_request_pid(connection) != pid
+    finally:
+        connection.close()
+
+
+def test_a_connection_that_never_committed_is_checked(url: str) -> None:
+    connection = _connection(url, delay=600)
+    try:
+        pid = _next_request_pid(connection)  # autocommit reads only: nothing proves it since it opened
+        _kill(url, pid)
+        assert _next_request_pid(connection) != pid
+    finally:
+        connection.close()
