@@ -21,11 +21,10 @@ until its background work has settled, and counts, per turn:
 It prints medians over the turns after the first (the first one creates the instance).
 
 ``--database postgres`` runs the same on a throwaway PostgreSQL cluster (``tests.support.live.
-PostgresServer``) instead of the SQLite file; ``--round-trips`` then also counts the messages the
-process sends PostgreSQL (every libpq query, prepare and execute call, Django's health-check
-``SELECT 1``, ``BEGIN`` and ``COMMIT`` included: each one waits for its answer, a round trip). It
-loads psycopg's pure-Python libpq binding to count them, which costs CPU: leave it off when the
-CPU column matters.
+PostgresServer``) instead of the SQLite file; ``--round-trips`` then also counts the times the
+process waits for PostgreSQL's answers (psycopg's generators asking to wait for the socket to be
+readable: one per statement, health-check ``SELECT 1``, ``BEGIN`` and ``COMMIT``, and one per
+pipeline's sync or flush however many statements it carries). Counting costs a little CPU.
 """
 
 import argparse
@@ -64,8 +63,9 @@ def _configure(workdir: str, database_url: str | None) -> None:
 class Counters:
     """Statements and hops seen while ``active``, with the caller of each statement."""
 
-    def __init__(self, by_caller: bool, explain: bool = False) -> None:
+    def __init__(self, by_caller: bool, explain: bool = False, round_trips: bool = False) -> None:
         self.by_caller = by_caller
+        self.round_trips_wanted = round_trips
         # The turn's reads and updates (text → parameters), for ``--explain``.
         self.explain = explain
         self.seen: dict[str, Any] = {}
@@ -123,37 +123,38 @@ def _counting(counters: Counters) -> Iterator[None]:
         connection_created.disconnect(install)
 
 
-LIBPQ_QUERIES = ("exec_", "exec_params", "exec_prepared", "send_query", "send_query_params",
-                 "send_prepare", "send_query_prepared")
-
-
 @contextmanager
 def _counting_round_trips(counters: Counters) -> Iterator[None]:
-    """Count the queries psycopg's pure-Python libpq binding sends (``--round-trips``; a no-op with
-    the C binding, whose methods cannot be wrapped)."""
-    import psycopg
-
-    if psycopg.pq.__impl__ != "python":
+    """Count psycopg's waits for an answer (``--round-trips``): every wait of a connection goes
+    through ``psycopg.waiting.wait`` with a generator that yields what it waits for."""
+    if not counters.round_trips_wanted:
         yield
         return
-    from psycopg.pq import pq_ctypes
+    from psycopg import waiting
 
-    originals = {name: getattr(pq_ctypes.PGconn, name) for name in LIBPQ_QUERIES}
+    original = waiting.wait
 
-    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            counters.round_trips += 1
-            return method(*args, **kwargs)
+    def answers(gen: Any) -> Any:
+        sent = None
+        while True:
+            try:
+                state = gen.send(sent)
+            except StopIteration as stop:
+                return stop.value
+            sent = yield state
+            # A wait for an answer: for a readable socket, or for "readable or writable" (a
+            # pipeline sending) that ended readable only. A writable socket is there at once.
+            if state == waiting.Wait.R or (state & waiting.Wait.R and sent == waiting.Ready.R):
+                counters.round_trips += 1
 
-        return counted
+    def wait(gen: Any, *args: Any, **kwargs: Any) -> Any:
+        return original(answers(gen), *args, **kwargs)
 
-    for name, method in originals.items():
-        setattr(pq_ctypes.PGconn, name, wrap(method))
+    waiting.wait = wait
     try:
         yield
     finally:
-        for name, method in originals.items():
-            setattr(pq_ctypes.PGconn, name, method)
+        waiting.wait = original
 
 
 async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Callable[[], float]
@@ -271,13 +272,11 @@ def main() -> None:
     parser.add_argument("--explain", action="store_true",
                         help="on PostgreSQL, the plan of each read and update of the last turn (seq scans off)")
     parser.add_argument("--round-trips", action="store_true",
-                        help="on PostgreSQL, count the queries sent (pure-Python libpq binding: more CPU)")
+                        help="on PostgreSQL, count the waits for the database's answers")
     parser.add_argument("--profile", help="cProfile the turns after the first into this file (pstats)")
     args = parser.parse_args()
     if (args.round_trips or args.explain) and args.database != "postgres":
         parser.error("--round-trips and --explain are PostgreSQL's: add --database postgres")
-    if args.round_trips:
-        os.environ["PSYCOPG_IMPL"] = "python"  # before psycopg is imported
     sys.path.insert(0, os.getcwd())
     from bench._stack import cpu_seconds_tree
     from tests.support.live import PostgresServer
@@ -286,7 +285,7 @@ def main() -> None:
         postgres = PostgresServer(Path(workdir)) if args.database == "postgres" else None
         try:
             _configure(workdir, postgres.new_database("turn_cost") if postgres else None)
-            counters = Counters(args.by_caller, args.explain)
+            counters = Counters(args.by_caller, args.explain, args.round_trips)
             with _counting(counters):
                 rows = asyncio.run(_run(args, counters, lambda: cpu_seconds_tree(postgres.proc.pid)
                                         if postgres else 0.0))
