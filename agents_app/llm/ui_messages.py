@@ -134,8 +134,16 @@ def _validate_each(messages: list[UIMessageData]) -> list[tuple[ui.UIMessage, bo
         except ValidationError as exc:
             raise UnreadableMessage(_reason(exc, messages, index)) from None
         if index % SLICE_MESSAGES == SLICE_MESSAGES - 1:
-            time.sleep(0)  # on a worker thread: let the event loop's thread take the GIL
+            _let_the_loop_run()
     return validated
+
+
+def _let_the_loop_run() -> None:
+    """On a worker thread, a pause that lets the event loop's thread take the GIL. On the loop's
+    own thread (a short transcript, ``model_history``), none: the loop would hand the GIL to the
+    database thread and wait to get it back, in the middle of a turn's start."""
+    if asyncio._get_running_loop() is None:
+        time.sleep(0)
 
 
 # Transcripts at least this long are converted on a worker thread, off the event loop that serves
@@ -220,7 +228,7 @@ def _exchange(exchange: list[ui.UIMessage]) -> list[ModelMessage]:
             _converted_exchanges.move_to_end(key)
     if entry is None:
         entry = (exchange, VercelAIAdapter.load_messages(exchange))
-        time.sleep(0)  # on a worker thread: let the event loop's thread take the GIL between exchanges
+        _let_the_loop_run()  # between exchanges
         with _converted_lock:
             _converted_exchanges[key] = entry
             if len(_converted_exchanges) > CONVERTED_CACHE_SIZE:

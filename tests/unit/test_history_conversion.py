@@ -2,6 +2,7 @@
 (a cache in ``agents_app.llm.ui_messages``) and must give what converting the whole transcript
 at once gives, turn after turn, whatever a run does to the messages it was handed."""
 
+import threading
 from typing import Any
 
 import pytest
@@ -108,3 +109,23 @@ async def test_an_edited_message_is_converted_again() -> None:
     await ui_messages.model_history(transcript, repair_last_response=True)
     edited = [transcript[0], reply("a1", "an edited reply"), *transcript[2:]]
     assert _plain(await ui_messages.model_history(edited, repair_last_response=True)) == _whole(edited)
+
+
+async def test_the_event_loops_thread_is_never_paused_a_worker_thread_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pause (``time.sleep(0)``) lets the loop's thread take the GIL from a worker thread that
+    converts a long transcript; on the loop's own thread it would hand the GIL away mid-turn."""
+    paused_on: list[str] = []
+    real_sleep = ui_messages.time.sleep
+
+    def recording_sleep(seconds: float) -> None:
+        paused_on.append(threading.current_thread().name)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(ui_messages.time, "sleep", recording_sleep)
+    short = [user(f"s{i}", f"short {i}") for i in range(3)]
+    await ui_messages.model_history(short, repair_last_response=True)
+    assert paused_on == []
+    long = [message for i in range(ui_messages.OFF_LOOP_MESSAGES) for message in
+            (user(f"l{i}", f"long {i}"), reply(f"la{i}", f"reply {i}"))]
+    await ui_messages.model_history(long, repair_last_response=True)
+    assert paused_on and threading.main_thread().name not in paused_on
