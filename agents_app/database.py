@@ -13,6 +13,12 @@ unit is synchronous (nothing else uses the connection while its transaction is o
 running on the loop do not send it to the thread: the GIL lets only one thread run Python at a
 time, so a hop gives them nothing, and under load it cost P4 a seventh of its CPU per chunk.
 
+When the write lock is taken (by another process, mostly), the unit waits for it off the loop,
+on a helper thread blocked on the lock file in turn with the other processes' writers, and then
+runs on the loop all the same, holding it: on the database thread it held the lock through a
+wait for the GIL after each SQLite call, while the busy loop kept it (bench/README.md,
+"Eleventh round"). One unit of a loop waits at a time, and the others queue behind it.
+
 The file lock covers transactions only. A write outside one holds SQLite's own lock without it,
 and a unit that meets such a write waits in SQLite's busy handler, on the loop (a few
 milliseconds at worst for a one-row write). This process's own periodic writes, the turns'
@@ -21,8 +27,10 @@ programs' writes outside a transaction are rare on the turn path.
 """
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -31,36 +39,80 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 T = TypeVar("T")
 
+# Per event loop: held by the unit that waits for the write lock (``_after_the_lock``).
+_waiting: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
+# Units whose callers stopped waiting for them: they run to their end, as on the database thread.
+_orphans: set["asyncio.Task[Any]"] = set()
+
 
 async def run(unit: Callable[..., T], *args: Any, close_old_connections: bool = True) -> T:
-    """``unit(*args)``: on the SQLite fast path when it applies (module docstring), else on the
-    database thread, where ``close_old_connections`` (Channels' ``database_sync_to_async``) closes
-    a stale connection before and after the unit; without it, the hop is asgiref's plain one (the
-    stream buffer's background writes, which never had it)."""
-    ran, result = _on_loop_thread(unit, args)
-    if ran:
-        return result
+    """``unit(*args)``: on the event loop's thread when its connection has a write lock to take
+    (module docstring), else on the database thread, where ``close_old_connections`` (Channels'
+    ``database_sync_to_async``) closes a stale connection before and after the unit; without it,
+    the hop is asgiref's plain one (the stream buffer's background writes, which never had it)."""
+    connection = _loop_connection()
+    if connection is not None:
+        return await _on_loop_thread(connection, unit, args)
     hop = database_sync_to_async if close_old_connections else sync_to_async
     return await hop(unit)(*args)
 
 
-def _on_loop_thread(unit: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
-    """The SQLite fast path: (True, ``unit(*args)``) run on this thread, the loop's, when the
-    unit need not wait for the write lock; (False, None), without running it, otherwise."""
+@contextlib.contextmanager
+def _as_the_threads() -> Iterator[None]:
+    """The block sees no running loop. Django's guard (``SynchronousOnlyOperation``) asks asyncio
+    whether a loop runs on this thread; for a unit, none does. Connections are looked up the same
+    way: with a loop running, asgiref hands each task a connection of its own; a unit gets the thread's."""
     loop = asyncio.get_running_loop()
-    # The main thread's loop serves the process: one that ``async_to_sync`` starts on a thread for
-    # one call (a Celery task, a sync view) would leave that thread's connection behind each time.
-    if threading.current_thread() is not threading.main_thread():
-        return False, None
-    # Django's guard (``SynchronousOnlyOperation``) asks asyncio whether a loop runs on this
-    # thread; for the unit, none does. The connection is looked up the same way: with a loop
-    # running, asgiref hands each task a connection of its own; the unit's code gets the thread's.
     asyncio._set_running_loop(None)
     try:
-        take = getattr(connections[DEFAULT_DB_ALIAS], "write_lock_if_free", None)
-        if take is None:
-            return False, None
-        with take() as held:
-            return (True, unit(*args)) if held else (False, None)
+        yield
     finally:
         asyncio._set_running_loop(loop)
+
+
+def _loop_connection() -> Any | None:
+    """The connection units run on the loop's thread with: the main thread's, when it has an
+    SQLite write lock file. The main thread's loop serves the process: one that ``async_to_sync``
+    starts on a thread for one call (a Celery task, a sync view) would leave that thread's
+    connection behind each time."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    with _as_the_threads():
+        connection = connections[DEFAULT_DB_ALIAS]
+        fd = getattr(connection, "write_lock_fd", None)
+        return connection if fd is not None and fd() is not None else None
+
+
+async def _on_loop_thread(connection: Any, unit: Callable[..., T], args: tuple[Any, ...]) -> T:
+    waiting = _waiting.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+    if not waiting.locked():
+        with _as_the_threads(), connection.write_lock_if_free() as held:
+            if held:
+                return unit(*args)
+    task = asyncio.ensure_future(_after_the_lock(connection, waiting, unit, args))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        _orphans.add(task)
+        task.add_done_callback(_forget)
+        raise
+
+
+def _forget(task: "asyncio.Task[Any]") -> None:
+    _orphans.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: its caller is gone, as a hop's would be
+
+
+async def _after_the_lock(connection: Any, waiting: asyncio.Lock, unit: Callable[..., T],
+                          args: tuple[Any, ...]) -> T:
+    """``unit(*args)`` on the loop's thread once this connection holds the write lock."""
+    async with waiting:
+        with _as_the_threads(), connection.write_lock_if_free() as held:
+            if held:
+                return unit(*args)
+        with _as_the_threads():
+            fd = connection.write_lock_fd()
+        await asyncio.to_thread(connection.wait_for_write_lock, fd)
+        with _as_the_threads(), connection.holding_write_lock():
+            return unit(*args)

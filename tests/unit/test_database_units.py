@@ -1,6 +1,7 @@
 """``agents_app.database.run``: a unit of the engine's database work runs on the event loop's
-own thread when the loop is the main thread's and the SQLite file's write lock is free (whatever
-other turns run on the loop), and on Channels' database thread otherwise.
+own thread when the loop is the main thread's and its connection has an SQLite file's write lock
+to take (whatever other turns run on the loop; when the lock is taken, once a helper thread has
+waited for it), and on Channels' database thread otherwise.
 
 The connections are real ones to an SQLite file (the test database is in memory, which has no
 write lock to take, so the engine's units always hop there).
@@ -76,30 +77,96 @@ async def test_a_unit_runs_on_the_loop_thread_while_other_turns_run_there(file_d
     await asyncio.gather(*tasks)
 
 
-async def test_a_unit_hops_while_another_writer_holds_the_lock(tmp_path: Path,
-                                                               file_database: ConnectionHandler) -> None:
-    loop_thread = threading.get_ident()
-    holding, release = threading.Event(), threading.Event()
+class OtherWriter:
+    """Another process's write transaction, as far as the lock is concerned: holds the write lock
+    from ``start`` until ``release``."""
 
-    def other_writer() -> None:  # another process's transaction, as far as the lock is concerned
-        connection = _handler(str(tmp_path / "db.sqlite3"))[DEFAULT_DB_ALIAS]
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.holding, self._release = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._write)
+
+    def _write(self) -> None:
+        connection = _handler(self.path)[DEFAULT_DB_ALIAS]
         connection.set_autocommit(False, force_begin_transaction_with_broken_autocommit=True)
-        holding.set()
-        release.wait(timeout=60)
+        self.holding.set()
+        self._release.wait(timeout=60)
         connection.commit()
         connection.close()
 
-    writer = threading.Thread(target=other_writer)
-    writer.start()
-    assert holding.wait(timeout=60)
+    def start(self) -> "OtherWriter":
+        self.thread.start()
+        assert self.holding.wait(timeout=60)
+        return self
 
-    def unit() -> int:  # reads nothing: it must not wait for the writer
-        return threading.get_ident()
+    def release(self) -> None:
+        self._release.set()
+        self.thread.join(timeout=60)
 
-    assert await database.run(unit) != loop_thread
-    release.set()
-    writer.join(timeout=60)
-    assert await database.run(_insert, file_database, 1) == loop_thread
+
+def _lock_is_free(path: str) -> bool:
+    connection = _handler(path)[DEFAULT_DB_ALIAS]
+    try:
+        with connection.write_lock_if_free() as held:
+            return held
+    finally:
+        connection.close()
+
+
+def _count(path: str) -> int:
+    connection = _handler(path)[DEFAULT_DB_ALIAS]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT COUNT(*) FROM t")
+            return int(cursor.fetchone()[0])
+    finally:
+        connection.close()
+
+
+async def test_units_wait_for_a_taken_lock_off_the_loop_then_run_on_it_in_turn(
+        tmp_path: Path, file_database: ConnectionHandler) -> None:
+    path = str(tmp_path / "db.sqlite3")
+    loop_thread = threading.get_ident()
+    assert await database.run(_insert, file_database, 0) == loop_thread  # the table
+    writer = OtherWriter(path).start()
+    order: list[int] = []
+
+    async def unit_of(value: int) -> int:
+        thread = await database.run(_insert, file_database, value)
+        order.append(value)
+        return thread
+
+    first, second = asyncio.ensure_future(unit_of(1)), asyncio.ensure_future(unit_of(2))
+    # The loop serves other work meanwhile: the units wait on a helper thread.
+    served = asyncio.Event()
+    asyncio.get_running_loop().call_soon(served.set)
+    await served.wait()
+    assert not first.done() and not second.done()
+    writer.release()
+    assert await first == loop_thread and await second == loop_thread
+    assert order == [1, 2]
+    assert await asyncio.to_thread(_count, path) == 3
+    assert await asyncio.to_thread(_lock_is_free, path)  # released at each unit's end
+
+
+async def test_a_unit_whose_caller_is_cancelled_while_it_waits_still_runs_and_frees_the_lock(
+        tmp_path: Path, file_database: ConnectionHandler) -> None:
+    """As on the database thread, which cannot be stopped either: the unit runs to its end."""
+    path = str(tmp_path / "db.sqlite3")
+    await database.run(_insert, file_database, 0)
+    writer = OtherWriter(path).start()
+    caller = asyncio.ensure_future(database.run(_insert, file_database, 1))
+    served = asyncio.Event()
+    asyncio.get_running_loop().call_soon(served.set)
+    await served.wait()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    writer.release()
+    # The orphaned unit runs once the loop gets to it; a later unit queues behind it.
+    await database.run(_insert, file_database, 2)
+    assert await asyncio.to_thread(_count, path) == 3
+    assert await asyncio.to_thread(_lock_is_free, path)
 
 
 def test_a_unit_hops_from_a_loop_on_a_thread_of_its_own(file_database: ConnectionHandler) -> None:

@@ -13,7 +13,9 @@ and its ``timeout``, as before. An in-memory database has no file and no other p
 
 ``write_lock_if_free()`` takes the lock only if no other writer holds it, and holds it for a
 block of code: the turn engine and the stream buffer run their database work on the event loop's
-own thread when that needs no wait (``agents_app.database``).
+own thread when that needs no wait (``agents_app.database``). When it is taken, that work waits
+for it off the loop (``wait_for_write_lock``, on any thread) and then runs on the loop all the
+same, holding it (``holding_write_lock``).
 """
 
 import contextlib
@@ -52,9 +54,28 @@ class DatabaseWrapper(base.DatabaseWrapper):
         except BlockingIOError:
             yield False
             return
+        with self.holding_write_lock():
+            yield True
+
+    def write_lock_fd(self) -> int | None:
+        """The lock file's descriptor (None: no lock to take, or this connection is in a transaction),
+        for ``wait_for_write_lock`` on another thread."""
+        return None if self.in_atomic_block else self._lock_file()
+
+    @staticmethod
+    def wait_for_write_lock(fd: int) -> None:
+        """Block until the lock of ``write_lock_fd`` is this connection's, in turn with the other
+        writers; ``holding_write_lock`` then uses and releases it. Only locks the file, so it may
+        run on a thread other than the connection's, which must not use the lock meanwhile."""
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+    @contextlib.contextmanager
+    def holding_write_lock(self) -> Iterator[None]:
+        """The block's transactions run under the write lock this connection has just taken
+        (``write_lock_if_free``, ``wait_for_write_lock``), which is released at the block's end."""
         self._write_lock_held = self._write_lock_pinned = True
         try:
-            yield True
+            yield
         finally:
             self._write_lock_pinned = False
             if not self.in_atomic_block:
