@@ -28,9 +28,11 @@ programs' writes outside a transaction are rare on the turn path.
 
 import asyncio
 import contextlib
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -84,6 +86,8 @@ def _loop_connection() -> Any | None:
 
 
 async def _on_loop_thread(connection: Any, unit: Callable[..., T], args: tuple[Any, ...]) -> T:
+    """``unit(*args)`` on this thread: at once if the write lock is free and no unit of the loop
+    waits for it, else once it is this connection's (``_after_the_lock``)."""
     waiting = _waiting.setdefault(asyncio.get_running_loop(), asyncio.Lock())
     if not waiting.locked():
         with _as_the_threads(), connection.write_lock_if_free() as held:
@@ -113,6 +117,24 @@ async def _after_the_lock(connection: Any, waiting: asyncio.Lock, unit: Callable
                 return unit(*args)
         with _as_the_threads():
             fd = connection.write_lock_fd()
-        await asyncio.to_thread(connection.wait_for_write_lock, fd)
+        taken = _lock_waiter().submit(connection.wait_for_write_lock, fd)
+        try:
+            await asyncio.wrap_future(taken)
+        except asyncio.CancelledError:
+            # The loop is stopping (a caller's cancellation does not reach here: ``shield``). The
+            # helper thread may take the lock yet: it gives it back then, with no loop to wait for.
+            taken.add_done_callback(functools.partial(_give_back, connection, fd))
+            raise
         with _as_the_threads(), connection.holding_write_lock():
             return unit(*args)
+
+
+@functools.cache
+def _lock_waiter() -> ThreadPoolExecutor:
+    """The helper thread that waits for the write lock: one is enough, one unit per loop waits."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-write-lock")
+
+
+def _give_back(connection: Any, fd: int, taken: "Future[None]") -> None:
+    if not taken.cancelled() and taken.exception() is None:
+        connection.give_back_write_lock(fd)

@@ -169,6 +169,25 @@ async def test_a_unit_whose_caller_is_cancelled_while_it_waits_still_runs_and_fr
     assert await asyncio.to_thread(_lock_is_free, path)
 
 
+def test_a_unit_waiting_for_the_lock_when_its_loop_stops_gives_the_lock_back(
+        tmp_path: Path, file_database: ConnectionHandler) -> None:
+    """The helper thread takes the lock after the loop is gone: nothing else would release it."""
+    path = str(tmp_path / "db.sqlite3")
+    writer = OtherWriter(path).start()
+
+    async def stop_while_it_waits() -> None:
+        caller = asyncio.ensure_future(database.run(_insert, file_database, 1))
+        served = asyncio.Event()
+        asyncio.get_running_loop().call_soon(served.set)
+        await served.wait()  # the unit waits on the helper thread; ``asyncio.run`` cancels it on return
+        assert not caller.done()
+
+    asyncio.run(stop_while_it_waits())
+    writer.release()
+    database._lock_waiter().submit(lambda: None).result(timeout=60)  # after the wait and its give-back
+    assert _lock_is_free(path)
+
+
 def test_a_unit_hops_from_a_loop_on_a_thread_of_its_own(file_database: ConnectionHandler) -> None:
     """As ``async_to_sync`` runs a Celery task's or a sync view's coroutine: on a thread made for the call."""
     threads: dict[str, int] = {}

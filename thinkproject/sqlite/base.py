@@ -69,6 +69,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
         run on a thread other than the connection's, which must not use the lock meanwhile."""
         fcntl.flock(fd, fcntl.LOCK_EX)
 
+    @staticmethod
+    def give_back_write_lock(fd: int) -> None:
+        """Release what ``wait_for_write_lock`` took when nothing came to use it (any thread)."""
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
     @contextlib.contextmanager
     def holding_write_lock(self) -> Iterator[None]:
         """The block's transactions run under the write lock this connection has just taken
