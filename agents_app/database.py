@@ -8,8 +8,9 @@ serves, and coroutines sharing the thread's connection would interleave their tr
 ``run`` sends a unit of work to the database thread (``database_sync_to_async``), except on the
 SQLite fast path (``_on_loop_thread``), where neither can happen and the hop would cost more
 than the work (docs/decisions.md#sqlite-inline-path): the loop is the process's own (the main
-thread's), the SQLite write lock is free (the unit takes it without waiting, to its end), and the
-unit is synchronous (nothing else uses the connection while its transaction is open). Other turns
+thread's), its connection has an SQLite write lock file (the unit holds the lock from before its
+first statement to its end, so it never waits on the loop), and the unit is synchronous (nothing
+else uses the connection while its transaction is open). Other turns
 running on the loop do not send it to the thread: the GIL lets only one thread run Python at a
 time, so a hop gives them nothing, and under load it cost P4 a seventh of its CPU per chunk.
 
@@ -17,7 +18,10 @@ When the write lock is taken (by another process, mostly), the unit waits for it
 on a helper thread blocked on the lock file in turn with the other processes' writers, and then
 runs on the loop all the same, holding it: on the database thread it held the lock through a
 wait for the GIL after each SQLite call, while the busy loop kept it (bench/README.md,
-"Eleventh round"). One unit of a loop waits at a time, and the others queue behind it.
+"Eleventh round"). One unit of a loop waits at a time; while it does, the loop's next units queue
+behind it. A unit whose caller is cancelled runs to its end; one still waiting when the loop
+stops runs on the helper thread instead, with that thread's connection, as it would have on the
+database thread.
 
 The file lock covers transactions only. A write outside one holds SQLite's own lock without it,
 and a unit that meets such a write waits in SQLite's busy handler, on the loop (a few
@@ -29,6 +33,7 @@ programs' writes outside a transaction are rare on the turn path.
 import asyncio
 import contextlib
 import functools
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -40,6 +45,8 @@ from channels.db import database_sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connections
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 # Per event loop: held by the unit that waits for the write lock (``_after_the_lock``).
 _waiting: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
@@ -88,7 +95,10 @@ def _loop_connection() -> Any | None:
 async def _on_loop_thread(connection: Any, unit: Callable[..., T], args: tuple[Any, ...]) -> T:
     """``unit(*args)`` on this thread: at once if the write lock is free and no unit of the loop
     waits for it, else once it is this connection's (``_after_the_lock``)."""
-    waiting = _waiting.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+    loop = asyncio.get_running_loop()
+    waiting = _waiting.get(loop)
+    if waiting is None:
+        waiting = _waiting[loop] = asyncio.Lock()
     if not waiting.locked():
         with _as_the_threads(), connection.write_lock_if_free() as held:
             if held:
@@ -104,8 +114,8 @@ async def _on_loop_thread(connection: Any, unit: Callable[..., T], args: tuple[A
 
 def _forget(task: "asyncio.Task[Any]") -> None:
     _orphans.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: its caller is gone, as a hop's would be
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("A unit of database work whose caller had gone failed: %r", task.exception())
 
 
 async def _after_the_lock(connection: Any, waiting: asyncio.Lock, unit: Callable[..., T],
@@ -115,15 +125,17 @@ async def _after_the_lock(connection: Any, waiting: asyncio.Lock, unit: Callable
         with _as_the_threads(), connection.write_lock_if_free() as held:
             if held:
                 return unit(*args)
-        with _as_the_threads():
-            fd = connection.write_lock_fd()
+        fd = connection.write_lock_fd()
+        if fd is None:  # in a transaction: cannot happen between units, which end theirs
+            return await database_sync_to_async(unit)(*args)
         taken = _lock_waiter().submit(connection.wait_for_write_lock, fd)
         try:
             await asyncio.wrap_future(taken)
         except asyncio.CancelledError:
             # The loop is stopping (a caller's cancellation does not reach here: ``shield``). The
-            # helper thread may take the lock yet: it gives it back then, with no loop to wait for.
+            # helper thread may take the lock yet: it gives it back then, and runs the unit after.
             taken.add_done_callback(functools.partial(_give_back, connection, fd))
+            _lock_waiter().submit(_run_without_the_loop, unit, args)
             raise
         with _as_the_threads(), connection.holding_write_lock():
             return unit(*args)
@@ -138,3 +150,13 @@ def _lock_waiter() -> ThreadPoolExecutor:
 def _give_back(connection: Any, fd: int, taken: "Future[None]") -> None:
     if not taken.cancelled() and taken.exception() is None:
         connection.give_back_write_lock(fd)
+
+
+def _run_without_the_loop(unit: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """A unit its stopped loop left waiting, run to its end on the helper thread's own connection."""
+    try:
+        unit(*args)
+    except Exception as exc:  # noqa: BLE001 (no caller to raise it to: logged, as a hop's would be lost)
+        logger.warning("A unit of database work left by its stopped event loop failed: %r", exc)
+    finally:
+        connections.close_all()

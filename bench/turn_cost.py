@@ -22,9 +22,10 @@ It prints medians over the turns after the first (the first one creates the inst
 
 ``--database postgres`` runs the same on a throwaway PostgreSQL cluster (``tests.support.live.
 PostgresServer``) instead of the SQLite file; ``--round-trips`` then also counts the times the
-process waits for PostgreSQL's answers (psycopg's generators asking to wait for the socket to be
-readable: one per statement, health-check ``SELECT 1``, ``BEGIN`` and ``COMMIT``, and one per
-pipeline's sync or flush however many statements it carries). Counting costs a little CPU.
+process waits for PostgreSQL's answers (a wait of psycopg's that ended with the socket readable:
+one per statement, health-check ``SELECT 1``, ``BEGIN`` and ``COMMIT`` (more for an answer that
+comes in parts), and one per pipeline's sync or flush however many statements it carries).
+Counting costs a little CPU.
 """
 
 import argparse
@@ -142,9 +143,10 @@ def _counting_round_trips(counters: Counters) -> Iterator[None]:
             except StopIteration as stop:
                 return stop.value
             sent = yield state
-            # A wait for an answer: for a readable socket, or for "readable or writable" (a
-            # pipeline sending) that ended readable only. A writable socket is there at once.
-            if state == waiting.Wait.R or (state & waiting.Wait.R and sent == waiting.Ready.R):
+            # A wait that ended with an answer to read, the socket not writable (a pipeline that
+            # sends waits for either, and a writable socket is there at once); a wait's periodic
+            # wake-up with nothing (``Ready.NONE``) is not one.
+            if sent == waiting.Ready.R:
                 counters.round_trips += 1
 
     def wait(gen: Any, *args: Any, **kwargs: Any) -> Any:

@@ -141,7 +141,8 @@ def _validate_each(messages: list[UIMessageData]) -> list[tuple[ui.UIMessage, bo
 def _let_the_loop_run() -> None:
     """On a worker thread, a pause that lets the event loop's thread take the GIL. On the loop's
     own thread (a short transcript, ``model_history``), none: the loop would hand the GIL to the
-    database thread and wait to get it back, in the middle of a turn's start."""
+    database thread and wait to get it back, in the middle of a turn's start. (A unit of database
+    work on the loop's thread hides the loop, ``database._as_the_threads``: none converts history.)"""
     if asyncio._get_running_loop() is None:
         time.sleep(0)
 

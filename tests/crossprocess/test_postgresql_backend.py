@@ -95,3 +95,14 @@ def test_a_connection_that_never_committed_is_checked(url: str) -> None:
         assert _next_request_pid(connection) != pid
     finally:
         connection.close()
+
+
+def test_a_connection_whose_last_commit_is_older_than_the_delay_is_checked(url: str) -> None:
+    connection = _connection(url, delay=600)
+    try:
+        pid = _committed_request(connection)
+        connection._proved_at -= 601  # the commit, as if ten minutes ago
+        _kill(url, pid)
+        assert _next_request_pid(connection) != pid
+    finally:
+        connection.close()

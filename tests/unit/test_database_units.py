@@ -169,10 +169,12 @@ async def test_a_unit_whose_caller_is_cancelled_while_it_waits_still_runs_and_fr
     assert await asyncio.to_thread(_lock_is_free, path)
 
 
-def test_a_unit_waiting_for_the_lock_when_its_loop_stops_gives_the_lock_back(
+def test_a_unit_waiting_for_the_lock_when_its_loop_stops_runs_on_the_helper_thread(
         tmp_path: Path, file_database: ConnectionHandler) -> None:
-    """The helper thread takes the lock after the loop is gone: nothing else would release it."""
+    """The helper thread takes the lock after the loop is gone: it gives it back (nothing else
+    would release it) and runs the unit to its end, as the database thread would have."""
     path = str(tmp_path / "db.sqlite3")
+    asyncio.run(database.run(_insert, file_database, 0))  # the table
     writer = OtherWriter(path).start()
 
     async def stop_while_it_waits() -> None:
@@ -184,7 +186,8 @@ def test_a_unit_waiting_for_the_lock_when_its_loop_stops_gives_the_lock_back(
 
     asyncio.run(stop_while_it_waits())
     writer.release()
-    database._lock_waiter().submit(lambda: None).result(timeout=60)  # after the wait and its give-back
+    database._lock_waiter().submit(lambda: None).result(timeout=60)  # after the wait and the unit
+    assert _count(path) == 2
     assert _lock_is_free(path)
 
 

@@ -40,7 +40,8 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def _commit(self) -> None:
         super()._commit()
-        self._proved_at = time.monotonic()
+        if self.connection is not None:
+            self._proved_at = time.monotonic()
 
     def _close(self) -> None:
         self._proved_at = -math.inf
