@@ -23,11 +23,10 @@ behind it. A unit whose caller is cancelled runs to its end; one still waiting w
 stops runs on the helper thread instead, with that thread's connection, as it would have on the
 database thread.
 
-The file lock covers transactions only. A write outside one holds SQLite's own lock without it,
-and a unit that meets such a write waits in SQLite's busy handler, on the loop (a few
-milliseconds at worst for a one-row write). This process's own periodic writes, the turns'
-heartbeats, are therefore written in transactions (``recovery.liveness``); other processes' and
-programs' writes outside a transaction are rare on the turn path.
+Every write of the project's, in a transaction or not, takes the file lock first
+(``thinkproject.sqlite``), so a unit holding it never waits on the loop for another. Only a
+program that writes the file without the project's backend could hold a unit in SQLite's busy
+handler, on the loop.
 """
 
 import asyncio

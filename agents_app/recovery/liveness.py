@@ -10,7 +10,6 @@ import os
 import socket
 from datetime import datetime, timedelta
 
-from django.db import transaction
 from django.utils import timezone
 
 from ..models import Turn
@@ -35,20 +34,13 @@ def control_channel(turn: Turn) -> str | None:
 
 def heartbeat(turn_pk: int) -> bool:
     """Refresh a running turn's heartbeat; False when it is no longer running: another process
-    judged it dead (a heartbeat held up past ``HEARTBEAT_STALE``) and cut it into recovery.
-
-    In a transaction, as the beats of waiting turns: on SQLite a transaction takes the file lock
-    first (``thinkproject.sqlite``), so a unit of the event loop's that found the lock free
-    (``agents_app.database``) does not meet this write in SQLite's busy handler."""
-    with transaction.atomic():
-        return bool(Turn.objects.filter(pk=turn_pk).running().update(heartbeat_at=timezone.now()))
+    judged it dead (a heartbeat held up past ``HEARTBEAT_STALE``) and cut it into recovery."""
+    return bool(Turn.objects.filter(pk=turn_pk).running().update(heartbeat_at=timezone.now()))
 
 
 def heartbeat_waiting(turn_pk: int) -> None:
-    """The process a queued turn has ``affinity`` to is still there, waiting for it (in a
-    transaction: ``heartbeat``'s docstring)."""
-    with transaction.atomic():
-        Turn.objects.filter(pk=turn_pk).queued().update(heartbeat_at=timezone.now())
+    """The process a queued turn has ``affinity`` to is still there, waiting for it."""
+    Turn.objects.filter(pk=turn_pk).queued().update(heartbeat_at=timezone.now())
 
 
 def affinity_alive(turn: Turn, now: datetime | None = None) -> bool:

@@ -240,10 +240,7 @@ def start(turn: Turn, message_id: str) -> StreamRecord:
         instance_id=turn.instance_id, turn=turn, request_id=turn.request_id,
         message_id=message_id, continuation=turn.continuation,
     )
-    # A transaction even for one row: on SQLite a write outside one waits for the write lock in
-    # SQLite's busy handler, not in turn with the other processes' (thinkproject.sqlite).
-    with transaction.atomic(savepoint=False):
-        statements.insert(record)
+    statements.insert(record)
     return record
 
 

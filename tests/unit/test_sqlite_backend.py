@@ -127,3 +127,34 @@ def test_write_lock_if_free_takes_none_in_memory() -> None:
     with memory.write_lock_if_free() as held:
         assert not held
     memory.close()
+
+
+def test_a_write_outside_a_transaction_waits_for_the_lock_and_a_read_does_not(tmp_path: Path) -> None:
+    """An autocommit write takes the file lock for its statement: it waits for a holder that has
+    no SQLite transaction open (a unit about to start one), which SQLite alone would not make it do."""
+    path = str(tmp_path / "db.sqlite3")
+    holder = _connection(path)
+    with holder.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (v INTEGER)")
+    read, wrote = threading.Event(), threading.Event()
+
+    def other() -> None:
+        writer = _connection(path)
+        with writer.cursor() as cursor:
+            cursor.execute("SELECT COUNT(*) FROM t")
+            read.set()
+            cursor.execute("INSERT INTO t VALUES (1)")
+            wrote.set()
+        writer.close()
+
+    with holder.write_lock_if_free() as held:
+        assert held
+        thread = threading.Thread(target=other)
+        thread.start()
+        assert read.wait(timeout=60)
+        assert not wrote.wait(0.3)
+    thread.join(timeout=60)
+    assert wrote.is_set()
+    with holder.write_lock_if_free() as held:  # released after the statement
+        assert held
+    holder.close()

@@ -8,8 +8,11 @@ bench/README.md, "Fourth round": one process's first admission waited 107 ms). H
 transaction first takes an exclusive ``flock`` on a file beside the database, which the kernel
 hands to a waiting process the moment it is released, and releases it at its commit or rollback.
 
-Writes outside a transaction (autocommit) and other programs still meet SQLite's busy handler
-and its ``timeout``, as before. An in-memory database has no file and no other process: no lock.
+A write outside a transaction (autocommit: the ORM's ``save()`` of one row, an ``update()``)
+takes the lock around its statement too, so every writer of the project waits in turn, and a
+unit that holds the lock never meets one in SQLite's busy handler. Other programs writing the
+file still meet SQLite's busy handler and its ``timeout``. An in-memory database has no file and
+no other process: no lock.
 
 ``write_lock_if_free()`` takes the lock only if no other writer holds it, and holds it for a
 block of code: the turn engine and the stream buffer run their database work on the event loop's
@@ -26,6 +29,23 @@ from typing import Any
 
 from django.db.backends.sqlite3 import base
 
+# Statements that write nothing: an autocommit one takes no lock.
+_READS = ("SELECT", "PRAGMA", "EXPLAIN")
+
+
+class _Cursor(base.SQLiteCursorWrapper):
+    """Django's cursor, whose writes outside a transaction hold the write lock for the statement."""
+
+    database: "DatabaseWrapper"
+
+    def execute(self, query: str, params: Any = None) -> Any:
+        with self.database._autocommit_write(query):
+            return super().execute(query, params)
+
+    def executemany(self, query: str, param_list: Any) -> Any:
+        with self.database._autocommit_write(query):
+            return super().executemany(query, param_list)
+
 
 class DatabaseWrapper(base.DatabaseWrapper):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -34,6 +54,28 @@ class DatabaseWrapper(base.DatabaseWrapper):
         self._write_lock_held = False
         # Held for a block (``write_lock_if_free``): its transactions' ends leave it held.
         self._write_lock_pinned = False
+
+    def create_cursor(self, name: str | None = None) -> _Cursor:
+        cursor = self.connection.cursor(factory=_Cursor)
+        cursor.database = self
+        return cursor
+
+    @contextlib.contextmanager
+    def _autocommit_write(self, query: str) -> Iterator[None]:
+        """The write lock around a statement that writes outside a transaction (in one, or with
+        the lock held for a block, the lock is there already)."""
+        lock = None
+        if self.autocommit and not self._write_lock_held and not query.lstrip()[:7].upper().startswith(_READS):
+            lock = self._lock_file()
+        if lock is None:
+            yield
+            return
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        self._write_lock_held = True
+        try:
+            yield
+        finally:
+            self._release_write_lock()
 
     def _lock_file(self) -> int | None:
         if self._write_lock is None and not self.is_in_memory_db():
