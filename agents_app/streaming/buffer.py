@@ -218,19 +218,15 @@ def write_batch(batch: list[tuple[int, list[tuple[int, list[str]]]]]) -> None:
         [(stream_pk, rows)] = batch
         # A clear may have deleted the buffer mid-turn, or a recovery closed it (its turn judged dead,
         # ``recovery.cut``): its chunks then have nowhere to go.
-        statements.update_then_insert(StreamRecord, _open(stream_pk), {"last_chunk_at": now}, [
-            StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies)) for first, bodies in rows
-        ])
+        statements.update_then_insert(StreamRecord, _open(stream_pk), {"last_chunk_at": now},
+                                      _segments(stream_pk, rows))
         return
     # No savepoint inside a caller's transaction (the end of a turn): a failure fails that too.
     with transaction.atomic(savepoint=False):
         segments: list[StreamSegment] = []
         for stream_pk, rows in batch:
             if statements.update(StreamRecord, _open(stream_pk), last_chunk_at=now):
-                segments += [
-                    StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies))
-                    for first, bodies in rows
-                ]
+                segments += _segments(stream_pk, rows)
         statements.insert_many(segments)
 
 
@@ -244,11 +240,21 @@ def start(turn: Turn, message_id: str) -> StreamRecord:
     return record
 
 
-def finish(stream_pk: int, *, error: bool) -> None:
-    statements.update(
-        StreamRecord, {"pk": stream_pk, "status": StreamRecord.Status.STREAMING},
-        status=StreamRecord.Status.ERROR if error else StreamRecord.Status.COMPLETED, completed_at=timezone.now(),
-    )
+def finish(stream_pk: int, rows: list[tuple[int, list[str]]], *, error: bool) -> None:
+    """Store a turn's last rows of chunks (``StreamWriter.take``) and close its buffer, in the
+    caller's transaction: one update of the stream's row, which its rows follow when it was still
+    open (``write_batch``'s rule), and on PostgreSQL one statement, where writing the rows and then
+    closing the buffer took two updates of the row."""
+    now = timezone.now()
+    values: dict[str, Any] = {"status": StreamRecord.Status.ERROR if error else StreamRecord.Status.COMPLETED,
+                              "completed_at": now}
+    if rows:
+        values["last_chunk_at"] = now
+    statements.update_then_insert(StreamRecord, _open(stream_pk), values, _segments(stream_pk, rows))
+
+
+def _segments(stream_pk: int, rows: list[tuple[int, list[str]]]) -> list[StreamSegment]:
+    return [StreamSegment(stream_id=stream_pk, first_index=first, bodies=json.dumps(bodies)) for first, bodies in rows]
 
 
 def read(stream: StreamRecord) -> list[tuple[int, str]]:

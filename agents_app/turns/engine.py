@@ -744,7 +744,6 @@ class TurnRun:
             if not lock.finish(self.turn, self.status, self.error or "", message_ids=self.turn.message_ids, **also):
                 transaction.set_rollback(True)
                 return _Ending(lost=True)
-            buffer.write_rows(setup.stream_pk, rows)
             usage.record(self.turn, instance.slug, metered)
             # A clear during the turn wins: its partial reply is not written back.
             saved = self.builder.has_content() and current.generation <= self.turn.generation
@@ -759,7 +758,8 @@ class TurnRun:
                 attempt = setup.attempt
                 after = attempt.history_end if attempt is not None and not self.turn.continuation else None
                 transcript.save_message(instance, self.builder.message, after=after, policy=setup.policy, touched=True)
-            buffer.finish(setup.stream_pk, error=failed)
+            # The last chunks and the buffer's close in one write of the stream's row.
+            buffer.finish(setup.stream_pk, rows, error=failed)
             final_transcript = transcript.load(instance) if saved else None
         # The drain's next look at the queue, made here, after the commit as it would make it: in a
         # thread hop of its own after the turn, it queued on the database thread behind the next
