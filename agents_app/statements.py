@@ -461,18 +461,23 @@ def queued_head(turn: Columns, user: Columns, instance: type[Model]) -> Select:
 
 
 @functools.cache
-def active_generation_and_user_count(turn: type[Model], owned: type[Model]) -> Select:
-    """The newest generation among an instance's turns of two statuses (NULL: none), how many
-    turns of those statuses a user has, and whether the instance has rows of ``owned`` (a model
-    with an ``instance`` foreign key); parameters: instance pk, two statuses, user pk, two
-    statuses, instance pk."""
+def queue_user_and_transcript(turn: type[Model], owned: type[Model], message: Columns) -> Select:
+    """What an admission reads once it holds the instance's row, in one statement: the newest
+    generation among the instance's turns of two statuses (NULL: none), how many turns of those
+    statuses a user has, whether the instance has rows of ``owned`` (a model with an ``instance``
+    foreign key), then ``message``'s columns of the instance's stored messages by position, one
+    row each (one row of NULLs: none; ``transcript_rows``' columns). Parameters: instance pk, two
+    statuses, user pk, two statuses, instance pk, instance pk."""
 
     def build(connection: BaseDatabaseWrapper) -> str:
         of_instance, of_user = Columns(turn, "t").bound(connection), Columns(turn, "u").bound(connection)
-        return (f"SELECT (SELECT MAX({of_instance('generation')}) FROM {of_instance.table} "  # noqa: S608
-                f"WHERE {of_instance('instance')} = %s AND {of_instance('status')} IN (%s, %s)), "
+        m = message.bound(connection)
+        return (f"SELECT q.newest, q.active, q.owned, {m.select} FROM (SELECT "  # noqa: S608
+                f"(SELECT MAX({of_instance('generation')}) FROM {of_instance.table} "
+                f"WHERE {of_instance('instance')} = %s AND {of_instance('status')} IN (%s, %s)) AS newest, "
                 f"(SELECT COUNT(*) FROM {of_user.table} WHERE {of_user('user')} = %s "
-                f"AND {of_user('status')} IN (%s, %s)), {_any_of_instance(owned, '%s', connection)}")
+                f"AND {of_user('status')} IN (%s, %s)) AS active, {_any_of_instance(owned, '%s', connection)} AS owned"
+                f") q LEFT JOIN {m.table} ON {m('instance')} = %s ORDER BY {m('position')}")
 
     return Select(turn, build)
 
@@ -500,7 +505,7 @@ def latest_turn(turn: type[Model]) -> Select:
 @functools.cache
 def turn_instance_and_cancel_flag(turn: type[Model], instance: Columns, owned: type[Model]) -> Select:
     """A turn's instance (``instance``'s columns), whether the instance has rows of ``owned`` (as
-    ``active_generation_and_user_count``) and the turn's ``cancel_requested``; parameter: the turn pk."""
+    ``queue_user_and_transcript``) and the turn's ``cancel_requested``; parameter: the turn pk."""
 
     def build(connection: BaseDatabaseWrapper) -> str:
         i, t = instance.bound(connection), Columns(turn, "t").bound(connection)

@@ -8,7 +8,7 @@ lock order of every writer. Every message is stored as ``sanitize.prepare_for_st
 and a ``Policy`` with ``max_messages`` then deletes the oldest rows beyond it.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import takewhile
 from typing import Any, Final
@@ -52,17 +52,22 @@ DEFAULT_POLICY = Policy()
 
 
 # The transcript is read two or three times per turn: these reads are written out
-# (``agents_app.statements``), and its rows read as plain values, not model instances.
-_ROW = statements.Columns(ChatMessage, "m", ("id", "message_id", "position", "data"))
+# (``agents_app.statements``), and its rows read as plain values, not model instances. A caller
+# that reads them in a statement of its own (the admission's, with the queue) reads these columns.
+STORED_COLUMNS = statements.Columns(ChatMessage, "m", ("id", "message_id", "position", "data"))
 
 
-_ROWS = statements.transcript_rows(_ROW)
+_ROWS = statements.transcript_rows(STORED_COLUMNS)
 _NEXT_POSITION = statements.last_position(ChatMessage)
 
 
 def _stored(instance: AgentInstance | int) -> list[list[Any]]:
     """(pk, message id, position, data) of every stored message of the instance, in order."""
-    return _ROW.converted(_ROWS.rows(getattr(instance, "pk", instance)), _ROWS.connection)
+    return _converted(_ROWS.rows(getattr(instance, "pk", instance)))
+
+
+def _converted(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    return STORED_COLUMNS.converted(rows, _ROWS.connection)
 
 
 def load(instance: AgentInstance | int) -> list[UIMessage]:
@@ -91,7 +96,7 @@ class _Row:
 
 def persist(
     instance: AgentInstance, incoming: list[UIMessage], *, delete_stale: bool = False,
-    policy: Policy = DEFAULT_POLICY, touched: bool = False,
+    policy: Policy = DEFAULT_POLICY, touched: bool = False, stored: Sequence[Sequence[Any]] | None = None,
 ) -> list[UIMessage]:
     """Merge a client's copy of the transcript into the stored one and return the result.
 
@@ -103,13 +108,16 @@ def persist(
       a subset (regenerate trimmed the last reply), so stored rows it left out are deleted.
 
     ``touched``: the caller's transaction began with ``AgentInstance.objects.touch`` (module docstring).
+    ``stored``: the instance's stored messages as that transaction has read them since, in order,
+    ``STORED_COLUMNS`` as the database returned them; read here when not given.
     """
     # No savepoint inside a caller's transaction (admission's): a failure here fails that too.
     with transaction.atomic(savepoint=False):
         if not touched:
             AgentInstance.objects.touch(instance.pk)
         # Plain rows, not model instances: this runs on every request, over the whole transcript.
-        rows = {message_id: _Row(pk, position, data) for pk, message_id, position, data in _stored(instance)}
+        read = _stored(instance) if stored is None else _converted(stored)
+        rows = {message_id: _Row(pk, position, data) for pk, message_id, position, data in read}
         known = {message_id: row.data for message_id, row in rows.items()}
         # Stored messages by the tool calls in them, made when a new assistant message has calls.
         by_tool_call: dict[str, str] | None = None

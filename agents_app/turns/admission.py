@@ -69,8 +69,10 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
             # concurrent accepts of the instance take turns, and reads the row back.
             current = AgentInstance.objects.touch(instance.pk)
             user_pk = user.pk if getattr(user, "is_authenticated", False) else None
-            newest_active, user_turns, mcp_servers = _QUEUE_AND_USER.row(
-                instance.pk, *Turn.ACTIVE_STATUSES, user_pk, *Turn.ACTIVE_STATUSES, instance.pk)
+            read = _QUEUE_USER_AND_TRANSCRIPT.rows(
+                instance.pk, *Turn.ACTIVE_STATUSES, user_pk, *Turn.ACTIVE_STATUSES, instance.pk, instance.pk)
+            newest_active, user_turns, mcp_servers = read[0][:_QUEUE_COLUMNS]
+            stored_rows = [row[_QUEUE_COLUMNS:] for row in read if row[_QUEUE_COLUMNS] is not None]
             if user_pk is not None:
                 _check_user_turns(user_turns, request.request_id)
             overlapping = newest_active == current.generation
@@ -82,7 +84,8 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
                 submit_sequence = current.overlap_sequence + 1
                 statements.update(AgentInstance, {"pk": instance.pk}, overlap_sequence=submit_sequence)
             merge_from = _merge_start(instance, current.generation) if decision.strategy == "merge" else None
-            stored = transcript.persist(instance, request.messages, delete_stale=True, policy=policy, touched=True)
+            stored = transcript.persist(instance, request.messages, delete_stale=True, policy=policy, touched=True,
+                                        stored=stored_rows)
             if merge_from is not None and transcript.merge_user_run(instance, merge_from, policy):
                 stored = transcript.load(instance)
             transcript.store_request_context(instance, request.body, request.client_tools)
@@ -135,11 +138,14 @@ def _check_user_turns(active: int, request_id: str) -> None:
                             code="too_many_turns", request_id=request_id)
 
 
-# The admission's one read of the turns: the newest generation of the instance's queued or running
-# turns (None: there is none; the current one: the request overlaps a turn), how many turns the
-# user has queued or running, and whether the instance has runtime MCP servers (a turn it inserts
-# claimed starts without reading them again when it has none: ``engine.inserted_claimed``).
-_QUEUE_AND_USER = statements.active_generation_and_user_count(Turn, MCPServerConfig)
+# The admission's one read, made once it holds the instance's row: the newest generation of the
+# instance's queued or running turns (None: there is none; the current one: the request overlaps a
+# turn), how many turns the user has queued or running, whether the instance has runtime MCP servers
+# (a turn it inserts claimed starts without reading them again when it has none:
+# ``engine.inserted_claimed``), then the stored transcript that ``transcript.persist`` merges the
+# request into, a row per message after those three columns.
+_QUEUE_USER_AND_TRANSCRIPT = statements.queue_user_and_transcript(Turn, MCPServerConfig, transcript.STORED_COLUMNS)
+_QUEUE_COLUMNS = 3
 
 
 def _merge_start(instance: AgentInstance, generation: int) -> int:

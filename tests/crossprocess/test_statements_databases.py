@@ -67,16 +67,30 @@ MCPServerConfig.objects.create(instance=instance, name="docs", url="http://127.0
 mcp_after = engine._instance_and_cancel_flag(first.pk)[1]
 report["instance"] = {"same": fields(read) == fields(AgentInstance.objects.get(pk=instance.pk)), "cancel": cancel,
                       "mcp_servers": [mcp_before, mcp_after]}
-queue = admission._QUEUE_AND_USER.row(instance.pk, *Turn.ACTIVE_STATUSES, user.pk, *Turn.ACTIVE_STATUSES, instance.pk)
-queue_empty = admission._QUEUE_AND_USER.row(anonymous.instance_id, *Turn.ACTIVE_STATUSES, None,
-                                            *Turn.ACTIVE_STATUSES, anonymous.instance_id)
-report["queue_and_user"] = [[queue[0], queue[1], bool(queue[2])],
-                            [queue_empty[0], queue_empty[1], bool(queue_empty[2])]]
+def admission_read(instance_pk, user_pk):
+    return admission._QUEUE_USER_AND_TRANSCRIPT.rows(instance_pk, *Turn.ACTIVE_STATUSES, user_pk,
+                                                     *Turn.ACTIVE_STATUSES, instance_pk, instance_pk)
+
+
+# No message stored yet: one row, the queue's columns and NULLs.
+queue, queue_empty = admission_read(instance.pk, user.pk), admission_read(anonymous.instance_id, None)
+report["queue_and_user"] = [[len(queue), queue[0][0], queue[0][1], bool(queue[0][2]),
+                             all(value is None for value in queue[0][3:])],
+                            [len(queue_empty), queue_empty[0][0], queue_empty[0][1], bool(queue_empty[0][2])]]
 newest = Turn.objects.filter(instance=instance).order_by("-pk").values("pk", "status").first()
 report["latest"] = engine._latest_turn(instance.pk) == {**newest, "queued": True}
 
 messages = [{"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"t{i} ✓"}]} for i in range(5)]
 transcript.persist(instance, messages)
+read = admission_read(instance.pk, user.pk)
+report["queue_and_transcript"] = {
+    "rows": len(read), "queue": all(list(row[:2]) == [3, 1] for row in read),
+    "transcript": transcript._converted([row[3:] for row in read]) == transcript._stored(instance),
+    # m0 edited: the rows read are what the merge starts from.
+    "persisted": transcript.persist(instance, [{**messages[0], "parts": [{"type": "text", "text": "edited"}]},
+                                               *messages[1:]], stored=[row[3:] for row in read])
+    == transcript.load(instance) != messages,
+}
 stored_data = list(ChatMessage.objects.filter(instance=instance).values_list("data", flat=True))
 report["load"] = transcript.load(instance) == stored_data
 report["next_position"] = transcript.next_position(instance)
@@ -211,7 +225,8 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
     assert report["anonymous"] == {"user": None, "same": True}
     assert report["empty"] is None
     assert report["instance"] == {"same": True, "cancel": True, "mcp_servers": [False, True]}
-    assert report["queue_and_user"] == [[3, 1, True], [0, 0, False]]
+    assert report["queue_and_user"] == [[1, 3, 1, True, True], [1, 0, 0, False]]
+    assert report["queue_and_transcript"] == {"rows": 5, "queue": True, "transcript": True, "persisted": True}
     assert report["latest"] is True
     assert report["load"] is True
     assert report["next_position"] == 5

@@ -37,16 +37,18 @@ def test_no_sql_is_written_outside_statements() -> None:
 def test_named_statements_read_what_they_say() -> None:
     assert statements.instance_queue_state(AgentInstance).build(connection) == (
         'SELECT i."generation", i."overlap_sequence" FROM "agents_app_agentinstance" i WHERE i."id" = %s')
-    assert statements.active_generation_and_user_count(Turn, MCPServerConfig).build(connection) == (
-        'SELECT (SELECT MAX(t."generation") FROM "agents_app_turn" t WHERE t."instance_id" = %s '
-        'AND t."status" IN (%s, %s)), (SELECT COUNT(*) FROM "agents_app_turn" u WHERE u."user_id" = %s '
-        'AND u."status" IN (%s, %s)), EXISTS (SELECT 1 FROM "agents_app_mcpserverconfig" o '
-        'WHERE o."instance_id" = %s)')
+    message = statements.Columns(ChatMessage, "m", ("id", "message_id", "position", "data"))
+    assert statements.queue_user_and_transcript(Turn, MCPServerConfig, message).build(connection) == (
+        'SELECT q.newest, q.active, q.owned, m."id", m."message_id", m."position", m."data" FROM (SELECT '
+        '(SELECT MAX(t."generation") FROM "agents_app_turn" t WHERE t."instance_id" = %s '
+        'AND t."status" IN (%s, %s)) AS newest, (SELECT COUNT(*) FROM "agents_app_turn" u WHERE u."user_id" = %s '
+        'AND u."status" IN (%s, %s)) AS active, EXISTS (SELECT 1 FROM "agents_app_mcpserverconfig" o '
+        'WHERE o."instance_id" = %s) AS owned) q LEFT JOIN "agents_app_chatmessage" m '
+        'ON m."instance_id" = %s ORDER BY m."position"')
     assert statements.latest_turn(Turn).build(connection) == (
         'SELECT t."id", t."status", (SELECT q."id" FROM "agents_app_turn" q WHERE q."instance_id" = %s '
         'AND q."status" = %s LIMIT 1) FROM "agents_app_turn" t WHERE t."instance_id" = %s '
         'ORDER BY t."id" DESC LIMIT 1')
-    message = statements.Columns(ChatMessage, "m", ("id", "message_id", "position", "data"))
     assert statements.transcript_rows(message).build(connection) == (
         'SELECT m."id", m."message_id", m."position", m."data" FROM "agents_app_chatmessage" m '
         'WHERE m."instance_id" = %s ORDER BY m."position"')
