@@ -10,12 +10,14 @@ rows; the named statements at the end (one function each) are the other shapes. 
 stays a queryset. Identifiers are quoted names from the metadata; every value is a parameter.
 """
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import DatabaseError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Model, signals
@@ -49,6 +51,104 @@ def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     connection.ensure_connection()
     with connection.wrap_database_errors:
         return connection._prepare_cursor(ServerBindingCursor(connection.connection))
+
+
+class _Deferred:
+    """The writes of a ``together`` block that wait to go in front of the next statement."""
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        self.connection = connection
+        # (text, parameters, quoted table name) of each write, in order.
+        self.writes: list[tuple[str, list[Any], str]] = []
+
+    def take_into(self, sql: str, params: Sequence[Any]) -> tuple[str, list[Any]]:
+        """``sql`` with the waiting writes in front, when it names none of their tables (it would
+        not see their rows: every part of a statement reads the database as it was before it);
+        else the writes go first, on their own."""
+        if any(name in sql for _, _, name in self.writes):
+            self.flush()
+            return sql, list(params)
+        writes, self.writes = self.writes, []
+        return _with(writes, sql), [*(value for _, values, _ in writes for value in values), *params]
+
+    def flush(self) -> None:
+        """Send the waiting writes, as one statement."""
+        if not self.writes:
+            return
+        writes, self.writes = self.writes, []
+        *before, (sql, params, _) = writes
+        with _cursor(self.connection) as cursor:
+            cursor.execute(_with(before, sql), [*(value for _, values, _ in before for value in values), *params])
+
+    def before_other_queries(self, execute: Callable[..., Any], sql: str, params: Any, many: bool,
+                             context: dict[str, Any]) -> Any:
+        """The connection's execute wrapper during the block: a query this module did not make (an
+        ORM query, a savepoint) sends the waiting writes first, so it sees them."""
+        self.flush()
+        return execute(sql, params, many, context)
+
+
+_together: ContextVar[_Deferred | None] = ContextVar("agents_app_statements_together", default=None)
+
+
+@contextlib.contextmanager
+def together(model: type[Model]) -> Iterator[None]:
+    """Inside the caller's transaction, on PostgreSQL: writes whose outcome the caller does not read
+    (``insert_many``, ``upsert``, ``Write.write``) wait, and go with the block's next statement of
+    this module as data-modifying ``WITH`` clauses in front of it, or at the block's end: one round
+    trip for several (docs/decisions.md#postgresql-on-the-turn-path). Any other query sends them
+    first (an execute wrapper), and so does a statement that names a table they write. Writes
+    that go together must not depend on one another's order (PostgreSQL runs the parts of one
+    statement in no set order). A block left by an exception sends its waiting writes all the same,
+    as SQLite has made them; when the transaction cannot take them (a failed statement), it is
+    marked for rollback. Elsewhere (SQLite) it changes nothing."""
+    connection = connection_for(model)
+    if not connection.in_atomic_block:
+        raise RuntimeError("statements.together runs inside a transaction (transaction.atomic)")
+    if connection.vendor != "postgresql" or _together.get() is not None:
+        yield
+        return
+    deferred = _Deferred(connection)
+    token = _together.set(deferred)
+    try:
+        with connection.execute_wrapper(deferred.before_other_queries):
+            try:
+                yield
+            except BaseException:
+                try:
+                    deferred.flush()
+                except DatabaseError:
+                    transaction.set_rollback(True, using=connection.alias)
+                raise
+            deferred.flush()
+    finally:
+        _together.reset(token)
+
+
+def _with(writes: Sequence[tuple[str, list[Any], str]], sql: str) -> str:
+    """``sql`` after the ``writes`` as data-modifying ``WITH`` clauses (joined to a ``WITH`` it has)."""
+    if not writes:
+        return sql
+    clauses = ", ".join(f"deferred_{index} AS ({text})" for index, (text, _, _) in enumerate(writes))
+    return f"WITH {clauses}, {sql[len('WITH '):]}" if sql.startswith("WITH ") else f"WITH {clauses} {sql}"
+
+
+def _execute(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> None:
+    """``cursor.execute``, with the writes waiting in a ``together`` block in front."""
+    deferred = _together.get()
+    if deferred is not None and deferred.writes and deferred.connection is cursor.db:
+        sql, params = deferred.take_into(sql, params)
+    cursor.execute(sql, params)
+
+
+def _write(connection: BaseDatabaseWrapper, model: type[Model], sql: str, params: list[Any]) -> None:
+    """A write whose outcome the caller does not read: it waits inside a ``together`` block."""
+    deferred = _together.get()
+    if deferred is not None and deferred.connection is connection:
+        deferred.writes.append((sql, params, table(model, connection)))
+        return
+    with _cursor(connection) as cursor:
+        _execute(cursor, sql, params)
 
 
 def table(model: type[Model], connection: BaseDatabaseWrapper) -> str:
@@ -88,7 +188,7 @@ def update(model: type[Model], where: dict[str, Any], **values: Any) -> int:
     sql = _update_sql(model, tuple(values), tuple(where), connection.alias)
     params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
     with _cursor(connection) as cursor:
-        cursor.execute(sql, params)
+        _execute(cursor, sql, params)
         return int(cursor.rowcount)
 
 
@@ -103,7 +203,7 @@ def update_returning(model: type[Model], where: dict[str, Any], returned: "Colum
     sql = _update_returning_sql(model, tuple(values), tuple(where), returned, connection.alias)
     params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
     with _cursor(connection) as cursor:
-        cursor.execute(sql, params)
+        _execute(cursor, sql, params)
         return cursor.fetchone()
 
 
@@ -121,7 +221,7 @@ def lock_row(model: type[Model], pk: Any, column: str) -> None:
     connection = connection_for(model)
     sql = _lock_sql(model, column, connection.alias)
     with _cursor(connection) as cursor:
-        cursor.execute(sql, [model._meta.pk.get_db_prep_value(pk, connection)])
+        _execute(cursor, sql, [model._meta.pk.get_db_prep_value(pk, connection)])
 
 
 @functools.cache
@@ -173,7 +273,7 @@ def insert(obj: Model) -> None:
     returning = not with_pk and connection.features.can_return_columns_from_insert
     sql = _insert_sql(model, with_pk, 1, returning, connection.alias)
     with _cursor(connection) as cursor:
-        cursor.execute(sql, _row_params(obj, _insert_fields(model, with_pk), connection))
+        _execute(cursor, sql, _row_params(obj, _insert_fields(model, with_pk), connection))
         if not with_pk:
             pk = cursor.fetchone()[0] if returning else connection.ops.last_insert_id(
                 cursor, model._meta.db_table, model._meta.pk.column)
@@ -191,11 +291,10 @@ def insert_many(objs: Sequence[Model], batch_size: int | None = None) -> None:
     connection = connection_for(model)
     fields = _insert_fields(model, with_pk=False)
     size = max(1, min(batch_size or len(objs), connection.ops.bulk_batch_size(list(fields), objs)))
-    with _cursor(connection) as cursor:
-        for start in range(0, len(objs), size):
-            batch = objs[start:start + size]
-            params = [value for obj in batch for value in _row_params(obj, fields, connection)]
-            cursor.execute(_insert_sql(model, False, len(batch), False, connection.alias), params)
+    for start in range(0, len(objs), size):
+        batch = objs[start:start + size]
+        params = [value for obj in batch for value in _row_params(obj, fields, connection)]
+        _write(connection, model, _insert_sql(model, False, len(batch), False, connection.alias), params)
     for obj in objs:
         obj._state.adding, obj._state.db = False, connection.alias
 
@@ -221,7 +320,7 @@ def update_then_insert(model: type[Model], where: dict[str, Any], values: dict[s
     params += [value for obj in objs for value in _row_params(obj, fields, connection)]
     sql = _update_then_insert_sql(model, tuple(values), tuple(where), inserted, len(objs), connection.alias)
     with _cursor(connection) as cursor:
-        cursor.execute(sql, params)
+        _execute(cursor, sql, params)
     for obj in objs:
         obj._state.adding, obj._state.db = False, connection.alias
 
@@ -261,9 +360,8 @@ def upsert(obj: Model, unique: str, update: Sequence[str]) -> None:
     model = type(obj)
     _check_no_receivers(model)
     connection = connection_for(model)
-    with _cursor(connection) as cursor:
-        cursor.execute(_upsert_sql(model, unique, tuple(update), connection.alias),
-                       _row_params(obj, _insert_fields(model, True), connection))
+    _write(connection, model, _upsert_sql(model, unique, tuple(update), connection.alias),
+           _row_params(obj, _insert_fields(model, True), connection))
     obj._state.adding, obj._state.db = False, connection.alias
 
 
@@ -299,11 +397,17 @@ class Write(Statement):
     def execute(self, *values: Any) -> int:
         """Run it with ``values`` (one per name in ``params``); how many rows it wrote."""
         connection = self.connection
-        prepared = [_prepared(self.model, name, value, connection) for name, value in zip(self.params, values,
-                                                                                          strict=True)]
         with _cursor(connection) as cursor:
-            cursor.execute(self._text(connection), prepared)
+            _execute(cursor, self._text(connection), self._values(values, connection))
             return int(cursor.rowcount)
+
+    def write(self, *values: Any) -> None:
+        """``execute``, for a caller that does not read the count: in a ``together`` block it waits."""
+        connection = self.connection
+        _write(connection, self.model, self._text(connection), self._values(values, connection))
+
+    def _values(self, values: Sequence[Any], connection: BaseDatabaseWrapper) -> list[Any]:
+        return [_prepared(self.model, name, value, connection) for name, value in zip(self.params, values, strict=True)]
 
 
 class Select(Statement):
@@ -312,13 +416,13 @@ class Select(Statement):
     def rows(self, *params: Any) -> list[tuple[Any, ...]]:
         connection = self.connection
         with _cursor(connection) as cursor:
-            cursor.execute(self._text(connection), params)
+            _execute(cursor, self._text(connection), params)
             return cursor.fetchall()
 
     def row(self, *params: Any) -> tuple[Any, ...] | None:
         connection = self.connection
         with _cursor(connection) as cursor:
-            cursor.execute(self._text(connection), params)
+            _execute(cursor, self._text(connection), params)
             return cursor.fetchone()
 
 

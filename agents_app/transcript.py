@@ -248,7 +248,7 @@ def save_message(instance: AgentInstance, message: UIMessage, *, after: str | No
 
 def _save(instance_pk: int, stored: UIMessage) -> None:
     now = timezone.now()
-    _SAVE.execute(instance_pk, stored["id"], stored["role"], instance_pk, stored, now, now)
+    _SAVE.write(instance_pk, stored["id"], stored["role"], instance_pk, stored, now, now)
 
 
 def _save_after(instance: AgentInstance, stored: UIMessage, after: str) -> None:

@@ -84,24 +84,26 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
                 submit_sequence = current.overlap_sequence + 1
                 statements.update(AgentInstance, {"pk": instance.pk}, overlap_sequence=submit_sequence)
             merge_from = _merge_start(instance, current.generation) if decision.strategy == "merge" else None
-            stored = transcript.persist(instance, request.messages, delete_stale=True, policy=policy, touched=True,
-                                        stored=stored_rows)
-            if merge_from is not None and transcript.merge_user_run(instance, merge_from, policy):
-                stored = transcript.load(instance)
-            transcript.store_request_context(instance, request.body, request.client_tools)
-            turn = Turn(
-                instance=current, request_id=request.request_id, kind=Turn.Kind.CHAT, generation=current.generation,
-                origin_channel=origin_channel, user=user if user_pk is not None else None,
-                body=request.body, client_tools=request.client_tools,
-                message_ids=request_message_ids(request.messages), assistant_message_id=new_message_id(),
-                strategy=decision.strategy or "", submit_sequence=submit_sequence, merge_from=merge_from,
-                run_after=(timezone.now() + timedelta(milliseconds=decision.wait_ms)
-                           if decision.wait_ms is not None else None),
-            )
-            if claim_as is not None and newest_active is None:
-                turn.status, turn.started_at, turn.worker = Turn.Status.RUNNING, timezone.now(), claim_as
-                turn.memory_watch = memory.watch()
-            statements.insert(turn)
+            # The new messages and the request's context go with the turn's insert (on PostgreSQL).
+            with statements.together(Turn):
+                stored = transcript.persist(instance, request.messages, delete_stale=True, policy=policy,
+                                            touched=True, stored=stored_rows)
+                if merge_from is not None and transcript.merge_user_run(instance, merge_from, policy):
+                    stored = transcript.load(instance)
+                transcript.store_request_context(instance, request.body, request.client_tools)
+                turn = Turn(
+                    instance=current, request_id=request.request_id, kind=Turn.Kind.CHAT,
+                    generation=current.generation, origin_channel=origin_channel,
+                    user=user if user_pk is not None else None, body=request.body, client_tools=request.client_tools,
+                    message_ids=request_message_ids(request.messages), assistant_message_id=new_message_id(),
+                    strategy=decision.strategy or "", submit_sequence=submit_sequence, merge_from=merge_from,
+                    run_after=(timezone.now() + timedelta(milliseconds=decision.wait_ms)
+                               if decision.wait_ms is not None else None),
+                )
+                if claim_as is not None and newest_active is None:
+                    turn.status, turn.started_at, turn.worker = Turn.Status.RUNNING, timezone.now(), claim_as
+                    turn.memory_watch = memory.watch()
+                statements.insert(turn)
     except IntegrityError:  # unique_turn_request: the whole request is rolled back
         raise ProtocolError(f"Request id {request.request_id!r} was already used in this conversation",
                             code="duplicate_request_id", request_id=request.request_id) from None

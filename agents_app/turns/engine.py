@@ -744,22 +744,25 @@ class TurnRun:
             if not lock.finish(self.turn, self.status, self.error or "", message_ids=self.turn.message_ids, **also):
                 transaction.set_rollback(True)
                 return _Ending(lost=True)
-            usage.record(self.turn, instance.slug, metered)
-            # A clear during the turn wins: its partial reply is not written back.
-            saved = self.builder.has_content() and current.generation <= self.turn.generation
-            if saved:
-                # A failed or stopped reply says so after a reload too; a continuation that ends
-                # normally clears the mark of the reply it finished.
-                outcome = self._marked_outcome()
-                if outcome is not None or self.turn.continuation:
-                    mark_outcome(self.builder.message, outcome.value if outcome is not None else None,
-                                 (self.error or "Error") if failed else None)
-                # A recovery retry's reply goes right after the request it answers.
-                attempt = setup.attempt
-                after = attempt.history_end if attempt is not None and not self.turn.continuation else None
-                transcript.save_message(instance, self.builder.message, after=after, policy=setup.policy, touched=True)
-            # The last chunks and the buffer's close in one write of the stream's row.
-            buffer.finish(setup.stream_pk, rows, error=failed)
+            # On PostgreSQL the usage row and the reply go with the stream's last write.
+            with statements.together(Turn):
+                usage.record(self.turn, instance.slug, metered)
+                # A clear during the turn wins: its partial reply is not written back.
+                saved = self.builder.has_content() and current.generation <= self.turn.generation
+                if saved:
+                    # A failed or stopped reply says so after a reload too; a continuation that ends
+                    # normally clears the mark of the reply it finished.
+                    outcome = self._marked_outcome()
+                    if outcome is not None or self.turn.continuation:
+                        mark_outcome(self.builder.message, outcome.value if outcome is not None else None,
+                                     (self.error or "Error") if failed else None)
+                    # A recovery retry's reply goes right after the request it answers.
+                    attempt = setup.attempt
+                    after = attempt.history_end if attempt is not None and not self.turn.continuation else None
+                    transcript.save_message(instance, self.builder.message, after=after, policy=setup.policy,
+                                            touched=True)
+                # The last chunks and the buffer's close in one write of the stream's row.
+                buffer.finish(setup.stream_pk, rows, error=failed)
             final_transcript = transcript.load(instance) if saved else None
         # The drain's next look at the queue, made here, after the commit as it would make it: in a
         # thread hop of its own after the turn, it queued on the database thread behind the next

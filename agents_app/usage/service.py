@@ -30,9 +30,10 @@ def record(turn: Turn, agent: str, metered: Metered) -> None:
         return
     usage = metered.usage
     metrics.model_usage(agent, usage.requests, usage.input_tokens, usage.output_tokens)
-    # One INSERT, written the project's cheap way (``statements.insert``): a turn ends once (a
-    # continuation or a recovery attempt is a turn of its own).
-    statements.insert(
+    # One INSERT, written the project's cheap way (``statements.insert_many``, which may wait for
+    # the turn's next write: ``statements.together``): a turn ends once (a continuation or a
+    # recovery attempt is a turn of its own).
+    statements.insert_many([
         TurnUsage(
             turn_id=turn.pk,
             agent=agent,
@@ -45,7 +46,7 @@ def record(turn: Turn, agent: str, metered: Metered) -> None:
             cost=cost(metered.model, usage.input_tokens, usage.output_tokens),
             limit=metered.limit,
         )
-    )
+    ])
 
 
 def today() -> datetime.date:

@@ -212,6 +212,63 @@ report["resume_state"] = {
     "ids": {"running": running.pk, "second": second.pk, "cut": cut.pk},
     "terminal_read": resume.load_state(live) and live.terminal_request_id,
 }
+# statements.together: on PostgreSQL its writes wait for the next statement, on SQLite they run at
+# once; what every query sees, and what is stored, is the same.
+box = AgentInstance.objects.create(slug="demo-agent", name="together")
+
+def note(message_id, position):
+    return ChatMessage(instance=box, message_id=message_id, role="user", position=position, data={"n": position})
+
+with transaction.atomic():
+    with statements.together(Turn):
+        statements.insert_many([note("t0", 0)])
+        transcript.store_request_context(box, {"k": "é"}, None)
+        orm_saw = [ChatMessage.objects.filter(instance=box).count(),
+                   RequestContext.objects.filter(instance=box).count()]
+        statements.insert_many([note("t1", 1)])
+        statement_saw = [m["n"] for m in transcript.load(box)]
+        statements.insert_many([note("t2", 2)])
+        joined = Turn(instance=box, request_id="together")
+        statements.insert(joined)
+        statements.insert_many([note("t3", 3)])
+with transaction.atomic():
+    try:
+        with statements.together(Turn):
+            statements.insert_many([note("t4", 4)])
+            raise RuntimeError("not a database error")
+    except RuntimeError:
+        pass
+try:
+    with transaction.atomic():
+        with statements.together(Turn):
+            statements.insert_many([note("t5", 5)])
+            statements.insert(Turn(instance=box, request_id="together"))  # unique_turn_request
+except django.db.IntegrityError:
+    refused = True
+try:
+    with statements.together(Turn):
+        pass
+except RuntimeError as exc:
+    outside = str(exc)
+sent = []
+
+def record(run, sql, *args):
+    sent.append(sql)
+    return run(sql, *args)
+
+with transaction.atomic(), django.db.connection.execute_wrapper(record):
+    with statements.together(Turn):
+        statements.insert_many([note("t6", 6)])
+        transcript.store_request_context(box, None, None)
+        statements.insert(Turn(instance=box, request_id="sent"))
+report["together"] = {
+    "orm_saw": orm_saw, "statement_saw": statement_saw,
+    "turn": fields(joined) == fields(Turn.objects.get(pk=joined.pk)),
+    "messages": list(ChatMessage.objects.filter(instance=box).order_by("position")
+                     .values_list("message_id", flat=True)),
+    "context": transcript.request_context(box), "refused": refused, "outside": outside,
+    "statements": [sql.split()[0] for sql in sent if "SAVEPOINT" not in sql],
+}
 print(json.dumps(report), flush=True)
 """
 
@@ -227,6 +284,13 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
     assert report["instance"] == {"same": True, "cancel": True, "mcp_servers": [False, True]}
     assert report["queue_and_user"] == [[1, 3, 1, True, True], [1, 0, 0, False]]
     assert report["queue_and_transcript"] == {"rows": 5, "queue": True, "transcript": True, "persisted": True}
+    assert report["together"] == {
+        "orm_saw": [1, 1], "statement_saw": [0, 1], "turn": True, "messages": ["t0", "t1", "t2", "t3", "t4", "t6"],
+        "context": [None, None], "refused": True,
+        "outside": "statements.together runs inside a transaction (transaction.atomic)",
+        # Two writes and an insert: one statement on PostgreSQL, three on SQLite.
+        "statements": {"sqlite": ["INSERT", "INSERT", "INSERT"], "postgres": ["WITH"]}[database],
+    }
     assert report["latest"] is True
     assert report["load"] is True
     assert report["next_position"] == 5
