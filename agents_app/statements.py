@@ -61,15 +61,24 @@ class _Deferred:
         # (text, parameters, quoted table name) of each write, in order.
         self.writes: list[tuple[str, list[Any], str]] = []
 
+    def add(self, sql: str, params: list[Any], name: str) -> None:
+        """Let a write of table ``name`` wait, after sending those of a table it names: the parts
+        of one statement all read the database as it was before it, so a write must not share one
+        with a write of a table it reads (a reply's position counts the rows before it, an upsert
+        finds the row)."""
+        if any(waiting in sql for _, _, waiting in self.writes):
+            self.flush()
+        self.writes.append((sql, params, name))
+
     def take_into(self, sql: str, params: Sequence[Any]) -> tuple[str, list[Any]]:
-        """``sql`` with the waiting writes in front, when it names none of their tables (it would
-        not see their rows: every part of a statement reads the database as it was before it);
-        else the writes go first, on their own."""
-        if any(name in sql for _, _, name in self.writes):
+        """``sql`` with the waiting writes in front, when it is a write that names none of their
+        tables; else the writes go first, on their own. A read is never joined: it would see
+        neither their rows nor, when one of them waits for a row lock, what committed meanwhile."""
+        if not sql.startswith(_JOINABLE) or any(name in sql for _, _, name in self.writes):
             self.flush()
             return sql, list(params)
         writes, self.writes = self.writes, []
-        return _with(writes, sql), [*(value for _, values, _ in writes for value in values), *params]
+        return _joined(writes, sql, params)
 
     def flush(self) -> None:
         """Send the waiting writes, as one statement."""
@@ -78,15 +87,22 @@ class _Deferred:
         writes, self.writes = self.writes, []
         *before, (sql, params, _) = writes
         with _cursor(self.connection) as cursor:
-            cursor.execute(_with(before, sql), [*(value for _, values, _ in before for value in values), *params])
+            cursor.execute(*_joined(before, sql, params))
 
     def before_other_queries(self, execute: Callable[..., Any], sql: str, params: Any, many: bool,
                              context: dict[str, Any]) -> Any:
         """The connection's execute wrapper during the block: a query this module did not make (an
-        ORM query, a savepoint) sends the waiting writes first, so it sees them."""
-        self.flush()
+        ORM query, a savepoint) sends the waiting writes first, so it sees them. A rollback to a
+        savepoint drops them instead: the savepoint's own statement sent those made before it."""
+        if sql.startswith("ROLLBACK TO SAVEPOINT"):
+            self.writes = []
+        else:
+            self.flush()
         return execute(sql, params, many, context)
 
+
+# Statements the waiting writes can go in front of: writes, and a data-modifying WITH.
+_JOINABLE = ("INSERT ", "UPDATE ", "DELETE ", "WITH ")
 
 _together: ContextVar[_Deferred | None] = ContextVar("agents_app_statements_together", default=None)
 
@@ -94,14 +110,16 @@ _together: ContextVar[_Deferred | None] = ContextVar("agents_app_statements_toge
 @contextlib.contextmanager
 def together(model: type[Model]) -> Iterator[None]:
     """Inside the caller's transaction, on PostgreSQL: writes whose outcome the caller does not read
-    (``insert_many``, ``upsert``, ``Write.write``) wait, and go with the block's next statement of
-    this module as data-modifying ``WITH`` clauses in front of it, or at the block's end: one round
-    trip for several (docs/decisions.md#postgresql-on-the-turn-path). Any other query sends them
-    first (an execute wrapper), and so does a statement that names a table they write. Writes
-    that go together must not depend on one another's order (PostgreSQL runs the parts of one
-    statement in no set order). A block left by an exception sends its waiting writes all the same,
-    as SQLite has made them; when the transaction cannot take them (a failed statement), it is
-    marked for rollback. Elsewhere (SQLite) it changes nothing."""
+    (``insert_many`` of one batch, ``upsert``, ``Write.write``) wait, and go with the block's next
+    write of this module as data-modifying ``WITH`` clauses in front of it, or at the block's end:
+    one round trip for several (docs/decisions.md#postgresql-on-the-turn-path). Everything else
+    sends them first: a query this module did not make (an execute wrapper), a read, a statement
+    or write that names a table they write. So what goes together is writes of different tables
+    that nothing in between reads; PostgreSQL runs the parts of one statement in no set order, so
+    they must not depend on that order either. A waiting write's error surfaces with the statement
+    it went with. A block left by an exception sends its waiting writes all the same, as SQLite
+    has made them; when the transaction cannot take them (a failed statement), it is marked for
+    rollback. Elsewhere (SQLite) it changes nothing."""
     connection = connection_for(model)
     if not connection.in_atomic_block:
         raise RuntimeError("statements.together runs inside a transaction (transaction.atomic)")
@@ -125,16 +143,19 @@ def together(model: type[Model]) -> Iterator[None]:
         _together.reset(token)
 
 
-def _with(writes: Sequence[tuple[str, list[Any], str]], sql: str) -> str:
-    """``sql`` after the ``writes`` as data-modifying ``WITH`` clauses (joined to a ``WITH`` it has)."""
+def _joined(writes: Sequence[tuple[str, list[Any], str]], sql: str, params: Sequence[Any]) -> tuple[str, list[Any]]:
+    """``sql`` after the ``writes`` as data-modifying ``WITH`` clauses (joined to a ``WITH`` it
+    has), and the parameters in the text's order."""
+    values = [value for _, write_params, _ in writes for value in write_params]
     if not writes:
-        return sql
+        return sql, [*values, *params]
     clauses = ", ".join(f"deferred_{index} AS ({text})" for index, (text, _, _) in enumerate(writes))
-    return f"WITH {clauses}, {sql[len('WITH '):]}" if sql.startswith("WITH ") else f"WITH {clauses} {sql}"
+    text = f"WITH {clauses}, {sql[len('WITH '):]}" if sql.startswith("WITH ") else f"WITH {clauses} {sql}"
+    return text, [*values, *params]
 
 
 def _execute(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> None:
-    """``cursor.execute``, with the writes waiting in a ``together`` block in front."""
+    """``cursor.execute``, with the writes waiting in a ``together`` block in front, or sent first."""
     deferred = _together.get()
     if deferred is not None and deferred.writes and deferred.connection is cursor.db:
         sql, params = deferred.take_into(sql, params)
@@ -145,8 +166,12 @@ def _write(connection: BaseDatabaseWrapper, model: type[Model], sql: str, params
     """A write whose outcome the caller does not read: it waits inside a ``together`` block."""
     deferred = _together.get()
     if deferred is not None and deferred.connection is connection:
-        deferred.writes.append((sql, params, table(model, connection)))
+        deferred.add(sql, params, table(model, connection))
         return
+    _write_now(connection, model, sql, params)
+
+
+def _write_now(connection: BaseDatabaseWrapper, model: type[Model], sql: str, params: list[Any]) -> None:
     with _cursor(connection) as cursor:
         _execute(cursor, sql, params)
 
@@ -291,10 +316,13 @@ def insert_many(objs: Sequence[Model], batch_size: int | None = None) -> None:
     connection = connection_for(model)
     fields = _insert_fields(model, with_pk=False)
     size = max(1, min(batch_size or len(objs), connection.ops.bulk_batch_size(list(fields), objs)))
+    # Only one batch waits in a ``together`` block: batches are kept short for the driver's sake,
+    # which binds a statement's parameters holding the GIL.
+    write = _write if size >= len(objs) else _write_now
     for start in range(0, len(objs), size):
         batch = objs[start:start + size]
         params = [value for obj in batch for value in _row_params(obj, fields, connection)]
-        _write(connection, model, _insert_sql(model, False, len(batch), False, connection.alias), params)
+        write(connection, model, _insert_sql(model, False, len(batch), False, connection.alias), params)
     for obj in objs:
         obj._state.adding, obj._state.db = False, connection.alias
 
@@ -394,20 +422,12 @@ class Write(Statement):
         super().__init__(model, build)
         self.params = params
 
-    def execute(self, *values: Any) -> int:
-        """Run it with ``values`` (one per name in ``params``); how many rows it wrote."""
-        connection = self.connection
-        with _cursor(connection) as cursor:
-            _execute(cursor, self._text(connection), self._values(values, connection))
-            return int(cursor.rowcount)
-
     def write(self, *values: Any) -> None:
-        """``execute``, for a caller that does not read the count: in a ``together`` block it waits."""
+        """Run it with ``values`` (one per name in ``params``); in a ``together`` block it waits."""
         connection = self.connection
-        _write(connection, self.model, self._text(connection), self._values(values, connection))
-
-    def _values(self, values: Sequence[Any], connection: BaseDatabaseWrapper) -> list[Any]:
-        return [_prepared(self.model, name, value, connection) for name, value in zip(self.params, values, strict=True)]
+        prepared = [_prepared(self.model, name, value, connection)
+                    for name, value in zip(self.params, values, strict=True)]
+        _write(connection, self.model, self._text(connection), prepared)
 
 
 class Select(Statement):

@@ -75,6 +75,11 @@ def load(instance: AgentInstance | int) -> list[UIMessage]:
     return [data for _pk, _message_id, _position, data in _stored(instance)]
 
 
+def from_rows(rows: Sequence[Sequence[Any]]) -> list[UIMessage]:
+    """``load``'s result from rows a caller read itself (``STORED_COLUMNS``, in order)."""
+    return [data for _pk, _message_id, _position, data in _converted(rows)]
+
+
 def next_position(instance: AgentInstance) -> int:
     """Where the next new message of the instance goes."""
     row = _NEXT_POSITION.row(instance.pk)

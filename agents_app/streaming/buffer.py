@@ -130,7 +130,7 @@ class StreamWriter:
 
     async def take(self) -> list[tuple[int, list[str]]]:
         """The rows not stored yet, once every earlier one is, for the caller to store with
-        ``write_rows`` in its own transaction (the end of a turn: one thread hop fewer); until it
+        ``write_rows`` or ``finish`` in its own transaction (the end of a turn: one thread hop fewer); until it
         says ``stored()``, ``flush()`` waits for them as for its own."""
         self._seal_row()
         await self._written()

@@ -78,13 +78,14 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
             overlapping = newest_active == current.generation
             decision = concurrency.decide(setting, submit=request.trigger == SUBMIT_TRIGGER, overlapping=overlapping)
             if decision.action == "drop":
-                return Admission(current_transcript(instance), dropped=True)
+                return Admission(current_transcript(instance, transcript.from_rows(stored_rows)), dropped=True)
             submit_sequence = None
             if decision.supersedable:
                 submit_sequence = current.overlap_sequence + 1
                 statements.update(AgentInstance, {"pk": instance.pk}, overlap_sequence=submit_sequence)
             merge_from = _merge_start(instance, current.generation) if decision.strategy == "merge" else None
-            # The new messages and the request's context go with the turn's insert (on PostgreSQL).
+            # The new messages and the request's context go with the turn's insert (on PostgreSQL,
+            # when nothing reads them first: ``statements.together``).
             with statements.together(Turn):
                 stored = transcript.persist(instance, request.messages, delete_stale=True, policy=policy,
                                             touched=True, stored=stored_rows)
@@ -147,6 +148,7 @@ def _check_user_turns(active: int, request_id: str) -> None:
 # ``engine.inserted_claimed``), then the stored transcript that ``transcript.persist`` merges the
 # request into, a row per message after those three columns.
 _QUEUE_USER_AND_TRANSCRIPT = statements.queue_user_and_transcript(Turn, MCPServerConfig, transcript.STORED_COLUMNS)
+# The columns before the transcript's in each row of that read.
 _QUEUE_COLUMNS = 3
 
 
@@ -158,9 +160,9 @@ def _merge_start(instance: AgentInstance, generation: int) -> int:
     return int(earlier) if earlier is not None else transcript.next_position(instance)
 
 
-def current_transcript(instance: AgentInstance) -> list[UIMessage]:
-    """The stored transcript with the reply being streamed as far as it is stored (a dropped sender's view)."""
-    messages = transcript.load(instance)
+def current_transcript(instance: AgentInstance, messages: list[UIMessage]) -> list[UIMessage]:
+    """The stored transcript (``messages``, as the caller read it) with the reply being streamed as
+    far as it is stored (a dropped sender's view)."""
     stream = buffer.streaming(instance)
     if stream is None:
         return messages

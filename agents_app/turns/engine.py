@@ -744,7 +744,8 @@ class TurnRun:
             if not lock.finish(self.turn, self.status, self.error or "", message_ids=self.turn.message_ids, **also):
                 transaction.set_rollback(True)
                 return _Ending(lost=True)
-            # On PostgreSQL the usage row and the reply go with the stream's last write.
+            # On PostgreSQL the usage row and the reply go with the stream's last write, when
+            # nothing reads them first (``statements.together``).
             with statements.together(Turn):
                 usage.record(self.turn, instance.slug, metered)
                 # A clear during the turn wins: its partial reply is not written back.

@@ -269,6 +269,32 @@ report["together"] = {
     "context": transcript.request_context(box), "refused": refused, "outside": outside,
     "statements": [sql.split()[0] for sql in sent if "SAVEPOINT" not in sql],
 }
+# Two replies in one block: the second's position counts the first (a write of a table a waiting
+# one writes sends it first); a savepoint rolled back drops what waited since it; the stream's last
+# write (a WITH of its own) takes the waiting writes in front.
+closing = StreamRecord.objects.create(instance=box, request_id="closing")
+sent.clear()
+with transaction.atomic(), django.db.connection.execute_wrapper(record):
+    with statements.together(Turn):
+        transcript.save_message(box, {"id": "r1", "role": "assistant", "parts": []}, touched=True)
+        transcript.save_message(box, {"id": "r2", "role": "assistant", "parts": []}, touched=True)
+        try:
+            with transaction.atomic():
+                statements.insert_many([note("rolled-back", 20)])
+                raise RuntimeError("rolled back to the savepoint")
+        except RuntimeError:
+            pass
+        statements.insert_many([note("t7", 7)])
+        buffer.finish(closing.pk, [(0, ["c0", "c1"])], error=False)
+closed = StreamRecord.objects.get(pk=closing.pk)
+report["together_more"] = {
+    "positions": list(ChatMessage.objects.filter(instance=box, message_id__in=["r1", "r2"]).order_by("message_id")
+                      .values_list("position", flat=True)),
+    "rolled_back": ChatMessage.objects.filter(instance=box, message_id="rolled-back").count(),
+    "t7": ChatMessage.objects.filter(instance=box, message_id="t7").count(),
+    "closed": [closed.status, buffer.read(closed)],
+    "statements": [sql.split()[0] for sql in sent],
+}
 print(json.dumps(report), flush=True)
 """
 
@@ -291,6 +317,16 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
         # Two writes and an insert: one statement on PostgreSQL, three on SQLite.
         "statements": {"sqlite": ["INSERT", "INSERT", "INSERT"], "postgres": ["WITH"]}[database],
     }
+    together_more = report["together_more"]
+    assert together_more.pop("statements") == {
+        "sqlite": ["INSERT", "INSERT", "SAVEPOINT", "INSERT", "ROLLBACK", "RELEASE", "INSERT", "UPDATE", "INSERT"],
+        # r1 waits; r2 sends it first; the savepoint sends r2 (recorded after it: the recording
+        # wrapper is the outer one); the rolled-back row is dropped; t7 goes with the stream's
+        # last write.
+        "postgres": ["INSERT", "SAVEPOINT", "INSERT", "ROLLBACK", "RELEASE", "WITH"],
+    }[database]
+    assert together_more == {"positions": [7, 8], "rolled_back": 0, "t7": 1,
+                             "closed": ["completed", [[0, "c0"], [1, "c1"]]]}
     assert report["latest"] is True
     assert report["load"] is True
     assert report["next_position"] == 5

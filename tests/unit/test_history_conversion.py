@@ -137,8 +137,8 @@ def test_a_cached_message_is_copied_as_copy_copy_copies_it(name: str) -> None:
     plain dataclasses: no slots and no hooks of their own that ``copy.copy`` would call."""
     for message in _whole_messages(CONVERSATIONS[name]):
         kind = type(message)
-        assert not any("__slots__" in vars(c) or "__copy__" in vars(c) or "__reduce_ex__" in vars(c)
-                       or "__setstate__" in vars(c) for c in kind.__mro__ if c is not object), kind
+        hooks = {"__slots__", "__copy__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__new__"}
+        assert not any(hooks & vars(c).keys() for c in kind.__mro__ if c is not object), kind
         copied, reference = ui_messages._copied(message), copy.copy(message)
         assert type(copied) is kind and copied is not message
         assert vars(copied) == vars(reference)
