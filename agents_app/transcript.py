@@ -276,13 +276,16 @@ def _save_after(instance: AgentInstance, stored: UIMessage, after: str) -> None:
 _SAVE = statements.save_message(ChatMessage)
 
 
-def merge_user_run(instance: AgentInstance, from_position: int, policy: Policy = DEFAULT_POLICY) -> bool:
+def merge_user_run(instance: AgentInstance, from_position: int, policy: Policy = DEFAULT_POLICY, *,
+                   touched: bool = False) -> bool:
     """Join the consecutive user messages stored from ``from_position`` on into one (``merge`` concurrency).
 
     The joined message takes the place and the id of the last of them (``messages.merge_user_messages``).
-    False when there were fewer than two.
+    False when there were fewer than two. ``touched``: as ``persist``'s.
     """
     with transaction.atomic():
+        if not touched:
+            AgentInstance.objects.touch(instance.pk)
         rows = ChatMessage.objects.filter(instance=instance, position__gte=from_position).order_by("position")
         run = list(takewhile(lambda row: row.role == "user", rows))
         if len(run) < 2:

@@ -89,7 +89,7 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
             with statements.together(Turn):
                 stored = transcript.persist(instance, request.messages, delete_stale=True, policy=policy,
                                             touched=True, stored=stored_rows)
-                if merge_from is not None and transcript.merge_user_run(instance, merge_from, policy):
+                if merge_from is not None and transcript.merge_user_run(instance, merge_from, policy, touched=True):
                     stored = transcript.load(instance)
                 transcript.store_request_context(instance, request.body, request.client_tools)
                 turn = Turn(

@@ -42,8 +42,11 @@ report["huge"] = {"same": row == returned, "bytes": byte_length(row), "metadata"
 
 merged = AgentInstance.objects.create(slug="demo-agent", name="merged")
 transcript.persist(merged, [user(1), {"id": "a", "role": "assistant", "parts": []}, user(2), user(3), user(4)])
+before = AgentInstance.objects.get(pk=merged.pk).updated_at
 transcript.merge_user_run(merged, 2)
 report["merged"] = transcript.load(merged)
+# A writer of the transcript: it takes the instance's row first (``touch``), as every one does.
+report["merge_touched"] = AgentInstance.objects.get(pk=merged.pk).updated_at > before
 print(json.dumps(report), flush=True)
 """
 
@@ -61,3 +64,4 @@ def test_storage_guards_on_each_database(database: str, tmp_path: Path, request:
     texts = [(m["id"], m["parts"]) for m in report["merged"]]
     assert texts == [("u1", [{"type": "text", "text": "m1"}]), ("a", []),
                      ("u4", [{"type": "text", "text": "m2\n\nm3\n\nm4"}])]
+    assert report["merge_touched"] is True
