@@ -8,6 +8,7 @@ conversions), so what is read converts as the ORM's iterator converts it, and bo
 ``Columns`` in. ``update``, ``insert``, ``insert_many``, ``upsert`` and ``lock_row`` write known
 rows; the named statements at the end (one function each) are the other shapes. Anything else
 stays a queryset. Identifiers are quoted names from the metadata; every value is a parameter.
+``together`` joins writes into one statement on PostgreSQL, where a turn's time goes to round trips.
 """
 
 import contextlib
@@ -71,10 +72,9 @@ class _Deferred:
         self.writes.append((sql, params, name))
 
     def take_into(self, sql: str, params: Sequence[Any]) -> tuple[str, list[Any]]:
-        """``sql`` with the waiting writes in front, when it is a write that names none of their
-        tables; else the writes go first, on their own. A read is never joined: it would see
-        neither their rows nor, when one of them waits for a row lock, what committed meanwhile."""
-        if not sql.startswith(_JOINABLE) or any(name in sql for _, _, name in self.writes):
+        """``sql``, a write, with the waiting writes in front, when it names none of their tables;
+        else the writes go first, on their own."""
+        if any(name in sql for _, _, name in self.writes):
             self.flush()
             return sql, list(params)
         writes, self.writes = self.writes, []
@@ -100,9 +100,6 @@ class _Deferred:
             self.flush()
         return execute(sql, params, many, context)
 
-
-# Statements the waiting writes can go in front of: writes, and a data-modifying WITH.
-_JOINABLE = ("INSERT ", "UPDATE ", "DELETE ", "WITH ")
 
 _together: ContextVar[_Deferred | None] = ContextVar("agents_app_statements_together", default=None)
 
@@ -150,15 +147,21 @@ def _joined(writes: Sequence[tuple[str, list[Any], str]], sql: str, params: Sequ
     if not writes:
         return sql, [*values, *params]
     clauses = ", ".join(f"deferred_{index} AS ({text})" for index, (text, _, _) in enumerate(writes))
-    text = f"WITH {clauses}, {sql[len('WITH '):]}" if sql.startswith("WITH ") else f"WITH {clauses} {sql}"
+    opening = next((words for words in ("WITH RECURSIVE ", "WITH ") if sql.startswith(words)), None)
+    text = f"{opening}{clauses}, {sql[len(opening):]}" if opening else f"WITH {clauses} {sql}"
     return text, [*values, *params]
 
 
-def _execute(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> None:
-    """``cursor.execute``, with the writes waiting in a ``together`` block in front, or sent first."""
+def _execute(cursor: CursorWrapper, sql: str, params: Sequence[Any], *, read: bool = False) -> None:
+    """``cursor.execute``, with the writes waiting in a ``together`` block in front, or sent first.
+    A ``read`` is never joined: it would see neither their rows nor, when one of them waits for a
+    row lock, what committed meanwhile."""
     deferred = _together.get()
     if deferred is not None and deferred.writes and deferred.connection is cursor.db:
-        sql, params = deferred.take_into(sql, params)
+        if read:
+            deferred.flush()
+        else:
+            sql, params = deferred.take_into(sql, params)
     cursor.execute(sql, params)
 
 
@@ -436,13 +439,13 @@ class Select(Statement):
     def rows(self, *params: Any) -> list[tuple[Any, ...]]:
         connection = self.connection
         with _cursor(connection) as cursor:
-            _execute(cursor, self._text(connection), params)
+            _execute(cursor, self._text(connection), params, read=True)
             return cursor.fetchall()
 
     def row(self, *params: Any) -> tuple[Any, ...] | None:
         connection = self.connection
         with _cursor(connection) as cursor:
-            _execute(cursor, self._text(connection), params)
+            _execute(cursor, self._text(connection), params, read=True)
             return cursor.fetchone()
 
 
