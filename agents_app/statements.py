@@ -143,9 +143,9 @@ def together(model: type[Model]) -> Iterator[None]:
 def _joined(writes: Sequence[tuple[str, list[Any], str]], sql: str, params: Sequence[Any]) -> tuple[str, list[Any]]:
     """``sql`` after the ``writes`` as data-modifying ``WITH`` clauses (joined to a ``WITH`` it
     has), and the parameters in the text's order."""
-    values = [value for _, write_params, _ in writes for value in write_params]
     if not writes:
-        return sql, [*values, *params]
+        return sql, list(params)
+    values = [value for _, write_params, _ in writes for value in write_params]
     clauses = ", ".join(f"deferred_{index} AS ({text})" for index, (text, _, _) in enumerate(writes))
     opening = next((words for words in ("WITH RECURSIVE ", "WITH ") if sql.startswith(words)), None)
     text = f"{opening}{clauses}, {sql[len(opening):]}" if opening else f"WITH {clauses} {sql}"

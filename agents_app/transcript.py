@@ -61,18 +61,18 @@ _ROWS = statements.transcript_rows(STORED_COLUMNS)
 _NEXT_POSITION = statements.last_position(ChatMessage)
 
 
-def _stored(instance: AgentInstance | int) -> list[list[Any]]:
-    """(pk, message id, position, data) of every stored message of the instance, in order."""
-    return _converted(_ROWS.rows(getattr(instance, "pk", instance)))
+def _read(instance: AgentInstance | int) -> list[tuple[Any, ...]]:
+    return _ROWS.rows(getattr(instance, "pk", instance))
 
 
 def _converted(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """(pk, message id, position, data) of each row read (``STORED_COLUMNS``), in order."""
     return STORED_COLUMNS.converted(rows, _ROWS.connection)
 
 
 def load(instance: AgentInstance | int) -> list[UIMessage]:
     """The transcript of an instance (or instance pk) in order (what ``get-messages`` returns)."""
-    return [data for _pk, _message_id, _position, data in _stored(instance)]
+    return from_rows(_read(instance))
 
 
 def from_rows(rows: Sequence[Sequence[Any]]) -> list[UIMessage]:
@@ -121,7 +121,7 @@ def persist(
         if not touched:
             AgentInstance.objects.touch(instance.pk)
         # Plain rows, not model instances: this runs on every request, over the whole transcript.
-        read = _stored(instance) if stored is None else _converted(stored)
+        read = _converted(_read(instance) if stored is None else stored)
         rows = {message_id: _Row(pk, position, data) for pk, message_id, position, data in read}
         known = {message_id: row.data for message_id, row in rows.items()}
         # Stored messages by the tool calls in them, made when a new assistant message has calls.

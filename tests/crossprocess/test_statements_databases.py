@@ -85,7 +85,7 @@ transcript.persist(instance, messages)
 read = admission_read(instance.pk, user.pk)
 report["queue_and_transcript"] = {
     "rows": len(read), "queue": all(list(row[:2]) == [3, 1] for row in read),
-    "transcript": transcript._converted([row[3:] for row in read]) == transcript._stored(instance),
+    "transcript": transcript._converted([row[3:] for row in read]) == transcript._converted(transcript._read(instance)),
     # m0 edited: the rows read are what the merge starts from.
     "persisted": transcript.persist(instance, [{**messages[0], "parts": [{"type": "text", "text": "edited"}]},
                                                *messages[1:]], stored=[row[3:] for row in read])

@@ -70,8 +70,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if lock is None:
             yield
             return
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        self._write_lock_held = True
+        self._take_write_lock(lock)
         try:
             yield
         finally:
@@ -128,11 +127,15 @@ class DatabaseWrapper(base.DatabaseWrapper):
             if not self.in_atomic_block:
                 self._release_write_lock()
 
+    def _take_write_lock(self, lock: int) -> None:
+        """Wait for the write lock in turn with the other writers; this connection holds it then."""
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        self._write_lock_held = True
+
     def _start_transaction_under_autocommit(self) -> None:
         lock = self._lock_file()
         if lock is not None and not self._write_lock_held:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            self._write_lock_held = True
+            self._take_write_lock(lock)
         try:
             super()._start_transaction_under_autocommit()
         except BaseException:
