@@ -275,6 +275,15 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
             self.outage.back()
 
     async def group_add(self, group: str, channel: str) -> None:
+        await self._join(group, channel, notice=True)
+
+    async def group_add_without_notice(self, group: str, channel: str) -> None:
+        """``group_add`` to a group that only ``group_send`` reaches, never ``group_send_lossy``: the
+        join notice is for the lossy path alone, so it is not published (one PUBLISH fewer for
+        each socket that opens on an address with no row yet)."""
+        await self._join(group, channel, notice=False)
+
+    async def _join(self, group: str, channel: str, *, notice: bool) -> None:
         assert self.require_valid_group_name(group), "Group name not valid"
         assert self.require_valid_channel_name(channel), "Channel name not valid"
         assert self._is_local(channel), "Only this process's channels join its groups"
@@ -282,7 +291,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         members.add(channel)
         first = len(members) == 1
         await self._pubsub().subscribe(self.topic(group), first=first)
-        if first:
+        if first and notice:
             await self._publish(0, self.joins_topic, self._origin + group.encode())
 
     async def group_discard(self, group: str, channel: str) -> None:

@@ -9,6 +9,7 @@ is taken for its victim. Pure: files only, no Django.
 """
 
 import functools
+import os
 import re
 from pathlib import Path
 
@@ -54,15 +55,34 @@ def oom_kills(cgroup: str) -> int | None:
         text = _counter_file(cgroup).read_text()
     except (OSError, ValueError):
         return None
+    return _count(text)
+
+
+def _count(text: str) -> int | None:
     found = _OOM_KILL.search(text)
     return int(found.group(1)) if found else None
 
 
+@functools.cache
+def _own_counter() -> int | None:
+    """This process's counter file, opened once: ``watch`` runs for every claimed turn, and a read
+    at offset 0 of an open cgroup file makes the kernel write its counts afresh (about 1 µs,
+    against 20 µs or more to open, read and close it)."""
+    cgroup = _own_cgroup()
+    try:
+        return os.open(_counter_file(cgroup), os.O_RDONLY | os.O_CLOEXEC) if cgroup else None
+    except OSError:
+        return None
+
+
 def watch() -> str:
     """What a turn claimed by this process records: ``<cgroup> <OOM kills so far>``; "" when unknown."""
-    cgroup = _own_cgroup()
-    count = oom_kills(cgroup) if cgroup else None
-    return "" if count is None else f"{cgroup} {count}"
+    fd = _own_counter()
+    try:
+        count = None if fd is None else _count(os.pread(fd, 4096, 0).decode())
+    except (OSError, ValueError):
+        count = None
+    return "" if count is None else f"{_own_cgroup()} {count}"
 
 
 def killed_by_oom(memory_watch: str) -> bool:
