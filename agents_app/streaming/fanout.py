@@ -22,9 +22,9 @@ from .items import Item
 EVENT_TYPE = "chat.frames"
 # Items per group event before the publisher flushes without waiting.
 MAX_BATCH = 64
-# After the first batch, items queue this long (seconds) before going out together: one fan-out
-# event per 10 ms of a reply instead of one per chunk (a provider's chunks come 10 to 50 ms
-# apart). Against 2 ms: 28 % less CPU per paced chunk through the core Redis layer, a few % through
+# After the first batch with a live chunk, items queue this long (seconds) before going out
+# together: one fan-out event per 10 ms of a reply instead of one per chunk (a provider's chunks
+# come 10 to 50 ms apart). Against 2 ms: 28 % less CPU per paced chunk through the core Redis layer, a few % through
 # the project's layer (bench/README.md).
 BATCH_WINDOW = 0.010
 
@@ -45,7 +45,8 @@ class Publisher:
         self._flush_task: asyncio.Task[None] | None = None
         # The flush task is waiting out the batch window (nothing is on its way).
         self._in_window = False
-        self._sent_any = False
+        # A batch with a live chunk went out: from now on items wait for the window.
+        self._chunk_sent = False
 
     @property
     def flushing(self) -> bool:
@@ -68,10 +69,12 @@ class Publisher:
             self._flush_task = asyncio.ensure_future(self._flush_soon())
 
     async def _flush_soon(self) -> None:
-        # The first item leaves at once (time to first chunk); later ones wait a short window to
-        # travel together. Items queued while a batch was on its way go out with the next one.
+        # Up to the reply's first chunk, items leave at once (time to first chunk: the stream's
+        # start event goes out ahead of that chunk, which must not then wait out a window); later
+        # ones wait a short window to travel together. Items queued while a batch was on its way
+        # go out with the next one.
         try:
-            if self._sent_any:
+            if self._chunk_sent:
                 self._in_window = True
                 try:
                     await asyncio.sleep(BATCH_WINDOW)
@@ -87,13 +90,14 @@ class Publisher:
         async with self._lock:
             batch, self._pending = self._pending, []
             if batch:
-                self._sent_any = True
+                live = ["seq" in entry for entry in batch]
+                self._chunk_sent = self._chunk_sent or any(live)
                 message = {"type": EVENT_TYPE, "items": batch}
                 # Live chunks only: a receiver that misses them re-sends them from the buffer, so
                 # a layer that can (thinkproject.channel_layer) spares the Redis round trip when
                 # no other process listens. Stream starts and ends always travel.
                 send_lossy = getattr(self.layer, "group_send_lossy", None)
-                if send_lossy is not None and all("seq" in entry for entry in batch):
+                if send_lossy is not None and all(live):
                     await send_lossy(self.group, message)
                 else:
                     await self.layer.group_send(self.group, message)
