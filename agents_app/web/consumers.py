@@ -226,18 +226,21 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 pass  # client state frames: this server keeps no client-writable state
 
     async def dispatch(self, message: dict[str, Any]) -> None:
-        """Relay fan-out batches and handle frames straight away.
+        """Relay fan-out batches, connect and handle frames straight away.
 
         Channels closes stale DB connections (a thread hop) before every handler. The relay of a
         streamed batch touches no database, and it runs once per batch of every reply; a frame's
         handlers reach the database only through ``database_sync_to_async``, which closes them
         itself before and after each call (``channels.db``), and the hop was one more on the way
-        to every turn's admission.
+        to every turn's admission. ``connect`` reads the database first through ``registry.locate``
+        on that same hop, before any hook of the agent's runs.
         """
         if message["type"] == fanout.EVENT_TYPE:
             await self.chat_frames(message)
         elif message["type"] == "websocket.receive":
             await self.websocket_receive(message)
+        elif message["type"] == "websocket.connect":
+            await self.websocket_connect(message)
         else:
             await super().dispatch(message)
 
