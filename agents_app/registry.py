@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
@@ -155,18 +156,35 @@ def materialize(instance: AgentInstance) -> AgentInstance:
     same address meanwhile, and then that one is returned). Connections that wait on the address
     (``pending_group``) are told once the row is committed.
     """
+    stored, created = _materialized(instance)
+    for row in created:
+        transaction.on_commit(functools.partial(async_to_sync(announce), row))
+    return stored
+
+
+async def amaterialize(instance: AgentInstance) -> AgentInstance:
+    """``materialize`` from the event loop: the database thread makes the rows (committed when it
+    returns) and the loop tells the waiting connections. ``materialize`` there would hold that
+    thread, which every connection's database work shares, through the loop's publication."""
+    stored, created = await database_sync_to_async(_materialized)(instance)
+    for row in created:
+        await announce(row)
+    return stored
+
+
+def _materialized(instance: AgentInstance) -> tuple[AgentInstance, list[AgentInstance]]:
+    """The stored row, and the rows made for it (ancestors first)."""
     if instance.pk is not None:
-        return instance
+        return instance, []
     if instance.parent is None:
+        made: list[AgentInstance] = []
         stored, created = AgentInstance.objects.get_or_create(
             slug=instance.slug, name=instance.name, owner=instance.owner, parent=None)
     else:
-        parent = materialize(instance.parent)
+        parent, made = _materialized(instance.parent)
         stored, created = AgentInstance.objects.get_or_create(
             parent=parent, slug=instance.slug, name=instance.name, defaults={"owner_id": parent.owner_id})
-    if created:
-        _announce(stored)
-    return stored
+    return stored, [*made, stored] if created else made
 
 
 def pending_group(instance: AgentInstance) -> str:
@@ -183,16 +201,11 @@ def pending_group(instance: AgentInstance) -> str:
 CREATED_EVENT = "conversation.created"
 
 
-def _announce(instance: AgentInstance) -> None:
-    group = pending_group(instance)
-    pk = instance.pk
-
-    def send() -> None:
-        layer = get_channel_layer()
-        if layer is not None:
-            async_to_sync(layer.group_send)(group, {"type": CREATED_EVENT, "pk": pk})
-
-    transaction.on_commit(send)
+async def announce(instance: AgentInstance) -> None:
+    """Tell the connections waiting on ``instance``'s address that its row exists (committed)."""
+    layer = get_channel_layer()
+    if layer is not None:
+        await layer.group_send(pending_group(instance), {"type": CREATED_EVENT, "pk": instance.pk})
 
 
 def find_instance(slug: str, name: str, user: Any, owner: str | None = None,

@@ -106,7 +106,7 @@ async def aadd_server(instance: AgentInstance, name: str, url: str, *, connect: 
                       **options: Any) -> dict[str, Any]:
     """``add_server``, then a first connection from this process (``connect``): its state, tools,
     prompts and resources are stored and every client sees them. Returns ``{id, state, error}``."""
-    instance = await database_sync_to_async(registry.materialize)(instance)
+    instance = await registry.amaterialize(instance)
     server = await database_sync_to_async(add_server)(instance, name, url, **options)
     await broadcast(instance)
     if connect:

@@ -201,7 +201,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             # Caught up like a waiting tab: another process may have made the row and started its
             # first turn meanwhile, and a resume announcement would hold this socket's frames,
             # its own request's answer included, until an ACK the sender never owes.
-            await self.adopt(await database_sync_to_async(registry.materialize)(instance), catch_up=True)
+            await self.adopt(await registry.amaterialize(instance), catch_up=True)
             instance = self.instance
         match event:
             case parse.ChatRequest():
