@@ -24,8 +24,8 @@ EVENT_TYPE = "chat.frames"
 MAX_BATCH = 64
 # After the first batch with a live chunk, items queue this long (seconds) before going out
 # together: one fan-out event per 10 ms of a reply instead of one per chunk (a provider's chunks
-# come 10 to 50 ms apart). Against 2 ms: 28 % less CPU per paced chunk through the core Redis layer, a few % through
-# the project's layer (bench/README.md).
+# come 10 to 50 ms apart). Against 2 ms: 28 % less CPU per paced chunk through the core Redis
+# layer, a few % through the project's layer (bench/README.md).
 BATCH_WINDOW = 0.010
 
 
