@@ -106,7 +106,7 @@ class AgentHandle:
         """
         if registry.agent_classes().get(agent_class.slug()) is not agent_class:
             raise UnknownAgent(f"{agent_class.__qualname__} is not in AGENT_CLASSES: add it to run sub-agents of it")
-        child = await database_sync_to_async(registry.sub_instance)(self.instance, agent_class.slug(), name)
+        child = await registry.asub_instance(self.instance, agent_class.slug(), name)
         return AgentHandle(agent_class, child, self.user)
 
     async def persist_messages(self, messages: list[UIMessage | str]) -> list[UIMessage]:

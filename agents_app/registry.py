@@ -1,9 +1,10 @@
 """Which agent classes the site serves, by slug, and which conversation an address names for whom."""
 
+import asyncio
 import functools
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -157,19 +158,60 @@ def materialize(instance: AgentInstance) -> AgentInstance:
     (``pending_group``) are told once the row is committed.
     """
     stored, created = _materialized(instance)
-    for row in created:
-        transaction.on_commit(functools.partial(async_to_sync(announce), row))
+    _announce_on_commit(created)
     return stored
 
 
 async def amaterialize(instance: AgentInstance) -> AgentInstance:
-    """``materialize`` from the event loop: the database thread makes the rows (committed when it
-    returns) and the loop tells the waiting connections. ``materialize`` there would hold that
-    thread, which every connection's database work shares, through the loop's publication."""
-    stored, created = await database_sync_to_async(_materialized)(instance)
+    """``materialize`` from the event loop: the database thread makes the rows and the loop tells
+    the waiting connections. ``materialize`` there would hold that thread, which every connection's
+    database work shares, through the loop's publication."""
+    return await _made_and_announced(_made_now, instance)
+
+
+async def asub_instance(parent: AgentInstance, slug: str, name: str) -> AgentInstance:
+    """``sub_instance(parent, slug, name)`` from the event loop, as ``amaterialize``."""
+    return await _made_and_announced(_sub_made_now, parent, slug, name)
+
+
+# Makings whose callers stopped waiting: each runs to its announcement, as it did on the thread.
+_making: set["asyncio.Task[AgentInstance]"] = set()
+
+
+async def _made_and_announced(make: Callable[..., tuple[AgentInstance, list[AgentInstance]]],
+                              *args: Any) -> AgentInstance:
+    task = asyncio.ensure_future(_make_then_announce(make, args))
+    _making.add(task)
+    task.add_done_callback(_making.discard)
+    return await asyncio.shield(task)
+
+
+async def _make_then_announce(make: Callable[..., tuple[AgentInstance, list[AgentInstance]]],
+                              args: tuple[Any, ...]) -> AgentInstance:
+    stored, created = await database_sync_to_async(make)(*args)
     for row in created:
         await announce(row)
     return stored
+
+
+def _made_now(instance: AgentInstance) -> tuple[AgentInstance, list[AgentInstance]]:
+    """``_materialized``, and the rows it made that are committed already, for the loop to
+    announce; in a caller's transaction (reached through ``async_to_sync``) they are announced
+    when it commits, as ``materialize`` does."""
+    stored, created = _materialized(instance)
+    if transaction.get_connection().in_atomic_block:
+        _announce_on_commit(created)
+        return stored, []
+    return stored, created
+
+
+def _sub_made_now(parent: AgentInstance, slug: str, name: str) -> tuple[AgentInstance, list[AgentInstance]]:
+    return _made_now(_existing_child(parent, slug, name) or AgentInstance(parent=parent, slug=slug, name=name))
+
+
+def _announce_on_commit(rows: list[AgentInstance]) -> None:
+    for row in rows:
+        transaction.on_commit(functools.partial(async_to_sync(announce), row))
 
 
 def _materialized(instance: AgentInstance) -> tuple[AgentInstance, list[AgentInstance]]:

@@ -29,7 +29,8 @@ subscription, so a handshake that starts after it (the resume flush) sees every 
 re-sent from the stream buffer) goes through ``group_send_lossy``, which skips the PUBLISH while
 no other process is known to have members of the group. A process learns that from each
 PUBLISH's count of receivers, and from the notice every process publishes on a shared topic when
-its first member of a group has joined. A chunk published in the instant between a join and its
+its first member of a group has joined (``group_add``; ``group_add_without_notice`` joins a group
+no lossy send reaches without one). A chunk published in the instant between a join and its
 notice is lost to the joiner and re-synced by the chunks that follow; everything else always
 goes out. A count may only say "nobody else" when no join after it can go unheard: the process
 listened to the notices (Redis had confirmed that subscription) before the PUBLISH, and nothing
@@ -279,8 +280,8 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
 
     async def group_add_without_notice(self, group: str, channel: str) -> None:
         """``group_add`` to a group that only ``group_send`` reaches, never ``group_send_lossy``: the
-        join notice is for the lossy path alone, so it is not published (one PUBLISH fewer for
-        each socket that opens on an address with no row yet)."""
+        join notice is for the lossy path alone, so it is not published (one PUBLISH fewer when a
+        process's first socket opens on an address with no row yet)."""
         await self._join(group, channel, notice=False)
 
     async def _join(self, group: str, channel: str, *, notice: bool) -> None:

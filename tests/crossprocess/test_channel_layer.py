@@ -135,17 +135,21 @@ async def test_a_group_joined_without_notice_publishes_no_join_notice_and_gets_g
     """A socket on an address with no row yet waits in a group only ``group_send`` reaches: its join
     publishes no notice (the lossy path's alone), and the other process's message still arrives."""
     a, b = layers
-    notices = AsyncRedis.from_url(redis.url).pubsub()
-    await notices.subscribe(b.joins_topic)
-    assert (await notices.get_message(timeout=PATIENCE))["type"] == "subscribe"
-    b1, b2 = await b.new_channel(), await b.new_channel()
-    await b.group_add_without_notice("agent.new.x", b1)
-    await b.group_add("room", b2)  # the control: a join that is announced
-    notice = await notices.get_message(ignore_subscribe_messages=True, timeout=PATIENCE)
-    assert notice["data"].endswith(b"room")  # the first notice is the announced join's
-    await a.group_send("agent.new.x", {"type": "conversation.created", "pk": 7})
-    assert (await receive(b, b1))["pk"] == 7
-    await notices.aclose()
+    client = AsyncRedis.from_url(redis.url)
+    notices = client.pubsub()
+    try:
+        await notices.subscribe(b.joins_topic)
+        assert (await notices.get_message(timeout=PATIENCE))["type"] == "subscribe"
+        b1, b2 = await b.new_channel(), await b.new_channel()
+        await b.group_add_without_notice("agent.new.x", b1)
+        await b.group_add("room", b2)  # the control: a join that is announced
+        notice = await notices.get_message(ignore_subscribe_messages=True, timeout=PATIENCE)
+        assert notice["data"].endswith(b"room")  # the first notice is the announced join's
+        await a.group_send("agent.new.x", {"type": "conversation.created", "pk": 7})
+        assert (await receive(b, b1))["pk"] == 7
+    finally:
+        await notices.aclose()
+        await client.aclose()
 
 
 async def test_a_publication_of_another_os_process_is_delivered(layers, redis):

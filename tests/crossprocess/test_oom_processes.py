@@ -135,15 +135,16 @@ def test_a_turn_whose_process_the_oom_killer_took_is_recovered_as_out_of_memory(
     claimant, claimed = claim_in(memory_cgroup, stack, tmp_path)
     assert claimed["claimed"] == "r-oom" and claimed["watch"].endswith(" 0")
     watcher = ScriptProcess(WATCHER, stack.env, tmp_path / "watcher.log")
-    (memory_cgroup / "cgroup.procs").write_text(str(watcher.proc.pid))
-    assert watcher.ask(read=True)["watch"] == claimed["watch"]
-    claimant.send(then="hog")
-    assert claimant.proc.wait(120) == -signal.SIGKILL
-    assert memory.oom_kills(claimed["watch"].rpartition(" ")[0]) == 1  # the kernel's own count
-    # A process of the same cgroup that read the count before sees the kill on its next read.
-    assert watcher.ask(read=True)["watch"] == claimed["watch"][:-1] + "1"
-    watcher.proc.stdin.close()
-    watcher.proc.wait(60)
+    try:
+        (memory_cgroup / "cgroup.procs").write_text(str(watcher.proc.pid))
+        assert watcher.ask(read=True)["watch"] == claimed["watch"]
+        claimant.send(then="hog")
+        assert claimant.proc.wait(120) == -signal.SIGKILL
+        assert memory.oom_kills(claimed["watch"].rpartition(" ")[0]) == 1  # the kernel's own count
+        # A process of the same cgroup that read the count before sees the kill on its next read.
+        assert watcher.ask(read=True)["watch"] == claimed["watch"][:-1] + "1"
+    finally:
+        watcher.kill()  # out of the cgroup, which the fixture then removes
     assert recover(stack, tmp_path, {"max_oom_retries": 0}) == ["r-oom"]
     [(error,)] = query(stack.database_url, "SELECT error FROM agents_app_turn WHERE request_id = 'r-oom'")
     assert error == "Interrupted: the process running this turn was killed for lack of memory"

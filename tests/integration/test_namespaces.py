@@ -1,16 +1,18 @@
 """Per-user namespaces of instance names, the staff address (``?owner=``), and the migration to them."""
 
+import asyncio
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test import AsyncClient
 
-from agents_app import tasks
+from agents_app import registry, tasks
 from agents_app.demo.agents import DemoAgent
 from agents_app.models import AgentInstance
 from tests.agents import SharedRoomAgent
@@ -242,3 +244,45 @@ async def test_the_first_message_over_rest_makes_the_conversation_and_tells_a_wa
         frame = await waiting.receive_json_from()
     assert frame["messages"][0]["parts"] == [{"type": "text", "text": "over HTTP"}]
     await waiting.disconnect()
+
+
+
+async def test_a_row_whose_maker_stopped_waiting_is_still_announced(user):
+    """``registry.amaterialize`` makes the row and announces it although its caller was cancelled
+    (a socket closed mid-message), as when the database thread did both."""
+    unsaved = await database_sync_to_async(registry.locate)("demo-agent", "orphaned", user)
+    layer = get_channel_layer()
+    listener = await layer.new_channel()
+    await layer.group_add(registry.pending_group(unsaved), listener)
+    making = asyncio.ensure_future(registry.amaterialize(unsaved))
+    await asyncio.sleep(0)  # it has handed the work to a task of its own
+    making.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await making
+    event = await asyncio.wait_for(layer.receive(listener), timeout=60)
+    stored = await AgentInstance.objects.aget(name="orphaned")
+    assert event == {"type": registry.CREATED_EVENT, "pk": stored.pk}
+
+
+async def test_a_row_made_in_a_callers_transaction_is_announced_when_it_commits(user):
+    """Reached through ``async_to_sync`` inside ``transaction.atomic``, ``amaterialize`` tells the
+    waiting sockets on commit: told before, a socket of another process would find no row and
+    never follow the conversation."""
+    unsaved = await database_sync_to_async(registry.locate)("demo-agent", "in-a-transaction", user)
+    layer = get_channel_layer()
+    listener = await layer.new_channel()
+    await layer.group_add(registry.pending_group(unsaved), listener)
+
+    async def not_yet() -> None:
+        # The in-memory layer delivers as it sends: an announcement would be waiting already.
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(layer.receive(listener), timeout=0.05)
+
+    def make() -> int:
+        with transaction.atomic():
+            stored = async_to_sync(registry.amaterialize)(unsaved)
+            async_to_sync(not_yet)()
+        return stored.pk
+
+    pk = await database_sync_to_async(make)()
+    assert await asyncio.wait_for(layer.receive(listener), timeout=60) == {"type": registry.CREATED_EVENT, "pk": pk}
