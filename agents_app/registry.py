@@ -174,7 +174,8 @@ async def asub_instance(parent: AgentInstance, slug: str, name: str) -> AgentIns
     return await _made_and_announced(_sub_made_now, parent, slug, name)
 
 
-# Makings whose callers stopped waiting: each runs to its announcement, as it did on the thread.
+# Makings under way: a cancelled caller leaves its making running to the announcement (as on the
+# database thread, where both ran), and this keeps a reference to it meanwhile.
 _making: set["asyncio.Task[AgentInstance]"] = set()
 
 

@@ -246,7 +246,6 @@ async def test_the_first_message_over_rest_makes_the_conversation_and_tells_a_wa
     await waiting.disconnect()
 
 
-
 async def test_a_row_whose_maker_stopped_waiting_is_still_announced(user):
     """``registry.amaterialize`` makes the row and announces it although its caller was cancelled
     (a socket closed mid-message), as when the database thread did both."""
