@@ -166,12 +166,12 @@ async def amaterialize(instance: AgentInstance) -> AgentInstance:
     """``materialize`` from the event loop: the database thread makes the rows and the loop tells
     the waiting connections. ``materialize`` there would hold that thread, which every connection's
     database work shares, through the loop's publication."""
-    return await _made_and_announced(_made_now, instance)
+    return await _made_and_announced(functools.partial(_made_now, instance))
 
 
 async def asub_instance(parent: AgentInstance, slug: str, name: str) -> AgentInstance:
     """``sub_instance(parent, slug, name)`` from the event loop, as ``amaterialize``."""
-    return await _made_and_announced(_sub_made_now, parent, slug, name)
+    return await _made_and_announced(lambda: _made_now(_child(parent, slug, name)))
 
 
 # Makings under way: a cancelled caller leaves its making running to the announcement (as on the
@@ -179,17 +179,15 @@ async def asub_instance(parent: AgentInstance, slug: str, name: str) -> AgentIns
 _making: set["asyncio.Task[AgentInstance]"] = set()
 
 
-async def _made_and_announced(make: Callable[..., tuple[AgentInstance, list[AgentInstance]]],
-                              *args: Any) -> AgentInstance:
-    task = asyncio.ensure_future(_make_then_announce(make, args))
+async def _made_and_announced(make: Callable[[], tuple[AgentInstance, list[AgentInstance]]]) -> AgentInstance:
+    task = asyncio.ensure_future(_make_then_announce(make))
     _making.add(task)
     task.add_done_callback(_making.discard)
     return await asyncio.shield(task)
 
 
-async def _make_then_announce(make: Callable[..., tuple[AgentInstance, list[AgentInstance]]],
-                              args: tuple[Any, ...]) -> AgentInstance:
-    stored, created = await database_sync_to_async(make)(*args)
+async def _make_then_announce(make: Callable[[], tuple[AgentInstance, list[AgentInstance]]]) -> AgentInstance:
+    stored, created = await database_sync_to_async(make)()
     for row in created:
         await announce(row)
     return stored
@@ -204,10 +202,6 @@ def _made_now(instance: AgentInstance) -> tuple[AgentInstance, list[AgentInstanc
         _announce_on_commit(created)
         return stored, []
     return stored, created
-
-
-def _sub_made_now(parent: AgentInstance, slug: str, name: str) -> tuple[AgentInstance, list[AgentInstance]]:
-    return _made_now(_existing_child(parent, slug, name) or AgentInstance(parent=parent, slug=slug, name=name))
 
 
 def _announce_on_commit(rows: list[AgentInstance]) -> None:
@@ -292,11 +286,16 @@ def sub_instance(parent: AgentInstance, slug: str, name: str, *, create: bool = 
         UnknownInstance: it does not exist and ``create`` is false.
     """
     if create:
-        return materialize(_existing_child(parent, slug, name) or AgentInstance(parent=parent, slug=slug, name=name))
+        return materialize(_child(parent, slug, name))
     child = _existing_child(parent, slug, name)
     if child is None:
         raise UnknownInstance(f"There is no sub-agent {slug}/{name} of {parent.address}")
     return child
+
+
+def _child(parent: AgentInstance, slug: str, name: str) -> AgentInstance:
+    """Sub-agent ``slug/name`` of ``parent``: the stored one, or an unsaved one to ``materialize``."""
+    return _existing_child(parent, slug, name) or AgentInstance(parent=parent, slug=slug, name=name)
 
 
 def _existing_child(parent: AgentInstance, slug: str, name: str) -> AgentInstance | None:
