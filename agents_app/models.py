@@ -84,7 +84,9 @@ class ChatMessage(models.Model):
     (tool results, approvals), and new messages go after the last one.
     """
 
-    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="messages")
+    # No index of its own: ``unique_message_id`` and ``message_transcript_order`` both start with
+    # it, and every message written would update a third (docs/decisions.md#foreign-key-indexes).
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="messages", db_index=False)
     message_id = models.CharField(max_length=200)
     role = models.CharField(max_length=20)
     position = models.PositiveIntegerField()
@@ -326,7 +328,8 @@ class StreamRecord(models.Model):
 class StreamSegment(models.Model):
     """Consecutive chunks of a stream, packed in one row (chunk ``first_index`` onwards)."""
 
-    stream = models.ForeignKey(StreamRecord, on_delete=models.CASCADE, related_name="segments")
+    # No index of its own: ``unique_stream_segment`` starts with it (docs/decisions.md#foreign-key-indexes).
+    stream = models.ForeignKey(StreamRecord, on_delete=models.CASCADE, related_name="segments", db_index=False)
     first_index = models.PositiveIntegerField()
     # JSON array of the chunk bodies (each already a JSON-encoded UIMessageChunk string).
     bodies = models.TextField()

@@ -630,6 +630,21 @@ def latest_turn(turn: type[Model]) -> Select:
 
 
 @functools.cache
+def latest_turn_and_transcript(turn: type[Model], message: Columns) -> Select:
+    """``latest_turn``'s three columns (NULLs: the instance has no turn), then ``message``'s columns
+    of the instance's stored messages by position, one row each (one row of NULLs: none), in one
+    statement: the end of a turn reads both. Parameters: instance pk, status, instance pk, instance pk."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        m = message.bound(connection)
+        latest = latest_turn(turn)._text(connection)
+        return (f"SELECT latest.*, {m.select} FROM (SELECT 1) one LEFT JOIN ({latest}) latest ON 1 = 1 "  # noqa: S608
+                f"LEFT JOIN {m.table} ON {m('instance')} = %s ORDER BY {m('position')}")
+
+    return Select(turn, build)
+
+
+@functools.cache
 def turn_instance_and_cancel_flag(turn: type[Model], instance: Columns, owned: type[Model]) -> Select:
     """A turn's instance (``instance``'s columns), whether the instance has rows of ``owned`` (as
     ``queue_user_and_transcript``) and the turn's ``cancel_requested``; parameter: the turn pk."""

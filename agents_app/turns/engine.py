@@ -194,13 +194,26 @@ def _has_preamble(turn: Turn) -> bool:
 
 
 _LATEST_TURN = statements.latest_turn(Turn)
+_LATEST_TURN_AND_TRANSCRIPT = statements.latest_turn_and_transcript(Turn, transcript.STORED_COLUMNS)
+# The columns of ``_LATEST_TURN`` that come first in each row of ``_LATEST_TURN_AND_TRANSCRIPT``.
+_LATEST_COLUMNS = 3
 
 
 def _latest_turn(instance_pk: int) -> dict[str, Any] | None:
     """The instance's newest turn (pk and status), and whether any turn of it is queued
     (``queued``): every drain's last look, one statement written out (``statements``)."""
-    row = _LATEST_TURN.row(instance_pk, Turn.Status.QUEUED, instance_pk)
-    return None if row is None else {"pk": row[0], "status": row[1], "queued": row[2] is not None}
+    return _latest(_LATEST_TURN.row(instance_pk, Turn.Status.QUEUED, instance_pk))
+
+
+def _latest_turn_and_transcript(instance_pk: int) -> tuple[dict[str, Any] | None, list[UIMessage]]:
+    """``_latest_turn`` and the stored transcript, in one statement (the end of a turn)."""
+    read = _LATEST_TURN_AND_TRANSCRIPT.rows(instance_pk, Turn.Status.QUEUED, instance_pk, instance_pk)
+    stored = [row[_LATEST_COLUMNS:] for row in read if row[_LATEST_COLUMNS] is not None]
+    return _latest(read[0][:_LATEST_COLUMNS]), transcript.from_rows(stored)
+
+
+def _latest(row: tuple[Any, ...] | None) -> dict[str, Any] | None:
+    return None if row is None or row[0] is None else {"pk": row[0], "status": row[1], "queued": row[2] is not None}
 
 
 # ``on_chat_response`` calls waiting to run, per event loop and instance. A turn's hook runs once
@@ -764,12 +777,16 @@ class TurnRun:
                                             touched=True)
                 # The last chunks and the buffer's close in one write of the stream's row.
                 buffer.finish(setup.stream_pk, rows, error=failed)
-            final_transcript = transcript.load(instance) if saved else None
-        # The drain's next look at the queue, made here, after the commit as it would make it: in a
-        # thread hop of its own after the turn, it queued on the database thread behind the next
-        # request's admission and held up the end of that request's turn (bench/README.md, "Fifth
-        # round"). A turn queued from now on finds the instance free and is claimed by its own drain.
-        latest = _latest_turn(instance.pk)
+            # The drain's next look at the queue, made here: in a thread hop of its own after the
+            # turn, it queued on the database thread behind the next request's admission and held
+            # up the end of that request's turn (bench/README.md, "Fifth round"). In this
+            # transaction, which holds the instance's row, it sees every turn queued before it, and
+            # one queued after the commit finds the instance free and is claimed by its own drain;
+            # with the final transcript, it is the same statement.
+            if saved:
+                latest, final_transcript = _latest_turn_and_transcript(instance.pk)
+            else:
+                latest, final_transcript = _latest_turn(instance.pk), None
         if latest is None or not latest["queued"]:
             return _Ending(final_transcript, drained=True, idle=_turns_idle(latest))
         return _Ending(final_transcript)

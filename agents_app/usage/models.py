@@ -21,8 +21,9 @@ class TurnUsage(models.Model):
         "agents_app.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="usage"
     )
     agent = models.CharField(max_length=100)
+    # No index of its own: ``turn_usage_user_day`` starts with it (docs/decisions.md#foreign-key-indexes).
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     # The UTC day of the turn's end: quotas count whole UTC days and months.
     day = models.DateField()

@@ -93,6 +93,11 @@ report["queue_and_transcript"] = {
 }
 stored_data = list(ChatMessage.objects.filter(instance=instance).values_list("data", flat=True))
 report["load"] = transcript.load(instance) == stored_data
+# The end of a turn's read: the newest turn and the transcript, as the two reads give them.
+report["latest_and_transcript"] = [
+    engine._latest_turn_and_transcript(instance.pk) == (engine._latest_turn(instance.pk), transcript.load(instance)),
+    engine._latest_turn_and_transcript(AgentInstance.objects.create(slug="demo-agent", name="bare").pk) == (None, []),
+]
 report["next_position"] = transcript.next_position(instance)
 reply = {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "é", "state": "done"}]}
 with transaction.atomic():
@@ -329,6 +334,7 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
                              "closed": ["completed", [[0, "c0"], [1, "c1"]]]}
     assert report["latest"] is True
     assert report["load"] is True
+    assert report["latest_and_transcript"] == [True, True]
     assert report["next_position"] == 5
     assert report["touch"] == {"same": True, "terminal": ["r0", "boom"]}
     assert report["save_message"] == {"appended": [5, "assistant", True], "replaced": [True, 5, [], True, True],
