@@ -302,7 +302,9 @@ class StreamRecord(models.Model):
         COMPLETED = "completed"
         ERROR = "error"
 
-    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="streams")
+    # No index of its own: ``stream_active`` and ``stream_by_request`` start with it
+    # (docs/decisions.md#foreign-key-indexes).
+    instance = models.ForeignKey(AgentInstance, on_delete=models.CASCADE, related_name="streams", db_index=False)
     turn = models.OneToOneField(Turn, null=True, blank=True, on_delete=models.SET_NULL, related_name="stream")
     request_id = models.CharField(max_length=200)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.STREAMING)
