@@ -623,7 +623,7 @@ def latest_turn(turn: type[Model]) -> Select:
     def build(connection: BaseDatabaseWrapper) -> str:
         t, other = Columns(turn, "t").bound(connection), Columns(turn, "q").bound(connection)
         return (f"SELECT {t('id')}, {t('status')}, (SELECT {other('id')} FROM {other.table} "  # noqa: S608
-                f"WHERE {other('instance')} = %s AND {other('status')} = %s LIMIT 1) FROM {t.table} "
+                f"WHERE {other('instance')} = %s AND {other('status')} = %s LIMIT 1) AS queued FROM {t.table} "
                 f"WHERE {t('instance')} = %s ORDER BY {t('id')} DESC LIMIT 1")
 
     return Select(turn, build)
@@ -637,9 +637,10 @@ def latest_turn_and_transcript(turn: type[Model], message: Columns) -> Select:
 
     def build(connection: BaseDatabaseWrapper) -> str:
         m = message.bound(connection)
-        latest = latest_turn(turn)._text(connection)
-        return (f"SELECT latest.*, {m.select} FROM (SELECT 1) one LEFT JOIN ({latest}) latest ON 1 = 1 "  # noqa: S608
-                f"LEFT JOIN {m.table} ON {m('instance')} = %s ORDER BY {m('position')}")
+        latest = latest_turn(turn).build(connection)
+        return (f"SELECT latest.id, latest.status, latest.queued, {m.select} FROM (SELECT 1) one "  # noqa: S608
+                f"LEFT JOIN ({latest}) latest ON 1 = 1 LEFT JOIN {m.table} ON {m('instance')} = %s "
+                f"ORDER BY {m('position')}")
 
     return Select(turn, build)
 

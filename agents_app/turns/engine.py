@@ -195,7 +195,7 @@ def _has_preamble(turn: Turn) -> bool:
 
 _LATEST_TURN = statements.latest_turn(Turn)
 _LATEST_TURN_AND_TRANSCRIPT = statements.latest_turn_and_transcript(Turn, transcript.STORED_COLUMNS)
-# The columns of ``_LATEST_TURN`` that come first in each row of ``_LATEST_TURN_AND_TRANSCRIPT``.
+# The columns of ``_LATEST_TURN`` (id, status, queued) that come first in each row of ``_LATEST_TURN_AND_TRANSCRIPT``.
 _LATEST_COLUMNS = 3
 
 
@@ -213,6 +213,7 @@ def _latest_turn_and_transcript(instance_pk: int) -> tuple[dict[str, Any] | None
 
 
 def _latest(row: tuple[Any, ...] | None) -> dict[str, Any] | None:
+    """``_latest_turn``'s answer from its three columns (NULLs or no row: the instance has no turn)."""
     return None if row is None or row[0] is None else {"pk": row[0], "status": row[1], "queued": row[2] is not None}
 
 
@@ -781,8 +782,10 @@ class TurnRun:
             # turn, it queued on the database thread behind the next request's admission and held
             # up the end of that request's turn (bench/README.md, "Fifth round"). In this
             # transaction, which holds the instance's row, it sees every turn queued before it, and
-            # one queued after the commit finds the instance free and is claimed by its own drain;
-            # with the final transcript, it is the same statement.
+            # one queued after the commit finds the instance free and is claimed by its own drain
+            # (a recovery attempt, the one turn inserted without the row, comes from a cut of this
+            # very turn, and ``lock.finish`` above stopped this end). With the final transcript, it
+            # is the same statement (docs/architecture.md#end-of-a-turn).
             if saved:
                 latest, final_transcript = _latest_turn_and_transcript(instance.pk)
             else:

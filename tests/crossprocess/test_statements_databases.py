@@ -95,9 +95,11 @@ stored_data = list(ChatMessage.objects.filter(instance=instance).values_list("da
 report["load"] = transcript.load(instance) == stored_data
 # The end of a turn's read: the newest turn and the transcript, as the two reads give them.
 report["latest_and_transcript"] = [
-    engine._latest_turn_and_transcript(instance.pk) == (engine._latest_turn(instance.pk), transcript.load(instance)),
-    engine._latest_turn_and_transcript(AgentInstance.objects.create(slug="demo-agent", name="bare").pk) == (None, []),
-]
+    # Turns and messages; turns and no message; neither.
+    engine._latest_turn_and_transcript(pk) == (engine._latest_turn(pk), transcript.load(pk))
+    for pk in (instance.pk, anonymous.instance_id)
+] + [engine._latest_turn_and_transcript(AgentInstance.objects.create(slug="demo-agent", name="bare").pk) == (None, [])]
+report["anonymous_messages"] = ChatMessage.objects.filter(instance_id=anonymous.instance_id).count()
 report["next_position"] = transcript.next_position(instance)
 reply = {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "é", "state": "done"}]}
 with transaction.atomic():
@@ -334,7 +336,8 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
                              "closed": ["completed", [[0, "c0"], [1, "c1"]]]}
     assert report["latest"] is True
     assert report["load"] is True
-    assert report["latest_and_transcript"] == [True, True]
+    assert report["latest_and_transcript"] == [True, True, True]
+    assert report["anonymous_messages"] == 0
     assert report["next_position"] == 5
     assert report["touch"] == {"same": True, "terminal": ["r0", "boom"]}
     assert report["save_message"] == {"appended": [5, "assistant", True], "replaced": [True, 5, [], True, True],

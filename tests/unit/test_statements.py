@@ -47,12 +47,12 @@ def test_named_statements_read_what_they_say() -> None:
         'ON m."instance_id" = %s ORDER BY m."position"')
     assert statements.latest_turn(Turn).build(connection) == (
         'SELECT t."id", t."status", (SELECT q."id" FROM "agents_app_turn" q WHERE q."instance_id" = %s '
-        'AND q."status" = %s LIMIT 1) FROM "agents_app_turn" t WHERE t."instance_id" = %s '
+        'AND q."status" = %s LIMIT 1) AS queued FROM "agents_app_turn" t WHERE t."instance_id" = %s '
         'ORDER BY t."id" DESC LIMIT 1')
     assert statements.latest_turn_and_transcript(Turn, message).build(connection) == (
-        'SELECT latest.*, m."id", m."message_id", m."position", m."data" FROM (SELECT 1) one LEFT JOIN ('
-        + statements.latest_turn(Turn).build(connection) + ') latest ON 1 = 1 LEFT JOIN "agents_app_chatmessage" m '
-        'ON m."instance_id" = %s ORDER BY m."position"')
+        'SELECT latest.id, latest.status, latest.queued, m."id", m."message_id", m."position", m."data" '
+        'FROM (SELECT 1) one LEFT JOIN (' + statements.latest_turn(Turn).build(connection) + ') latest ON 1 = 1 '
+        'LEFT JOIN "agents_app_chatmessage" m ON m."instance_id" = %s ORDER BY m."position"')
     assert statements.transcript_rows(message).build(connection) == (
         'SELECT m."id", m."message_id", m."position", m."data" FROM "agents_app_chatmessage" m '
         'WHERE m."instance_id" = %s ORDER BY m."position"')
