@@ -1,7 +1,7 @@
 # The four foreign keys keep no index of their own: an index each of their models already has
 # starts with the column (docs/decisions.md#foreign-key-indexes). Django's AlterField would copy
 # each table on SQLite to drop an index; the index is dropped by name instead (the same name on
-# SQLite and PostgreSQL) and the model state changed apart.
+# SQLite and PostgreSQL), and the models' state is changed on its own.
 
 import django.db.models.deletion
 from django.conf import settings
@@ -26,7 +26,8 @@ class Migration(migrations.Migration):
     operations = [
         migrations.SeparateDatabaseAndState(
             database_operations=[
-                migrations.RunSQL(f'DROP INDEX IF EXISTS "{index}"', f'CREATE INDEX "{index}" ON "{table}" ("{column}")')
+                migrations.RunSQL(f'DROP INDEX IF EXISTS "{index}"',
+                                  reverse_sql=f'CREATE INDEX "{index}" ON "{table}" ("{column}")')
                 for table, column, index in COVERED
             ],
             state_operations=[
