@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 # Per event loop: held by the unit that waits for the write lock (``_after_the_lock``).
 _waiting: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
-# Units whose callers stopped waiting for them: they run to their end, as on the database thread.
+# Work whose callers stopped waiting for it (``to_the_end``): it runs to its end, as on the database thread.
 _orphans: set["asyncio.Task[Any]"] = set()
 
 
@@ -102,7 +102,12 @@ async def _on_loop_thread(connection: Any, unit: Callable[..., T], args: tuple[A
         with _as_the_threads(), connection.write_lock_if_free() as held:
             if held:
                 return unit(*args)
-    task = asyncio.ensure_future(_after_the_lock(connection, waiting, unit, args))
+    return await to_the_end(asyncio.ensure_future(_after_the_lock(connection, waiting, unit, args)))
+
+
+async def to_the_end(task: "asyncio.Task[T]") -> T:
+    """``task``'s result; a caller cancelled meanwhile leaves it to run to its end, as work handed to
+    the database thread does (kept referenced until then, a failure logged, since nobody awaits it)."""
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
@@ -114,7 +119,7 @@ async def _on_loop_thread(connection: Any, unit: Callable[..., T], args: tuple[A
 def _forget(task: "asyncio.Task[Any]") -> None:
     _orphans.discard(task)
     if not task.cancelled() and task.exception() is not None:
-        logger.warning("A unit of database work whose caller had gone failed: %r", task.exception())
+        logger.warning("Database work whose caller had gone failed: %r", task.exception())
 
 
 async def _after_the_lock(connection: Any, waiting: asyncio.Lock, unit: Callable[..., T],

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils.module_loading import import_string
 
-from . import conf
+from . import conf, database
 from .agent import ChatAgent
 from .errors import AgentConfigurationError, NotAuthenticated, PermissionDenied, UnknownAgent, UnknownInstance
 from .models import AgentInstance
@@ -174,16 +174,10 @@ async def asub_instance(parent: AgentInstance, slug: str, name: str) -> AgentIns
     return await _made_and_announced(lambda: _made_now(_child(parent, slug, name)))
 
 
-# Makings under way: a cancelled caller leaves its making running to the announcement (as on the
-# database thread, where both ran), and this keeps a reference to it meanwhile.
-_making: set["asyncio.Task[AgentInstance]"] = set()
-
-
 async def _made_and_announced(make: Callable[[], tuple[AgentInstance, list[AgentInstance]]]) -> AgentInstance:
-    task = asyncio.ensure_future(_make_then_announce(make))
-    _making.add(task)
-    task.add_done_callback(_making.discard)
-    return await asyncio.shield(task)
+    # A cancelled caller leaves the making running to the announcement, as on the database thread,
+    # where both ran.
+    return await database.to_the_end(asyncio.ensure_future(_make_then_announce(make)))
 
 
 async def _make_then_announce(make: Callable[[], tuple[AgentInstance, list[AgentInstance]]]) -> AgentInstance:
