@@ -158,3 +158,31 @@ def test_a_write_outside_a_transaction_waits_for_the_lock_and_a_read_does_not(tm
     with holder.write_lock_if_free() as held:  # released after the statement
         assert held
     holder.close()
+
+
+def test_placeholders_are_converted_as_django_does_and_short_texts_once(tmp_path: Path) -> None:
+    from django.db.backends.sqlite3.base import SQLiteCursorWrapper
+
+    from thinkproject.sqlite import base
+
+    connection = _connection(str(tmp_path / "db.sqlite3"))
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (v TEXT, w INTEGER)")
+        query = "INSERT INTO t (v, w) VALUES (%s || '%%', %s)"
+        before = base._qmark_cached.cache_info()
+        for value in range(3):
+            cursor.execute(query, ["a", value])
+        after = base._qmark_cached.cache_info()
+        # Converted once, then from the cache; the same text Django's own conversion gives.
+        assert (after.misses - before.misses, after.hits - before.hits) == (1, 2)
+        assert base._qmark(query) == SQLiteCursorWrapper.convert_query(cursor.cursor, query)
+        # Named parameters ("pyformat") are Django's, untouched.
+        cursor.execute("INSERT INTO t (v, w) VALUES (%(v)s, %(w)s)", {"v": "b", "w": 9})
+        # A text above the cache's bound is converted every time and not kept.
+        long_query = "SELECT v FROM t WHERE w = %s" + " " * base.QMARK_CACHE_MAX_CHARS
+        cursor.execute(long_query, [9])
+        assert cursor.fetchall() == [("b",)]
+        assert base._qmark_cached.cache_info().currsize == after.currsize
+        cursor.execute("SELECT v, w FROM t ORDER BY w")
+        assert cursor.fetchall() == [("a%", 0), ("a%", 1), ("a%", 2), ("b", 9)]
+    connection.close()

@@ -23,14 +23,33 @@ same, holding it (``holding_write_lock``).
 
 import contextlib
 import fcntl
+import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db.backends.sqlite3 import base
 
 # Statements that write nothing: an autocommit one takes no lock.
 _READS = ("SELECT", "PRAGMA", "EXPLAIN")
+
+# Statement texts converted to SQLite's placeholders, kept per process: a turn runs the same few
+# dozen texts every time (``agents_app.statements`` and the ORM's), and Django converts each one
+# with a regular expression at every execution, about 10 µs for a 370-character statement
+# (bench/README.md, "Fifteenth round"). Texts that vary (``IN`` lists of any length) only cycle
+# through the cache's oldest entries; longer ones (a bulk insert's) are converted every time, so
+# the cache holds at most about 2 MB.
+QMARK_CACHE_SIZE = 512
+QMARK_CACHE_MAX_CHARS = 4096
+
+
+@functools.lru_cache(maxsize=QMARK_CACHE_SIZE)
+def _qmark_cached(query: str) -> str:
+    return _qmark(query)
+
+
+def _qmark(query: str) -> str:
+    return base.FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
 
 
 class _Cursor(base.SQLiteCursorWrapper):
@@ -39,12 +58,23 @@ class _Cursor(base.SQLiteCursorWrapper):
     database: "DatabaseWrapper"
 
     def execute(self, query: str, params: Any = None) -> Any:
-        with self.database._autocommit_write(query):
-            return super().execute(query, params)
+        return self._locked_if_writing(query, super().execute, params)
 
     def executemany(self, query: str, param_list: Any) -> Any:
-        with self.database._autocommit_write(query):
-            return super().executemany(query, param_list)
+        return self._locked_if_writing(query, super().executemany, param_list)
+
+    def _locked_if_writing(self, query: str, run: Callable[[str, Any], Any], params: Any) -> Any:
+        lock = self.database._autocommit_write_lock(query)
+        if lock is None:
+            return run(query, params)
+        with self.database._holding_for_the_statement(lock):
+            return run(query, params)
+
+    def convert_query(self, query: str, *, param_names: list[str] | None = None) -> str:
+        """Django's conversion, its "format" style (every statement of the project's) from the cache."""
+        if param_names is None:
+            return _qmark_cached(query) if len(query) <= QMARK_CACHE_MAX_CHARS else _qmark(query)
+        return super().convert_query(query, param_names=param_names)
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -60,16 +90,16 @@ class DatabaseWrapper(base.DatabaseWrapper):
         cursor.database = self
         return cursor
 
-    @contextlib.contextmanager
-    def _autocommit_write(self, query: str) -> Iterator[None]:
-        """The write lock around a statement that writes outside a transaction (in one, or with
-        the lock held for a block, the lock is there already)."""
-        lock = None
+    def _autocommit_write_lock(self, query: str) -> int | None:
+        """The write lock a statement outside a transaction must hold (a write; in a transaction, or
+        with the lock held for a block, it is there already), or None: every statement asks, so
+        the common answer costs no context manager."""
         if self.autocommit and not self._write_lock_held and not query.lstrip()[:7].upper().startswith(_READS):
-            lock = self._lock_file()
-        if lock is None:
-            yield
-            return
+            return self._lock_file()
+        return None
+
+    @contextlib.contextmanager
+    def _holding_for_the_statement(self, lock: int) -> Iterator[None]:
         self._take_write_lock(lock)
         try:
             yield
