@@ -13,6 +13,7 @@ stays a queryset. Identifiers are quoted names from the metadata; every value is
 
 import contextlib
 import functools
+import json
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -21,8 +22,9 @@ from typing import Any
 from django.db import DatabaseError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
-from django.db.models import Field, Model, signals
+from django.db.models import Field, JSONField, Model, signals
 from django.db.models.constants import OnConflict
+from django.utils.asyncio import async_unsafe
 
 Converter = Callable[[Any, Any, BaseDatabaseWrapper], Any]
 
@@ -37,21 +39,56 @@ def connection_for(model: type[Model]) -> BaseDatabaseWrapper:
     return connections[_alias(model)]
 
 
-def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
-    """A cursor for this module's statements. On PostgreSQL with prepared statements on (the
-    connection's ``prepare_threshold``, settings ``DB_PREPARE_THRESHOLD``) it binds parameters on
-    the server, so psycopg prepares each of these fixed texts once per connection and PostgreSQL
-    stops parsing and planning them every turn (docs/decisions.md#postgresql-on-the-turn-path). The
-    ORM's own queries keep Django's client-side binding. Elsewhere: ``connection.cursor()``."""
-    if connection.vendor != "postgresql" or connection.settings_dict["OPTIONS"].get("prepare_threshold") is None:
-        return connection.cursor()
-    from django.db.backends.postgresql.base import ServerBindingCursor
+@async_unsafe
+def _cursor(connection: BaseDatabaseWrapper) -> "_Kept":
+    """The connection's cursor for this module's statements, made once per database connection and
+    kept: a cursor made and closed around each statement, as ``connection.cursor()`` does, cost
+    more than running the statement (bench/README.md, "Fifteenth round"). What
+    ``connection.cursor()`` checks is checked at every use (no running event loop, the connection's
+    thread, its health), and a new connection, or a change of ``queries_logged`` (a test capturing
+    queries), gets a new cursor. Every statement here reads all of its rows, so a kept cursor
+    never holds one unfinished (on SQLite, a read snapshot left open).
 
-    # What ``connection.cursor()`` does, with the server-binding cursor class.
+    On PostgreSQL with prepared statements on (the connection's ``prepare_threshold``, settings
+    ``DB_PREPARE_THRESHOLD``) it binds parameters on the server, so psycopg prepares each of these
+    fixed texts once per connection and PostgreSQL stops parsing and planning them every turn
+    (docs/decisions.md#postgresql-on-the-turn-path). The ORM's own queries keep Django's
+    client-side binding."""
     connection.close_if_health_check_failed()
     connection.ensure_connection()
-    with connection.wrap_database_errors:
-        return connection._prepare_cursor(ServerBindingCursor(connection.connection))
+    connection.validate_thread_sharing()
+    kept: _Kept | None = getattr(connection, "_agents_statements_cursor", None)
+    raw, logged = connection.connection, connection.queries_logged
+    if kept is None or kept.raw is not raw or kept.logged != logged:
+        with connection.wrap_database_errors:
+            cursor = connection._prepare_cursor(_new_cursor(connection))
+        kept = _Kept(raw, logged, cursor)
+        connection._agents_statements_cursor = kept  # type: ignore[attr-defined]
+    return kept
+
+
+def _new_cursor(connection: BaseDatabaseWrapper) -> Any:
+    if connection.vendor != "postgresql" or connection.settings_dict["OPTIONS"].get("prepare_threshold") is None:
+        return connection.create_cursor()
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    return ServerBindingCursor(connection.connection)
+
+
+@dataclass(slots=True)
+class _Kept:
+    """A kept cursor (``_cursor``) and what it was made for; ``with`` hands out the cursor and
+    leaves it open."""
+
+    raw: Any
+    logged: bool
+    cursor: CursorWrapper
+
+    def __enter__(self) -> CursorWrapper:
+        return self.cursor
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 class _Deferred:
@@ -232,7 +269,7 @@ def update_returning(model: type[Model], where: dict[str, Any], returned: "Colum
     params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
     with _cursor(connection) as cursor:
         _execute(cursor, sql, params)
-        return cursor.fetchone()
+        return _only(cursor.fetchall())
 
 
 @functools.cache
@@ -303,7 +340,7 @@ def insert(obj: Model) -> None:
     with _cursor(connection) as cursor:
         _execute(cursor, sql, _row_params(obj, _insert_fields(model, with_pk), connection))
         if not with_pk:
-            pk = cursor.fetchone()[0] if returning else connection.ops.last_insert_id(
+            pk = cursor.fetchall()[0][0] if returning else connection.ops.last_insert_id(
                 cursor, model._meta.db_table, model._meta.pk.column)
             obj.pk = pk
     obj._state.adding, obj._state.db = False, connection.alias
@@ -443,10 +480,12 @@ class Select(Statement):
             return cursor.fetchall()
 
     def row(self, *params: Any) -> tuple[Any, ...] | None:
-        connection = self.connection
-        with _cursor(connection) as cursor:
-            _execute(cursor, self._text(connection), params, read=True)
-            return cursor.fetchone()
+        """The first row, of a statement that reads one at most."""
+        return _only(self.rows(*params))
+
+
+def _only(rows: list[tuple[Any, ...]]) -> tuple[Any, ...] | None:
+    return rows[0] if rows else None
 
 
 @dataclass(frozen=True)
@@ -542,15 +581,47 @@ def _convert(values: list[Any], converters: list[tuple[int, list[Converter], Any
 
 @functools.cache
 def _converters(columns: Columns, alias: str) -> list[tuple[int, list[Converter], Any]]:
-    """Per column, what the ORM's compiler applies to a value read from database ``alias``."""
+    """Per column, what the ORM's compiler applies to a value read from database ``alias``
+    (a ``JSONField``'s read by ``_json_reader``)."""
     connection = connections[alias]
     found = []
     for index, field in enumerate(columns.fields):
         expression = field.get_col(columns.model._meta.db_table)
-        converters = [*connection.ops.get_db_converters(expression), *field.get_db_converters(connection)]
+        converters = [*connection.ops.get_db_converters(expression),
+                      *(_json_reader(field, connection) if isinstance(field, JSONField)
+                        else field.get_db_converters(connection))]
         if converters:
             found.append((index, converters, expression))
     return found
+
+
+# The C scanner that ``json.loads`` runs after its own checks, called on a stored text directly.
+_scan_json = json.JSONDecoder().scan_once
+
+
+def _json_reader(field: JSONField, connection: BaseDatabaseWrapper) -> list[Converter]:
+    """``JSONField.from_db_value``, with a text that is one JSON value and nothing else (every text
+    this project stores) read by the scanner alone: about half of ``json.loads``'s time for a
+    stored message (bench/README.md, "Fifteenth round"), the transcript's every row twice a turn.
+    Anything else (a custom decoder, no text, whitespace around it, a text that is not JSON) goes
+    to Django's converter, which gives the same value or the same error as before."""
+    converters = field.get_db_converters(connection)
+    if field.decoder is not None or converters != [field.from_db_value]:
+        return converters
+    from_db_value = field.from_db_value
+
+    def read(value: Any, expression: Any, connection: BaseDatabaseWrapper) -> Any:
+        if type(value) is str:
+            try:
+                result, end = _scan_json(value, 0)
+            except (StopIteration, ValueError):
+                pass
+            else:
+                if end == len(value):
+                    return result
+        return from_db_value(value, expression, connection)
+
+    return [read]
 
 
 # Named statements: each a function of the model classes (or ``Columns``) it reads or writes,

@@ -112,3 +112,29 @@ def test_an_instance_of_some_columns_in_any_order_has_them_and_defers_the_rest()
     assert turn is not None
     assert (turn.pk, turn.worker, turn.status) == (7, "host:1 c", "running")
     assert turn.get_deferred_fields() >= {"request_id", "heartbeat_at"}
+
+
+def test_a_json_column_reads_as_the_orm_reads_it() -> None:
+    """The scanner's shortcut (``statements._json_reader``) gives Django's value, or its error, for
+    every kind of text: what the project stores, and what it never writes."""
+    import json
+
+    from django.db import models
+
+    field = ChatMessage._meta.get_field("data")
+    [read] = statements._json_reader(field, connection)
+    expression = field.get_col(ChatMessage._meta.db_table)
+    texts = [json.dumps({"id": "m1", "parts": [{"type": "text", "text": "é \ud800 \u2028"}]}), '"text"', "[1, 2]",
+             "12345678901234567890123", "null", ' {"a": 1}', '{"a": 1} ', "{'a': 1}", "1, 2", "", "NaN",
+             "[" * 5000, None]
+    for text in texts:
+        outcomes = []
+        for convert in (read, field.from_db_value):
+            try:
+                outcomes.append(("value", convert(text, expression, connection)))
+            except Exception as exc:  # noqa: BLE001 (the same error is what is compared)
+                outcomes.append(("error", type(exc)))
+        assert outcomes[0] == outcomes[1], text
+    # A field with a decoder of its own keeps Django's converter.
+    decoded = models.JSONField(decoder=json.JSONDecoder)
+    assert statements._json_reader(decoded, connection) == decoded.get_db_converters(connection)
