@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorWrapper
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Field, JSONField, Model, signals
 from django.db.models.constants import OnConflict
 from django.utils.asyncio import async_unsafe
@@ -40,10 +40,10 @@ def connection_for(model: type[Model]) -> BaseDatabaseWrapper:
 
 
 @async_unsafe
-def _cursor(connection: BaseDatabaseWrapper) -> "_Kept":
+def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     """The connection's cursor for this module's statements, made once per database connection and
-    kept: a cursor made and closed around each statement, as ``connection.cursor()`` does, cost
-    more than running the statement (bench/README.md, "Fifteenth round"). What
+    kept open: a cursor made and closed around each statement, as ``connection.cursor()`` does,
+    cost more than running the statement (bench/README.md, "Fifteenth round"). What
     ``connection.cursor()`` checks is checked at every use (no running event loop, the connection's
     thread, its health), and a new connection, or a change of ``queries_logged`` (a test capturing
     queries), gets a new cursor. Every statement here reads all of its rows, so a kept cursor
@@ -57,12 +57,11 @@ def _cursor(connection: BaseDatabaseWrapper) -> "_Kept":
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()
-    kept: _Kept | None = getattr(connection, "_agents_statements_cursor", None)
-    raw, logged = connection.connection, connection.queries_logged
-    if kept is None or kept.raw is not raw or kept.logged != logged:
+    kept: CursorWrapper | None = getattr(connection, "_agents_statements_cursor", None)
+    if (kept is None or kept.cursor.connection is not connection.connection
+            or isinstance(kept, CursorDebugWrapper) != connection.queries_logged):
         with connection.wrap_database_errors:
-            cursor = connection._prepare_cursor(_new_cursor(connection))
-        kept = _Kept(raw, logged, cursor)
+            kept = connection._prepare_cursor(_new_cursor(connection))
         connection._agents_statements_cursor = kept  # type: ignore[attr-defined]
     return kept
 
@@ -73,22 +72,6 @@ def _new_cursor(connection: BaseDatabaseWrapper) -> Any:
     from django.db.backends.postgresql.base import ServerBindingCursor
 
     return ServerBindingCursor(connection.connection)
-
-
-@dataclass(slots=True)
-class _Kept:
-    """A kept cursor (``_cursor``) and what it was made for; ``with`` hands out the cursor and
-    leaves it open."""
-
-    raw: Any
-    logged: bool
-    cursor: CursorWrapper
-
-    def __enter__(self) -> CursorWrapper:
-        return self.cursor
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 class _Deferred:
@@ -123,8 +106,7 @@ class _Deferred:
             return
         writes, self.writes = self.writes, []
         *before, (sql, params, _) = writes
-        with _cursor(self.connection) as cursor:
-            cursor.execute(*_joined(before, sql, params))
+        _cursor(self.connection).execute(*_joined(before, sql, params))
 
     def before_other_queries(self, execute: Callable[..., Any], sql: str, params: Any, many: bool,
                              context: dict[str, Any]) -> Any:
@@ -212,8 +194,7 @@ def _write(connection: BaseDatabaseWrapper, model: type[Model], sql: str, params
 
 
 def _write_now(connection: BaseDatabaseWrapper, model: type[Model], sql: str, params: list[Any]) -> None:
-    with _cursor(connection) as cursor:
-        _execute(cursor, sql, params)
+    _execute(_cursor(connection), sql, params)
 
 
 def table(model: type[Model], connection: BaseDatabaseWrapper) -> str:
@@ -252,9 +233,9 @@ def update(model: type[Model], where: dict[str, Any], **values: Any) -> int:
     connection = connection_for(model)
     sql = _update_sql(model, tuple(values), tuple(where), connection.alias)
     params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
-    with _cursor(connection) as cursor:
-        _execute(cursor, sql, params)
-        return int(cursor.rowcount)
+    cursor = _cursor(connection)
+    _execute(cursor, sql, params)
+    return int(cursor.rowcount)
 
 
 def update_returning(model: type[Model], where: dict[str, Any], returned: "Columns", **values: Any
@@ -267,9 +248,9 @@ def update_returning(model: type[Model], where: dict[str, Any], returned: "Colum
     connection = connection_for(model)
     sql = _update_returning_sql(model, tuple(values), tuple(where), returned, connection.alias)
     params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
-    with _cursor(connection) as cursor:
-        _execute(cursor, sql, params)
-        return _only(cursor.fetchall())
+    cursor = _cursor(connection)
+    _execute(cursor, sql, params)
+    return _only(cursor.fetchall())
 
 
 @functools.cache
@@ -285,8 +266,7 @@ def lock_row(model: type[Model], pk: Any, column: str) -> None:
     of the same row wait for it on PostgreSQL; on SQLite every write waits for the database's one."""
     connection = connection_for(model)
     sql = _lock_sql(model, column, connection.alias)
-    with _cursor(connection) as cursor:
-        _execute(cursor, sql, [model._meta.pk.get_db_prep_value(pk, connection)])
+    _execute(_cursor(connection), sql, [model._meta.pk.get_db_prep_value(pk, connection)])
 
 
 @functools.cache
@@ -337,12 +317,12 @@ def insert(obj: Model) -> None:
     with_pk = obj.pk is not None
     returning = not with_pk and connection.features.can_return_columns_from_insert
     sql = _insert_sql(model, with_pk, 1, returning, connection.alias)
-    with _cursor(connection) as cursor:
-        _execute(cursor, sql, _row_params(obj, _insert_fields(model, with_pk), connection))
-        if not with_pk:
-            pk = cursor.fetchall()[0][0] if returning else connection.ops.last_insert_id(
-                cursor, model._meta.db_table, model._meta.pk.column)
-            obj.pk = pk
+    cursor = _cursor(connection)
+    _execute(cursor, sql, _row_params(obj, _insert_fields(model, with_pk), connection))
+    if not with_pk:
+        pk = cursor.fetchall()[0][0] if returning else connection.ops.last_insert_id(
+            cursor, model._meta.db_table, model._meta.pk.column)
+        obj.pk = pk
     obj._state.adding, obj._state.db = False, connection.alias
 
 
@@ -387,8 +367,7 @@ def update_then_insert(model: type[Model], where: dict[str, Any], values: dict[s
     params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
     params += [value for obj in objs for value in _row_params(obj, fields, connection)]
     sql = _update_then_insert_sql(model, tuple(values), tuple(where), inserted, len(objs), connection.alias)
-    with _cursor(connection) as cursor:
-        _execute(cursor, sql, params)
+    _execute(_cursor(connection), sql, params)
     for obj in objs:
         obj._state.adding, obj._state.db = False, connection.alias
 
@@ -475,9 +454,9 @@ class Select(Statement):
 
     def rows(self, *params: Any) -> list[tuple[Any, ...]]:
         connection = self.connection
-        with _cursor(connection) as cursor:
-            _execute(cursor, self._text(connection), params, read=True)
-            return cursor.fetchall()
+        cursor = _cursor(connection)
+        _execute(cursor, self._text(connection), params, read=True)
+        return cursor.fetchall()
 
     def row(self, *params: Any) -> tuple[Any, ...] | None:
         """The first row, of a statement that reads one at most."""
@@ -610,7 +589,7 @@ def _json_reader(field: JSONField, connection: BaseDatabaseWrapper) -> list[Conv
         return converters
     from_db_value = field.from_db_value
 
-    def read(value: Any, expression: Any, connection: BaseDatabaseWrapper) -> Any:
+    def read(value: Any, expression: Any, db: BaseDatabaseWrapper) -> Any:
         if type(value) is str:
             try:
                 result, end = _scan_json(value, 0)
@@ -619,7 +598,7 @@ def _json_reader(field: JSONField, connection: BaseDatabaseWrapper) -> list[Conv
             else:
                 if end == len(value):
                     return result
-        return from_db_value(value, expression, connection)
+        return from_db_value(value, expression, db)
 
     return [read]
 

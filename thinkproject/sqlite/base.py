@@ -64,11 +64,15 @@ class _Cursor(base.SQLiteCursorWrapper):
         return self._locked_if_writing(query, super().executemany, param_list)
 
     def _locked_if_writing(self, query: str, run: Callable[[str, Any], Any], params: Any) -> Any:
-        lock = self.database._autocommit_write_lock(query)
+        database = self.database
+        lock = database._autocommit_write_lock(query)
         if lock is None:
             return run(query, params)
-        with self.database._holding_for_the_statement(lock):
+        database._take_write_lock(lock)
+        try:
             return run(query, params)
+        finally:
+            database._release_write_lock()
 
     def convert_query(self, query: str, *, param_names: list[str] | None = None) -> str:
         """Django's conversion, its "format" style (every statement of the project's) from the cache."""
@@ -92,19 +96,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def _autocommit_write_lock(self, query: str) -> int | None:
         """The write lock a statement outside a transaction must hold (a write; in a transaction, or
-        with the lock held for a block, it is there already), or None: every statement asks, so
-        the common answer costs no context manager."""
+        with the lock held for a block, it is there already), or None."""
         if self.autocommit and not self._write_lock_held and not query.lstrip()[:7].upper().startswith(_READS):
             return self._lock_file()
         return None
-
-    @contextlib.contextmanager
-    def _holding_for_the_statement(self, lock: int) -> Iterator[None]:
-        self._take_write_lock(lock)
-        try:
-            yield
-        finally:
-            self._release_write_lock()
 
     def _lock_file(self) -> int | None:
         if self._write_lock is None and not self.is_in_memory_db():
