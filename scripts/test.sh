@@ -46,16 +46,16 @@ if ((fast == 0)) && [[ -f $conformance/package-lock.json ]]; then
     fi
 fi
 
+# Two pytest-xdist workers: the tests wait more than they compute. The fast suite took 2 min 45 s
+# in one process and 1 min 40 s in two; the servers' tests 24 to 26 min and 14 min (2 cores). A
+# test file stays on one worker (--dist loadfile): the servers a module starts serve its tests.
+args=(-n 2 --dist loadfile)
 # The fast suite: the directories whose tests need no server (no Redis, PostgreSQL, Daphne,
 # Celery, browser or Node client).
-args=()
 if ((fast == 1)); then
-    args=(tests/unit tests/integration tests/golden)
+    args+=(tests/unit tests/integration tests/golden)
     # The parse fuzzer's 10,000 frames are a minute on 2 cores: the inner loop sends 2,000.
     export THINK_FUZZ_EXAMPLES=${THINK_FUZZ_EXAMPLES:-2000}
-    # Two pytest-xdist workers: these tests wait more than they compute (2 min 45 s in one
-    # process, 1 min 40 s in two, on 2 cores).
-    args+=(-n 2)
 fi
 
 echo "== pytest ${args[*]} $*"

@@ -21,6 +21,14 @@ async def _connect(daphne, cookie):
     return sock
 
 
+async def _open_the_conversation(sock):
+    """A first turn, so that the conversation has its row before the other sockets connect: a
+    socket on an address with no row joins the conversation's stream only once it hears of the row,
+    and a turn that ended before then reaches it as the transcript alone (docs/architecture.md)."""
+    await sock.send(json.dumps(chat_request("r0", [user_message("u0", "opening")])))
+    await recv_until(sock, is_done("r0"))
+
+
 @pytest.mark.parametrize("server", SERVERS)
 def test_turns_from_each_process_reach_both_clients(stack, server):
     """On uvicorn (production) and on Daphne (``make run``) alike."""
@@ -31,9 +39,11 @@ def test_turns_from_each_process_reach_both_clients(stack, server):
 
     async def scenario():
         a = await _connect(first, cookie)
+        await _open_the_conversation(a)
         b = await _connect(second, cookie)
         # A turn submitted on process 1 streams to the client on process 2 as well.
-        await a.send(json.dumps(chat_request("r1", [user_message("u1", "from one")])))
+        history = first.get_json(f"{PATH}/get-messages", cookie)
+        await a.send(json.dumps(chat_request("r1", [*history, user_message("u1", "from one")])))
         got_a = await recv_until(a, is_done("r1"))
         got_b = await recv_until(b, is_done("r1"))
         assert text_of(got_a) == text_of(got_b) == "(demo model, offline) You said: from one"
@@ -56,7 +66,7 @@ def test_turns_from_each_process_reach_both_clients(stack, server):
         await a.close()
         await b.close()
         messages = first.get_json(f"{PATH}/get-messages", cookie)
-        assert [m["role"] for m in messages] == ["user", "assistant"] * 3
+        assert [m["role"] for m in messages] == ["user", "assistant"] * 4
 
     asyncio.run(scenario())
 
@@ -68,8 +78,11 @@ def test_uvicorn_workers_on_one_port_serve_one_conversation_together(stack):
     cookie = server.login("alice")
 
     async def scenario():
-        sockets = [await _connect(server, cookie) for _ in range(8)]
-        await sockets[0].send(json.dumps(chat_request("r1", [user_message("u1", "to every worker")])))
+        opener = await _connect(server, cookie)
+        await _open_the_conversation(opener)
+        sockets = [opener] + [await _connect(server, cookie) for _ in range(7)]
+        history = server.get_json(f"{PATH}/get-messages", cookie)
+        await opener.send(json.dumps(chat_request("r1", [*history, user_message("u1", "to every worker")])))
         return [text_of(await recv_until(sock, is_done("r1"))) for sock in sockets]
 
     texts = asyncio.run(scenario())
