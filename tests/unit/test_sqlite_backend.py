@@ -3,6 +3,7 @@ BEGIN to its COMMIT or ROLLBACK, so writers of several processes (here: two conn
 turns as soon as the lock is free, and an in-memory database takes none."""
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -185,4 +186,38 @@ def test_placeholders_are_converted_as_django_does_and_short_texts_once(tmp_path
         assert base._qmark_cached.cache_info().currsize == after.currsize
         cursor.execute("SELECT v, w FROM t ORDER BY w")
         assert cursor.fetchall() == [("a%", 0), ("a%", 1), ("a%", 2), ("b", 9)]
+    connection.close()
+
+
+def test_checkpoints_leave_the_writers_commits_and_reach_the_file(tmp_path: Path) -> None:
+    """A commit never runs SQLite's checkpoint (it stalled an event loop for milliseconds); the
+    process's checkpoint thread copies every write back into the database file all the same."""
+    import shutil
+    import sqlite3
+
+    from tests.support.waiting import wait_until
+
+    path = tmp_path / "db.sqlite3"
+    connection = _connection(str(path))
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA wal_autocheckpoint")
+        assert cursor.fetchone() == (0,)
+        cursor.execute("CREATE TABLE t (v TEXT)")
+        _begin(connection)
+        cursor.executemany("INSERT INTO t VALUES (%s)", [["x" * 1000]] * 2000)  # past 1,000 pages
+        _end(connection, commit=True)
+
+    def rows_in_the_file_alone() -> int:
+        """The rows a copy of the database file shows without its log."""
+        copy = tmp_path / f"copy-{time.monotonic_ns()}.sqlite3"
+        shutil.copyfile(path, copy)
+        reader = sqlite3.connect(copy)
+        try:
+            return reader.execute("SELECT COUNT(*) FROM t").fetchone()[0]
+        except sqlite3.OperationalError:  # the table itself is not copied back yet
+            return 0
+        finally:
+            reader.close()
+
+    assert wait_until(lambda: rows_in_the_file_alone() == 2000, "the checkpoint thread", timeout=60)
     connection.close()

@@ -19,16 +19,25 @@ block of code: the turn engine and the stream buffer run their database work on 
 own thread when that needs no wait (``agents_app.database``). When it is taken, that work waits
 for it off the loop (``wait_for_write_lock``, on any thread) and then runs on the loop all the
 same, holding it (``holding_write_lock``).
+
+WAL checkpoints (copying the log's pages back into the database file, two ``fsync`` calls) run on a
+thread of their own, never in a writer's commit: see ``_Checkpointer``.
 """
 
 import contextlib
 import fcntl
 import functools
+import logging
 import os
+import sqlite3
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db.backends.sqlite3 import base
+
+logger = logging.getLogger(__name__)
 
 # Statements that write nothing: an autocommit one takes no lock.
 _READS = ("SELECT", "PRAGMA", "EXPLAIN")
@@ -50,6 +59,74 @@ def _qmark_cached(query: str) -> str:
 
 def _qmark(query: str) -> str:
     return base.FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
+
+
+# Seconds from a write to the checkpoint that copies it into the database file; writes meanwhile
+# share that checkpoint. A checkpointer with no write for CHECKPOINTER_IDLE seconds stops its thread.
+CHECKPOINT_DELAY = 1.0
+CHECKPOINTER_IDLE = 60.0
+
+
+class _Checkpointer:
+    """This process's WAL checkpoints of one database file, on a daemon thread.
+
+    SQLite's automatic checkpoint runs inside the commit that takes the log past 1,000 pages: on a
+    server that commit is on the event loop, which then stalls 4 to 6 ms (bench/README.md, "Fifteenth
+    round"). The project's connections turn it off (``wal_autocheckpoint=0``) and report each write
+    here instead; a ``PASSIVE`` checkpoint at most ``CHECKPOINT_DELAY`` later copies what every
+    connection of every process committed, with Python's GIL released, and never waits for a reader
+    or a writer (what a reader still uses is copied by a later one). Each process with writers has
+    one, so the log is copied back as long as any of them writes.
+    """
+
+    _lock = threading.Lock()
+    _running: dict[str, "_Checkpointer"] = {}
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._written = threading.Event()
+
+    @classmethod
+    def wrote(cls, path: str) -> None:
+        """A connection of this process committed a write to ``path``."""
+        with cls._lock:
+            checkpointer = cls._running.get(path)
+            if checkpointer is None:
+                checkpointer = cls._running[path] = cls(path)
+                threading.Thread(target=checkpointer._run, name="sqlite-checkpoint", daemon=True).start()
+            checkpointer._written.set()
+
+    def _run(self) -> None:
+        while True:
+            if not self._written.wait(CHECKPOINTER_IDLE):
+                with self._lock:
+                    # A write reported under the lock either finds this one gone or set the event.
+                    if not self._written.is_set():
+                        del self._running[self._path]
+                        return
+            time.sleep(CHECKPOINT_DELAY)
+            self._written.clear()
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        # A connection of its own for each checkpoint: a file removed meanwhile (tests) leaves nothing open.
+        try:
+            connection = sqlite3.connect(self._path, isolation_level=None)
+            try:
+                connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            finally:
+                connection.close()
+        except sqlite3.Error as exc:
+            logger.warning("SQLite checkpoint of %s failed: %s", self._path, exc)
+
+    @classmethod
+    def _forget_after_fork(cls) -> None:
+        # A forked child has none of its parent's threads, and maybe a lock held by one of them.
+        cls._lock = threading.Lock()
+        cls._running = {}
+
+
+os.register_at_fork(after_in_child=_Checkpointer._forget_after_fork)
 
 
 class _Cursor(base.SQLiteCursorWrapper):
@@ -88,6 +165,12 @@ class DatabaseWrapper(base.DatabaseWrapper):
         self._write_lock_held = False
         # Held for a block (``write_lock_if_free``): its transactions' ends leave it held.
         self._write_lock_pinned = False
+
+    def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
+        connection = super().get_new_connection(conn_params)
+        if not self.is_in_memory_db():
+            connection.execute("PRAGMA wal_autocheckpoint=0")  # _Checkpointer does it
+        return connection
 
     def create_cursor(self, name: str | None = None) -> _Cursor:
         cursor = self.connection.cursor(factory=_Cursor)
@@ -171,6 +254,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if self._write_lock_held and not self._write_lock_pinned and self._write_lock is not None:
             self._write_lock_held = False
             fcntl.flock(self._write_lock, fcntl.LOCK_UN)
+            _Checkpointer.wrote(str(self.settings_dict["NAME"]))
 
     def _commit(self) -> None:
         try:
