@@ -221,3 +221,19 @@ def test_checkpoints_leave_the_writers_commits_and_reach_the_file(tmp_path: Path
 
     assert wait_until(lambda: rows_in_the_file_alone() == 2000, "the checkpoint thread", timeout=60)
     connection.close()
+
+
+def test_a_checkpoint_of_a_removed_database_makes_no_file_and_logs_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from thinkproject.sqlite.base import _Checkpointer
+
+    path = tmp_path / "db.sqlite3"
+    connection = _connection(str(path))
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (v INTEGER)")
+    connection.close()
+    for name in ("db.sqlite3", "db.sqlite3-wal", "db.sqlite3-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    _Checkpointer(str(path))._checkpoint()
+    assert not path.exists()
+    assert not [r for r in caplog.records if r.name == "thinkproject.sqlite.base"]

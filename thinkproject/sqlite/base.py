@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.request import pathname2url
 
 from django.db.backends.sqlite3 import base
 
@@ -109,15 +110,19 @@ class _Checkpointer:
             self._checkpoint()
 
     def _checkpoint(self) -> None:
-        # A connection of its own for each checkpoint: a file removed meanwhile (tests) leaves nothing open.
+        # A connection of its own for each checkpoint, which never creates the file (``mode=rw``):
+        # a database removed meanwhile (a test's, a bench's) has nothing to copy back.
+        if not os.path.exists(self._path):
+            return
         try:
-            connection = sqlite3.connect(self._path, isolation_level=None)
+            connection = sqlite3.connect(f"file:{pathname2url(self._path)}?mode=rw", uri=True, isolation_level=None)
             try:
                 connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             finally:
                 connection.close()
         except sqlite3.Error as exc:
-            logger.warning("SQLite checkpoint of %s failed: %s", self._path, exc)
+            if os.path.exists(self._path):
+                logger.warning("SQLite checkpoint of %s failed: %s", self._path, exc)
 
     @classmethod
     def _forget_after_fork(cls) -> None:
