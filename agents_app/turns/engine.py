@@ -206,7 +206,11 @@ def _latest_turn(instance_pk: int) -> dict[str, Any] | None:
 
 
 def _latest_turn_and_transcript(instance_pk: int) -> tuple[dict[str, Any] | None, list[UIMessage]]:
-    """``_latest_turn`` and the stored transcript, in one statement (the end of a turn)."""
+    """``_latest_turn`` and the stored transcript (the end of a turn): one statement on PostgreSQL,
+    where it spares a round trip; two on SQLite, where the join costs more than both apart (it sorts
+    the transcript in a temporary B-tree: docs/decisions.md#postgresql-on-the-turn-path)."""
+    if _LATEST_TURN_AND_TRANSCRIPT.connection.vendor == "sqlite":
+        return _latest_turn(instance_pk), transcript.load(instance_pk)
     read = _LATEST_TURN_AND_TRANSCRIPT.rows(instance_pk, Turn.Status.QUEUED, instance_pk, instance_pk)
     stored = [row[_LATEST_COLUMNS:] for row in read if row[_LATEST_COLUMNS] is not None]
     return _latest(read[0][:_LATEST_COLUMNS]), transcript.from_rows(stored)
