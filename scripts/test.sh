@@ -46,9 +46,10 @@ if ((fast == 0)) && [[ -f $conformance/package-lock.json ]]; then
     fi
 fi
 
-# Two pytest-xdist workers: the tests wait more than they compute. The fast suite took 2 min 45 s
-# in one process and 1 min 40 s in two; the servers' tests 24 to 26 min and 14 min (2 cores). A
-# test file stays on one worker (--dist loadfile): the servers a module starts serve its tests.
+# Two pytest-xdist workers: the tests wait more than they compute. On 2 cores the whole suite took
+# 26 min in one process and 18 and a half in two (the fast one 2 min 45 s and 1 min 40 s on an
+# earlier machine). A test file stays on one worker (--dist loadfile): the servers a module starts
+# serve its tests.
 args=(-n 2 --dist loadfile)
 # The fast suite: the directories whose tests need no server (no Redis, PostgreSQL, Daphne,
 # Celery, browser or Node client).
