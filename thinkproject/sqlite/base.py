@@ -90,6 +90,11 @@ class _Checkpointer:
     @classmethod
     def wrote(cls, path: str) -> None:
         """A connection of this process committed a write to ``path``."""
+        running = cls._running.get(path)
+        if running is not None and running._written.is_set():
+            # A checkpoint is due and not begun: it clears the flag before it copies, so it copies
+            # this write too, and a set flag keeps the thread from ending. No lock on the hot path.
+            return
         with cls._lock:
             checkpointer = cls._running.get(path)
             if checkpointer is None:
@@ -112,8 +117,6 @@ class _Checkpointer:
     def _checkpoint(self) -> None:
         # A connection of its own for each checkpoint, which never creates the file (``mode=rw``):
         # a database removed meanwhile (a test's, a bench's) has nothing to copy back.
-        if not os.path.exists(self._path):
-            return
         try:
             connection = sqlite3.connect(f"file:{pathname2url(self._path)}?mode=rw", uri=True, isolation_level=None)
             try:
