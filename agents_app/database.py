@@ -27,6 +27,14 @@ Every write of the project's, in a transaction or not, takes the file lock first
 (``thinkproject.sqlite``), so a unit holding it never waits on the loop for another. Only a
 program that writes the file without the project's backend could hold a unit in SQLite's busy
 handler, on the loop.
+
+On PostgreSQL a unit waits for the database's answers (a dozen round trips a turn), and on the
+loop's thread the loop waits with it. It runs there all the same while its turn is the only one
+of the loop (a turn's admission when none runs, the end of the last one running): the hops
+there and back, and the GIL handed between the threads, took about a quarter of a one-chunk
+turn (docs/decisions.md#postgresql-units-of-a-lone-turn). Whatever else the loop serves meanwhile
+(a relay of another process's reply, a connect) waits as long as the unit, a wait for a row that
+another transaction holds included. With other turns running, the unit hops: they run while it waits.
 """
 
 import asyncio
@@ -41,6 +49,7 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from django import db
 from django.db import DEFAULT_DB_ALIAS, connections
 
 T = TypeVar("T")
@@ -53,16 +62,41 @@ _waiting: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" =
 _orphans: set["asyncio.Task[Any]"] = set()
 
 
-async def run(unit: Callable[..., T], *args: Any, close_old_connections: bool = True) -> T:
+async def run(unit: Callable[..., T], *args: Any, close_old_connections: bool = True, alone: bool = False) -> T:
     """``unit(*args)``: on the event loop's thread when its connection has a write lock to take
-    (module docstring), else on the database thread, where ``close_old_connections`` (Channels'
-    ``database_sync_to_async``) closes a stale connection before and after the unit; without it,
-    the hop is asgiref's plain one (the stream buffer's background writes, which never had it)."""
+    (module docstring), or on PostgreSQL when the caller is ``alone`` (its turn is the only one
+    running on the loop, ``turns.control.turns_here``); else on the database thread, where
+    ``close_old_connections`` (Channels' ``database_sync_to_async``) closes a stale connection
+    before and after the unit; without it, the hop is asgiref's plain one (the stream buffer's
+    background writes, which never had it)."""
     connection = _loop_connection()
     if connection is not None:
         return await _on_loop_thread(connection, unit, args)
+    if alone and _postgres_on_the_loop():
+        return _on_idle_loop(unit, args)
     hop = database_sync_to_async if close_old_connections else sync_to_async
     return await hop(unit)(*args)
+
+
+def _postgres_on_the_loop() -> bool:
+    """The loop is the process's own (``_loop_connection``), its database PostgreSQL, and its
+    connection in no transaction."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    with _as_the_threads():
+        connection = connections[DEFAULT_DB_ALIAS]
+        return connection.vendor == "postgresql" and not connection.in_atomic_block
+
+
+def _on_idle_loop(unit: Callable[..., T], args: tuple[Any, ...]) -> T:
+    """``unit(*args)`` on this thread with its own connection, checked before and after as a hop
+    checks the database thread's (``close_old_connections``)."""
+    with _as_the_threads():
+        db.close_old_connections()
+        try:
+            return unit(*args)
+        finally:
+            db.close_old_connections()
 
 
 @contextlib.contextmanager

@@ -55,7 +55,8 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     """
     channel = await control.channel_name()
     try:
-        admitted, first = await database.run(_admit_and_claim, instance, request, origin_channel, user, channel)
+        admitted, first = await database.run(_admit_and_claim, instance, request, origin_channel, user, channel,
+                                             alone=control.turns_here() == 0)
     except ProtocolError as exc:
         events.emit_chat(instance, events.REQUEST_FAILED, requestId=request.request_id, stage="persist",
                          messagesPersisted=False, error=str(exc))

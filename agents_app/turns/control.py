@@ -135,6 +135,12 @@ def early_cancels() -> "collections.OrderedDict[int, str]":
     return collections.OrderedDict() if control is None else control.early_cancels
 
 
+def turns_here() -> int:
+    """How many turns run on this event loop now (each is registered while it runs: ``listening``)."""
+    control = _controls.get(asyncio.get_running_loop())
+    return 0 if control is None else len(control.turns)
+
+
 class Registration:
     """A turn's entry on its process's control channel, while it runs."""
 

@@ -680,7 +680,8 @@ class TurnRun:
         # The last chunks are stored with the reply, in its transaction.
         rows = await self.writer.take()
         try:
-            ending = await database.run(self._persist_and_finish, instance, rows)
+            # ``alone``: this turn (registered while it runs) is the loop's only one.
+            ending = await database.run(self._persist_and_finish, instance, rows, alone=control.turns_here() <= 1)
         finally:
             self.writer.stored()
         self.drained = ending.drained
