@@ -13,11 +13,11 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils.module_loading import import_string
 
-from . import conf, database
+from . import conf, database, statements
 from .agent import ChatAgent
 from .errors import AgentConfigurationError, NotAuthenticated, PermissionDenied, UnknownAgent, UnknownInstance
 from .models import AgentInstance
@@ -139,9 +139,7 @@ def locate(slug: str, name: str, user: Any, owner: str | None = None,
     agent_class, namespace = resolve(slug, name, user, owner)
     if not (namespace is user or agent_class.shared):
         return find_instance(slug, name, user, owner, sub)
-    instance = (AgentInstance.objects.select_related("owner")
-                .filter(slug=slug, name=name, owner=namespace, parent=None).first()
-                or AgentInstance(slug=slug, name=name, owner=namespace))
+    instance = _stored(slug, name, namespace) or AgentInstance(slug=slug, name=name, owner=namespace)
     for child_slug, child_name in sub:
         child = None
         if instance.pk is not None:
@@ -209,13 +207,29 @@ def _materialized(instance: AgentInstance) -> tuple[AgentInstance, list[AgentIns
         return instance, []
     if instance.parent is None:
         made: list[AgentInstance] = []
-        stored, created = AgentInstance.objects.get_or_create(
-            slug=instance.slug, name=instance.name, owner=instance.owner, parent=None)
+        stored, created = _create_or_get(slug=instance.slug, name=instance.name, owner=instance.owner, parent=None)
     else:
         parent, made = _materialized(instance.parent)
-        stored, created = AgentInstance.objects.get_or_create(
-            parent=parent, slug=instance.slug, name=instance.name, defaults={"owner_id": parent.owner_id})
+        stored, created = _create_or_get(parent=parent, slug=instance.slug, name=instance.name,
+                                         owner_id=parent.owner_id)
     return stored, [*made, stored] if created else made
+
+
+def _create_or_get(**fields: Any) -> tuple[AgentInstance, bool]:
+    """``get_or_create`` that tries the insert first: an unsaved instance's address had no row when
+    it was read a moment ago, and the ORM's look before its insert cost a new conversation's first
+    message a query. Another request that made the row meanwhile makes the insert fail, and that
+    row is read (``created`` False), as ``get_or_create`` reads it after losing the same race."""
+    try:
+        with transaction.atomic():
+            return AgentInstance.objects.create(**fields), True
+    except IntegrityError:
+        lookup = {key: value for key, value in fields.items() if key != "owner_id"}
+        try:
+            return AgentInstance.objects.get(**lookup), False
+        except AgentInstance.DoesNotExist:
+            pass
+        raise
 
 
 def pending_group(instance: AgentInstance) -> str:
@@ -302,10 +316,33 @@ def _existing_child(parent: AgentInstance, slug: str, name: str) -> AgentInstanc
 
 
 def _existing(slug: str, name: str, owner: Any) -> AgentInstance:
-    try:
-        return AgentInstance.objects.select_related("owner").get(slug=slug, name=name, owner=owner, parent=None)
-    except AgentInstance.DoesNotExist:
-        raise UnknownInstance(f"There is no conversation {slug}/{name}" + _whose(owner)) from None
+    instance = _stored(slug, name, owner)
+    if instance is None:
+        raise UnknownInstance(f"There is no conversation {slug}/{name}" + _whose(owner))
+    return instance
+
+
+_INSTANCE = statements.Columns(AgentInstance, "i")
+
+
+@functools.cache
+def _owner() -> statements.Columns:
+    return statements.Columns(get_user_model(), "u")
+
+
+def _stored(slug: str, name: str, owner: Any) -> AgentInstance | None:
+    """The top-level instance at an address of ``owner``'s namespace (None: the global one), with
+    its owner as ``select_related`` leaves it; None when there is none. Every connection to a
+    conversation reads it: one hand-written statement, not a queryset to build
+    (docs/decisions.md#the-statements-layer)."""
+    select = statements.instance_at(_INSTANCE, _owner(), owner is not None)
+    row = select.row(slug, name, *([owner.pk] if owner is not None else []))
+    if row is None:
+        return None
+    instance = _INSTANCE.instance(row, 0, select.connection)
+    assert isinstance(instance, AgentInstance)
+    instance.owner = _owner().instance(row, len(_INSTANCE), select.connection)
+    return instance
 
 
 def _whose(owner: Any) -> str:

@@ -619,6 +619,21 @@ def instance_queue_state(instance: type[Model]) -> Select:
 
 
 @functools.cache
+def instance_at(instance: Columns, user: Columns, owned: bool) -> Select:
+    """A top-level agent instance by address (``instance``'s columns) and its owner's (``user``'s,
+    NULLs: none); parameters: the slug, the name and, ``owned``, the owner's pk (else it has none).
+    A partial unique constraint makes the address name one row at most."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        i, u = instance.bound(connection), user.bound(connection)
+        owner = f"{i('owner')} = %s" if owned else f"{i('owner')} IS NULL"
+        return (f"SELECT {i.select}, {u.select} FROM {i.table} LEFT JOIN {u.table} ON {u('pk')} = {i('owner')} "  # noqa: S608
+                f"WHERE {i('slug')} = %s AND {i('name')} = %s AND {i('parent')} IS NULL AND {owner}")
+
+    return Select(instance.model, build)
+
+
+@functools.cache
 def queued_head(turn: Columns, user: Columns, instance: type[Model]) -> Select:
     """An instance's next turn of a status (by priority, then oldest): ``turn``'s columns, its
     ``user``'s (NULLs: none), the instance's generation and overlap sequence; parameters: the

@@ -302,6 +302,14 @@ report["together_more"] = {
     "closed": [closed.status, buffer.read(closed)],
     "statements": [sql.split()[0] for sql in sent],
 }
+from agents_app import registry
+owned = AgentInstance.objects.create(slug="demo-agent", name="addressed", owner=user)
+unowned = AgentInstance.objects.create(slug="demo-agent", name="addressed")
+found = registry._stored("demo-agent", "addressed", user)
+raced, created = registry._materialized(AgentInstance(slug="demo-agent", name="addressed", owner=user))
+report["address"] = [found.pk == owned.pk, found.owner.username, registry._stored("demo-agent", "addressed", None).pk
+                     == unowned.pk, registry._stored("demo-agent", "elsewhere", user), raced.pk == owned.pk, created]
+
 print(json.dumps(report), flush=True)
 """
 
@@ -347,6 +355,8 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
         "values": ["completed", "w", ["u9"], [{"kind": "file", "n": 1}], True],
     }
     assert report["stream_finish"] == [1, "completed"]
+    # registry.locate's address read; a first message that lost the race for its address.
+    assert report["address"] == [True, "statements", True, None, True, []]
     assert report["expression"] is True
     assert report["insert"] == {"same": True, "adding": False}
     assert report["insert_many"] == [[i * 10, f'["b{i}"]'] for i in range(7)]

@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test import AsyncClient
+from django.test.utils import CaptureQueriesContext
 
 from agents_app import registry, tasks
 from agents_app.demo.agents import DemoAgent
@@ -285,3 +286,35 @@ async def test_a_row_made_in_a_callers_transaction_is_announced_when_it_commits(
 
     pk = await database_sync_to_async(make)()
     assert await asyncio.wait_for(layer.receive(listener), timeout=60) == {"type": registry.CREATED_EVENT, "pk": pk}
+
+
+def test_the_address_lookup_reads_the_row_of_its_namespace_with_its_owner(make_user: Any) -> None:
+    """``registry.locate``'s one statement finds what the ORM's ``select_related("owner")`` query
+    found: the row of the namespace named (a user's, or the global one), its owner with it."""
+    alice, bob = make_user("alice"), make_user("bob")
+    rows = {owner: AgentInstance.objects.create(slug="demo-agent", name="same", owner=owner) for owner in (alice, None)}
+    AgentInstance.objects.create(slug="demo-agent", name="child", owner=alice, parent=rows[alice])
+    for owner, row in rows.items():
+        found = registry._stored("demo-agent", "same", owner)
+        assert found is not None and found.pk == row.pk and found.owner_id == (owner.pk if owner else None)
+        with CaptureQueriesContext(connection) as queries:
+            assert found.owner == owner
+        assert len(queries) == 0
+    assert registry._stored("demo-agent", "same", bob) is None
+    assert registry._stored("demo-agent", "child", alice) is None  # a sub-agent has no top-level address
+    unsaved = registry.locate("demo-agent", "new", alice)
+    assert unsaved.pk is None and unsaved.owner == alice
+
+
+def test_a_first_message_that_loses_the_race_for_its_address_gets_the_row_the_winner_made(make_user: Any) -> None:
+    """Another request made the row after this connection read its address: the insert fails, and
+    the row is read instead, not made twice; the announcement is the winner's."""
+    alice = make_user("alice")
+    unsaved = registry.locate("demo-agent", "raced", alice)
+    winner = registry.materialize(registry.locate("demo-agent", "raced", alice))
+    stored, created = registry._materialized(unsaved)
+    assert stored.pk == winner.pk and created == []
+    child = registry._child(winner, "demo-agent", "kid")
+    made = registry.materialize(registry._child(winner, "demo-agent", "kid"))
+    assert registry._materialized(child) == (made, [])
+    assert AgentInstance.objects.filter(name__in=["raced", "kid"]).count() == 2
