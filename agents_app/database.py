@@ -31,10 +31,11 @@ handler, on the loop.
 On PostgreSQL a unit waits for the database's answers (a dozen round trips a turn), and on the
 loop's thread the loop waits with it. It runs there all the same while its turn is the only one
 of the loop (a turn's admission when none runs, the end of the last one running): the hops
-there and back, and the GIL handed between the threads, took about a quarter of a one-chunk
-turn (docs/decisions.md#postgresql-units-of-a-lone-turn). Whatever else the loop serves meanwhile
-(a relay of another process's reply, a connect) waits as long as the unit, a wait for a row that
-another transaction holds included. With other turns running, the unit hops: they run while it waits.
+there and back, and the GIL handed between the threads, took a twentieth to a quarter of a
+one-chunk turn (docs/decisions.md#postgresql-units-of-a-lone-turn). Whatever else the loop
+serves meanwhile (a relay of another process's reply, a connect) waits as long as the unit, a
+wait for a row that another transaction holds included. With other turns running, the unit
+hops: they run while it waits.
 """
 
 import asyncio
