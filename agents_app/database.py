@@ -80,13 +80,10 @@ async def run(unit: Callable[..., T], *args: Any, close_old_connections: bool = 
 
 
 def _postgres_on_the_loop() -> bool:
-    """The loop is the process's own (``_loop_connection``), its database PostgreSQL, and its
-    connection in no transaction."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    with _as_the_threads():
-        connection = connections[DEFAULT_DB_ALIAS]
-        return connection.vendor == "postgresql" and not connection.in_atomic_block
+    """The loop is the process's own (``_main_thread_connection``), its database PostgreSQL, and
+    its connection in no transaction."""
+    connection = _main_thread_connection()
+    return connection is not None and connection.vendor == "postgresql" and not connection.in_atomic_block
 
 
 def _on_idle_loop(unit: Callable[..., T], args: tuple[Any, ...]) -> T:
@@ -113,17 +110,22 @@ def _as_the_threads() -> Iterator[None]:
         asyncio._set_running_loop(loop)
 
 
-def _loop_connection() -> Any | None:
-    """The connection units run on the loop's thread with: the main thread's, when it has an
-    SQLite write lock file. The main thread's loop serves the process: one that ``async_to_sync``
-    starts on a thread for one call (a Celery task, a sync view) would leave that thread's
-    connection behind each time."""
+def _main_thread_connection() -> Any | None:
+    """The main thread's connection, when the running loop is that thread's. The main thread's
+    loop serves the process: one that ``async_to_sync`` starts on a thread for one call (a Celery
+    task, a sync view) would leave that thread's connection behind each time."""
     if threading.current_thread() is not threading.main_thread():
         return None
     with _as_the_threads():
-        connection = connections[DEFAULT_DB_ALIAS]
-        fd = getattr(connection, "write_lock_fd", None)
-        return connection if fd is not None and fd() is not None else None
+        return connections[DEFAULT_DB_ALIAS]
+
+
+def _loop_connection() -> Any | None:
+    """The connection units run on the loop's thread with: the main thread's, when it has an
+    SQLite write lock file (``_main_thread_connection``)."""
+    connection = _main_thread_connection()
+    fd = getattr(connection, "write_lock_fd", None)
+    return connection if fd is not None and fd() is not None else None
 
 
 async def _on_loop_thread(connection: Any, unit: Callable[..., T], args: tuple[Any, ...]) -> T:
