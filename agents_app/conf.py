@@ -101,6 +101,10 @@ DEFAULTS: dict[str, Any] = {
     # How long a message sent over the REST API with ``wait=true`` waits for its reply, in seconds
     # (default 30); a reply still running then is answered with its status (202), not an error.
     "AGENT_API_WAIT_TIMEOUT": 30.0,
+    # On PostgreSQL, waits for turns (REST wait=true, programmatic turns, approvals, destroy) are
+    # woken by LISTEN/NOTIFY on a connection of each waiting process's own (agents_app/waits.py);
+    # False: they poll, as on SQLite (set it behind a pooler in transaction mode, which cannot LISTEN).
+    "AGENT_LISTEN_NOTIFY": True,
     # A process closes an MCP connection no turn has used for this many seconds (default 300);
     # the next turn that needs the server opens it again (docs/architecture.md#mcp-servers).
     "AGENT_MCP_IDLE_SECONDS": 300.0,

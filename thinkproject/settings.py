@@ -320,6 +320,9 @@ AGENT_MCP_SECRET_NAMES = [n.strip() for n in os.environ.get("AGENT_MCP_SECRET_NA
 AGENT_STREAM_BUFFER = os.environ.get("AGENT_STREAM_BUFFER", "1") == "1"
 # First model request of a turn through pydantic-ai's direct API (default on; agents_app/conf.py).
 AGENT_DIRECT_FIRST_STEP = os.environ.get("AGENT_DIRECT_FIRST_STEP", "1") == "1"
+# On PostgreSQL, waits for turns woken by LISTEN/NOTIFY (default on; 0 behind a pooler in
+# transaction mode, which cannot LISTEN: agents_app/waits.py).
+AGENT_LISTEN_NOTIFY = os.environ.get("AGENT_LISTEN_NOTIFY", "1") == "1"
 # Who may scrape /metrics: a bearer token, and client addresses or networks, comma-separated
 # (docs/operations.md#metrics). Traces of turns and model calls with OpenTelemetry (default off).
 AGENT_METRICS_TOKEN = os.environ.get("AGENT_METRICS_TOKEN") or None

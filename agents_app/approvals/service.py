@@ -22,7 +22,7 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from .. import conf, dispatch, events, registry, transcript, turns
+from .. import conf, dispatch, events, registry, transcript, turns, waits
 from ..actions.ledger import USE_SETTING, UseSetting
 from ..actions.parking import EXECUTION_PREFIX
 from ..actions.pipeline import run_approved_pause
@@ -222,13 +222,13 @@ async def _settled(instance: AgentInstance) -> None:
     recovery sweep might be seconds away. (Its parked part was stored when it parked.)
     """
     running = Turn.objects.of(instance).running()
-    with contextlib.suppress(TimeoutError):
+    with contextlib.suppress(TimeoutError), waits.watching([instance.pk]) as watch:
         async with asyncio.timeout(SETTLE_TIMEOUT_SECONDS):
             while (turn := await running.afirst()) is not None:
                 if not liveness.is_alive(turn):
                     await turns.recover_turn(turn)
                     return
-                await asyncio.sleep(_POLL_SECONDS)
+                await watch.apause(_POLL_SECONDS)
 
 
 def _record_outcome(instance: AgentInstance, execution_id: str, output: Any) -> UIMessage | None:

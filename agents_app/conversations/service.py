@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from .. import conf, dispatch, registry, turns
+from .. import conf, dispatch, registry, turns, waits
 from ..errors import ConversationConflict, PermissionDenied
 from ..messages import UIMessage, new_message_id, new_request_id
 from ..models import AgentInstance, ChatMessage, Turn
@@ -157,10 +157,11 @@ def wait(turn: Turn, timeout: float | None = None) -> Turn:
     """The turn once it has finished, or as it stands after ``timeout`` seconds (default
     ``AGENT_API_WAIT_TIMEOUT``)."""
     deadline = time.monotonic() + (conf.get("AGENT_API_WAIT_TIMEOUT") if timeout is None else timeout)
-    turn.refresh_from_db()
-    while not turn.is_finished and time.monotonic() < deadline:
-        time.sleep(WAIT_POLL_SECONDS)
+    with waits.watching([turn.instance_id]) as watch:
         turn.refresh_from_db()
+        while not turn.is_finished and (left := deadline - time.monotonic()) > 0:
+            watch.pause(WAIT_POLL_SECONDS, at_most=left)
+            turn.refresh_from_db()
     return turn
 
 

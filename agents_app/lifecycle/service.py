@@ -18,7 +18,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from .. import turns
+from .. import turns, waits
 from ..models import AgentInstance, LedgerEntry, Turn
 from ..protocol import frames
 from ..streaming import fanout
@@ -79,12 +79,13 @@ async def _settled(pks: list[int], seconds: float) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     running = Turn.objects.filter(instance_id__in=pks, status=Turn.Status.RUNNING)
-    while True:
-        if not await running.aexists():
-            return True
-        if loop.time() >= deadline:
-            return False
-        await asyncio.sleep(POLL_SECONDS)
+    with waits.watching(pks) as watch:
+        while True:
+            if not await running.aexists():
+                return True
+            if loop.time() >= deadline:
+                return False
+            await watch.apause(POLL_SECONDS, at_most=deadline - loop.time())
 
 
 def _delete(instance: AgentInstance, pks: list[int]) -> Destroyed:

@@ -18,7 +18,7 @@ from typing import Any, TypeAlias
 from channels.db import database_sync_to_async
 from django.db import transaction
 
-from .. import registry, transcript
+from .. import registry, transcript, waits
 from ..abort import AbortSignal
 from ..agent import SaveMessagesResult
 from ..messages import UIMessage, new_message_id, new_request_id
@@ -155,6 +155,11 @@ async def _run(instance: AgentInstance, turn: Turn, signal: AbortSignal | None) 
 
 
 async def _wait_finished(instance: AgentInstance, turn: Turn) -> SaveMessagesResult:
+    with waits.watching([instance.pk]) as watch:
+        return await _watch_finished(instance, turn, watch)
+
+
+async def _watch_finished(instance: AgentInstance, turn: Turn, watch: waits.Watch) -> SaveMessagesResult:
     loop = asyncio.get_running_loop()
     next_beat = loop.time() + liveness.HEARTBEAT_SECONDS
     while True:
@@ -167,4 +172,4 @@ async def _wait_finished(instance: AgentInstance, turn: Turn) -> SaveMessagesRes
                 await database_sync_to_async(liveness.heartbeat_waiting)(turn.pk)
                 next_beat = loop.time() + liveness.HEARTBEAT_SECONDS
             await engine.drain(instance.pk)
-        await asyncio.sleep(WAIT_POLL_SECONDS)
+        await watch.apause(WAIT_POLL_SECONDS)
