@@ -19,6 +19,7 @@ that pause. docs/architecture.md#waits-for-turns.
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -243,3 +244,12 @@ def _listener() -> _Listener:
         if _the_listener is None:
             _the_listener = _Listener()
         return _the_listener
+
+
+def _forget_after_fork() -> None:
+    """A forked child has neither the parent's listening thread nor its waiters."""
+    global _the_listener, _the_listener_lock
+    _the_listener, _the_listener_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

@@ -45,7 +45,9 @@ from pathlib import Path
 from typing import Any
 
 
-def _configure(workdir: str, database_url: str | None) -> None:
+def _configure(workdir: str, database_url: str | None = None) -> None:
+    """The production settings in this process, on a fresh database (``database_url``, or an SQLite file in
+    ``workdir``), migrated; the in-memory channel layer. ``bench/providers.py`` and ``bench/waits.py`` use it too."""
     os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret")
     os.environ["VAR_DIR"] = workdir
     if database_url:

@@ -11,7 +11,6 @@ and the statements the waiter sent per second of waiting. A throwaway PostgreSQL
 """
 
 import argparse
-import os
 import random
 import statistics
 import tempfile
@@ -19,21 +18,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-
-
-def _configure(workdir: str, database_url: str) -> None:
-    os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret")
-    os.environ["VAR_DIR"] = workdir
-    os.environ["DATABASE_URL"] = database_url
-    os.environ["CHANNEL_LAYER"] = "memory"
-    os.environ["AGENT_LOG_LEVEL"] = "WARNING"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "thinkproject.settings"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def _row(listen: bool, waits: int, database_url: str) -> dict[str, Any]:
@@ -85,6 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--waits", type=int, default=20, help="waits per mode (default 20)")
     args = parser.parse_args()
+    from bench.turn_cost import _configure
     from tests.support.live import PostgresServer
 
     with tempfile.TemporaryDirectory(prefix="bench-waits-") as workdir:
