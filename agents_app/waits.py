@@ -144,8 +144,8 @@ class _Listener:
             for pk in watch.instance_pks:
                 self._watches.setdefault(pk, set()).add(watch)
             if self._thread is None:
-                # The connection's parameters are read here: a thread's own ``connections`` would
-                # open a Django connection there that nothing closes.
+                # Django's parameters for a connection of the listener's own (psycopg's, not one
+                # of Django's: nothing of Django's per-thread connections is made on that thread).
                 params = connections[DEFAULT_DB_ALIAS].get_connection_params()
                 self._thread = threading.Thread(target=self._run, args=(params,), name="agents-listen", daemon=True)
                 self._thread.start()
