@@ -5,6 +5,8 @@
 * ``AgentAccessError``: the caller may not open this agent instance; becomes a close code / HTTP error.
 * ``ConversationConflict``: a request the conversation's state refuses; becomes HTTP 409.
 * ``ActionError``: an action call refused or cut short; becomes the model-visible error envelope.
+
+``one_line`` writes any exception as one log line (the log stays one line per event under faults).
 """
 
 from collections.abc import Sequence
@@ -33,6 +35,7 @@ __all__ = [
     "ProtocolError",
     "UnknownAgent",
     "UnknownInstance",
+    "one_line",
 ]
 
 
@@ -208,3 +211,8 @@ class ActionAbortedError(ActionError):
 
     def __init__(self, message: str = ABORTED_MESSAGE) -> None:
         super().__init__(message)
+
+
+def one_line(error: BaseException) -> str:
+    """``error`` as one log line: its type and message, without a traceback."""
+    return " ".join(f"{type(error).__name__}: {error}".split())

@@ -29,6 +29,7 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from . import conf
+from .errors import one_line
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class Watch:
         self.instance_pks = frozenset(instance_pks)
         self._listener = listener
         self._loop = asyncio._get_running_loop()
+        # A waiter on a thread waits on the first, one on an event loop on the second.
         self._woken = threading.Event()
         self._awoken = asyncio.Event() if self._loop is not None else None
         # The listener's connection as of the last look (None: not listening then).
@@ -60,6 +62,7 @@ class Watch:
     def pause(self, poll: float, *, at_most: float | None = None) -> None:
         """Until a watched instance's turn changes or ``FALLBACK_SECONDS`` pass, when that can be
         heard; else ``poll`` seconds. Never longer than ``at_most``."""
+        assert self._awoken is None, "watching() was entered on an event loop: apause() there"
         seconds = self._seconds(poll, at_most)
         if not self._heard():
             time.sleep(seconds)
@@ -83,10 +86,11 @@ class Watch:
 
     def wake(self) -> None:
         """A turn of a watched instance changed (on the listener's thread)."""
-        self._woken.set()
-        if self._loop is not None and self._awoken is not None:
-            with contextlib.suppress(RuntimeError):  # the waiter's loop has closed
-                self._loop.call_soon_threadsafe(self._awoken.set)
+        if self._loop is None or self._awoken is None:
+            self._woken.set()
+            return
+        with contextlib.suppress(RuntimeError):  # the waiter's loop has closed
+            self._loop.call_soon_threadsafe(self._awoken.set)
 
     def _seconds(self, poll: float, at_most: float | None) -> float:
         seconds = max(poll, FALLBACK_SECONDS) if self._heard() else poll
@@ -130,8 +134,8 @@ class _Listener:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # Instance → its open watches (an instance with none has no entry).
         self._watches: dict[int, set[Watch]] = {}
-        self._open = 0
         self._thread: threading.Thread | None = None
         # Counts the connections the listener has listened on; ``listening`` while the last one is up.
         self.connection_number = 0
@@ -140,7 +144,6 @@ class _Listener:
 
     def add(self, watch: Watch) -> None:
         with self._lock:
-            self._open += 1
             for pk in watch.instance_pks:
                 self._watches.setdefault(pk, set()).add(watch)
             if self._thread is None:
@@ -152,7 +155,6 @@ class _Listener:
 
     def discard(self, watch: Watch) -> None:
         with self._lock:
-            self._open -= 1
             for pk in watch.instance_pks:
                 watches = self._watches.get(pk)
                 if watches is not None:
@@ -207,14 +209,14 @@ class _Listener:
 
     def _idle_since(self, since: float | None) -> float | None:
         with self._lock:
-            if self._open:
+            if self._watches:
                 return None
         return time.monotonic() if since is None else since
 
     def _stop(self) -> bool:
         """End the thread (its connection closes) unless a watch was opened meanwhile."""
         with self._lock:
-            if self._open:
+            if self._watches:
                 return False
             self.listening = False
             self._thread = None
@@ -225,7 +227,7 @@ class _Listener:
         if self._lost_since is None:
             self._lost_since = time.monotonic()
             logger.warning("Turn waits lost their PostgreSQL listener (%s); waiters poll until it is back",
-                           " ".join(f"{type(error).__name__}: {error}".split()))
+                           one_line(error))
 
     def _back(self) -> None:
         if self._lost_since is not None:

@@ -92,6 +92,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from agents_app.errors import one_line
 from agents_app.metrics import instruments as metrics
 
 logger = logging.getLogger(__name__)
@@ -149,11 +150,6 @@ def stopping() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
-
-
-def one_line(error: BaseException) -> str:
-    """``error`` as one log line: its type and message, without a traceback."""
-    return " ".join(f"{type(error).__name__}: {error}".split())
 
 
 class PooledRedisChannelLayer(RedisChannelLayer):
