@@ -201,6 +201,17 @@ def _announce_on_commit(rows: list[AgentInstance]) -> None:
         transaction.on_commit(functools.partial(async_to_sync(announce), row))
 
 
+def make_in_transaction(instance: AgentInstance) -> tuple[AgentInstance, list[AgentInstance]]:
+    """``instance`` stored in the caller's transaction, and the rows made for it (ancestors first),
+    which the caller announces (``announce``) once that transaction has committed.
+
+    For a first message that makes its conversation's row with its admission
+    (``turns.submit_chat``): one write transaction where there were two.
+    """
+    assert transaction.get_connection().in_atomic_block, "the rows are announced after the caller's commit"
+    return _materialized(instance)
+
+
 def _materialized(instance: AgentInstance) -> tuple[AgentInstance, list[AgentInstance]]:
     """The stored row, and the rows made for it (ancestors first)."""
     if instance.pk is not None:

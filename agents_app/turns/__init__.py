@@ -8,6 +8,7 @@ process claims it.
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -41,7 +42,8 @@ __all__ = [
 logger = logging.getLogger("agents_app.turns")
 
 
-async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any = None) -> None:
+async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any = None,
+                      joined: Callable[[AgentInstance, bool], Awaitable[None]] | None = None) -> None:
     """Accept a ``cf_agent_use_chat_request``: store the user's messages and queue the turn, or drop it.
 
     The agent's ``message_concurrency`` decides (``turns.admission``). Order of frames as the
@@ -50,49 +52,65 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     back for the sender alone: the transcript as it stands, then a ``skipped`` terminal frame
     (docs/protocol.md#skip-frames).
 
+    An unsaved ``instance`` (a new address, ``registry.locate``) is made in the admission's
+    transaction, one write where there were two (docs/architecture.md#new-conversations); a request
+    that is refused makes nothing. ``joined(stored, created)`` is then awaited once the row is
+    committed and announced, before any frame of the turn goes out: the sender's connection
+    follows the conversation there (``created`` False: another request made the row first).
+
     Raises:
         ProtocolError: the request id already names a turn of this conversation (nothing stored).
     """
     channel = await control.channel_name()
     try:
-        admitted, first = await database.run(_admit_and_claim, instance, request, origin_channel, user, channel,
-                                             alone=control.turns_here() == 0)
+        stored, made, admitted, first = await database.run(
+            _admit_and_claim, instance, request, origin_channel, user, channel, alone=control.turns_here() == 0)
     except ProtocolError as exc:
         events.emit_chat(instance, events.REQUEST_FAILED, requestId=request.request_id, stage="persist",
                          messagesPersisted=False, error=str(exc))
         raise
-    if admitted.dropped:
-        await fanout.publish(instance.pk, frames.chat_messages(admitted.transcript), frames.done(
-            request_id=request.request_id, outcome=Outcome.SKIPPED, message_ids=request_message_ids(request.messages),
-        ), only=origin_channel)
-        return
-    start_drain(instance.pk, first=first, lead=engine.Lead(
-        frames=(frames.chat_messages(request.messages), frames.chat_messages(admitted.transcript)),
-        exclude=(origin_channel,),
-    ))
+    try:
+        for row in made:
+            await registry.announce(row)
+        if joined is not None and instance.pk is None:
+            await joined(stored, bool(made) and made[-1] is stored)
+    finally:  # the turn is admitted (and maybe claimed here): it runs even if the sender could not follow it
+        if admitted.dropped:
+            await fanout.publish(stored.pk, frames.chat_messages(admitted.transcript), frames.done(
+                request_id=request.request_id, outcome=Outcome.SKIPPED,
+                message_ids=request_message_ids(request.messages),
+            ), only=origin_channel)
+        else:
+            start_drain(stored.pk, first=first, lead=engine.Lead(
+                frames=(frames.chat_messages(request.messages), frames.chat_messages(admitted.transcript)),
+                exclude=(origin_channel,),
+            ))
 
 
 def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any, channel: str
-                     ) -> tuple[admission.Admission, engine.QueueLook | None]:
-    """``admit``, then the drain's first look at the queue, in the same thread hop and transaction:
+                     ) -> tuple[AgentInstance, list[AgentInstance], admission.Admission, engine.QueueLook | None]:
+    """The instance stored (``registry.make_in_transaction``: itself and the rows made for it),
+    ``admit``, then the drain's first look at the queue, in the same thread hop and transaction:
     the turn just queued is usually the next, and starts there (``engine.claim_next_or_latest``).
-    One write transaction instead of three is one wait for SQLite's write lock instead of three
-    when processes start turns at once. A look that fails is the drain's to make again; the
+    One write transaction instead of three (four for a new conversation) is one wait for SQLite's
+    write lock instead of three when processes start turns at once. A look that fails is the drain's to make again; the
     request stays admitted."""
     admission.check_readable(request.messages, request.request_id, instance)  # before taking the write lock
     with transaction.atomic():
+        instance, made = registry.make_in_transaction(instance)
         admitted = _accept(instance, request, origin_channel, user, claim_as=liveness.worker_label(channel))
         if admitted.dropped:
-            return admitted, None
+            return instance, made, admitted, None
         if admitted.claimed:
             assert admitted.turn is not None
-            return admitted, engine.inserted_claimed(admitted.turn, admitted.transcript, admitted.mcp_servers)
+            return instance, made, admitted, engine.inserted_claimed(
+                admitted.turn, admitted.transcript, admitted.mcp_servers)
         try:
             with transaction.atomic():
-                return admitted, engine.claim_next_or_latest(instance.pk, channel, admitted.transcript)
+                return instance, made, admitted, engine.claim_next_or_latest(instance.pk, channel, admitted.transcript)
         except Exception:
             logger.exception("The queue of %s could not be looked at after an admission", instance)
-            return admitted, None
+            return instance, made, admitted, None
 
 
 def admit(instance: AgentInstance, request: ChatRequest, origin_channel: str = "", user: Any = None

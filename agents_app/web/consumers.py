@@ -113,29 +113,34 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.send_frame(frames.identity(name=self.instance.name, agent=self.instance.slug))
         await self.send_frame((await database_sync_to_async(mcp.snapshot)(self.instance)).frame())
 
-    async def join(self, instance: AgentInstance, *, catch_up: bool = False) -> None:
-        """Follow a stored instance: its group, and the resume handshake of this connection.
-
-        ``catch_up``: the row was made while this connection waited on its address (by another
-        connection, or by this one's first message). The transcript goes out instead of a resume
-        announcement (whose ACK would hold back the frames that lead the first turn): read after
-        joining the group, it holds what came before, and a turn's stream it joins midway is
-        replayed as any gap is (``handshake``).
-        """
+    async def join(self, instance: AgentInstance, *, resume: bool = True) -> None:
+        """Follow a stored instance: its group, and (``resume``) the resume handshake of this connection."""
         self.instance = instance
         await self.channel_layer.group_add(fanout.group_name(instance.pk), self.channel_name)
         self.resume = ResumeDriver(instance, self.channel_name, self.send_frame, self.send_text)
-        if not catch_up:
+        if resume:
             await self.resume.connect()
-        elif messages := await database_sync_to_async(transcript.load)(instance):
-            await self.send_frame(frames.chat_messages(messages))
 
-    async def adopt(self, instance: AgentInstance, *, catch_up: bool = False) -> None:
-        """The address this connection waited on now has a row (made here or anywhere else)."""
+    async def adopt(self, instance: AgentInstance, *, made_here: bool = False) -> None:
+        """The address this connection waited on now has a row (made by another connection, a REST
+        call or code, or by this one's first message).
+
+        The transcript goes out instead of a resume announcement, whose ACK would hold back the
+        frames that lead the first turn (the sender's own request's answer among them, and the
+        sender never owes that ACK): read after joining the group, it holds what came before, and
+        a turn's stream joined midway is replayed as any gap is (``handshake``). ``made_here``:
+        the row is this connection's first message's, made with its admission, and nothing came
+        before it.
+        """
         if self.instance is None or self.instance.pk is not None:
             return
         await self.channel_layer.group_discard(registry.pending_group(self.instance), self.channel_name)
-        await self.join(instance, catch_up=catch_up)
+        await self.join(instance, resume=False)
+        if not made_here and (messages := await database_sync_to_async(transcript.load)(instance)):
+            await self.send_frame(frames.chat_messages(messages))
+
+    async def _adopt_made(self, instance: AgentInstance, created: bool) -> None:
+        await self.adopt(instance, made_here=created)
 
     async def conversation_created(self, event: dict[str, Any]) -> None:
         """Another connection, a REST call or code made the row this connection waited for."""
@@ -143,7 +148,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         instance = await AgentInstance.objects.select_related("owner").filter(pk=event["pk"]).afirst()
         if instance is not None:
-            await self.adopt(instance, catch_up=True)
+            await self.adopt(instance)
 
     async def websocket_disconnect(self, message: dict[str, Any]) -> None:
         self.close_reason = message.get("reason") or ""  # for on_close; the server may not give one
@@ -189,7 +194,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def dispatch_event(self, event: parse.InboundEvent) -> None:
         instance = self.instance
         assert instance is not None
-        if instance.pk is None:
+        if instance.pk is None and not isinstance(event, parse.ChatRequest):
             # No row yet: a probe is answered as for an idle conversation, and only what writes
             # to the conversation makes it.
             match event:
@@ -198,14 +203,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
                     return
                 case parse.ResumeAck() | parse.Cancel() | parse.Clear() | parse.Ignored():
                     return
-            # Caught up like a waiting tab: another process may have made the row and started its
-            # first turn meanwhile, and a resume announcement would hold this socket's frames,
-            # its own request's answer included, until an ACK the sender never owes.
-            await self.adopt(await registry.amaterialize(instance), catch_up=True)
+            await self.adopt(await registry.amaterialize(instance))
             instance = self.instance
         match event:
             case parse.ChatRequest():
-                await turns.submit_chat(instance, event, self.channel_name, self.scope.get("user"))
+                # A first message makes the row with its admission; this connection follows the
+                # conversation before the turn's first frame.
+                await turns.submit_chat(instance, event, self.channel_name, self.scope.get("user"),
+                                        joined=self._adopt_made)
             case parse.Cancel():
                 await turns.cancel(instance, event.request_id)
             case parse.Clear():

@@ -10,7 +10,7 @@ from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
-from django.test import AsyncClient
+from django.test import AsyncClient, override_settings
 from django.test.utils import CaptureQueriesContext
 
 from agents_app import registry, tasks
@@ -225,6 +225,26 @@ async def test_a_socket_makes_its_conversation_on_its_first_message_and_a_waitin
     assert rows == [("fresh", user.pk, None), ("child", user.pk, "fresh")]
     for a in (first, second):
         await a.disconnect()
+
+
+async def test_a_refused_first_message_makes_no_conversation(user):
+    """The row is made in the first message's admission (``turns.submit_chat``): a message the model
+    cannot read, or one over the user's limit of active turns (refused in that transaction), leaves
+    the address without a row, and the socket's next message makes it."""
+    path = "/agents/demo-agent/refused"
+    sock, _, _ = await connect(path, user)
+    assert [(await sock.receive_json_from())["type"] for _ in range(2)] == ["cf_agent_identity", "cf_agent_mcp_servers"]
+    unreadable = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": 42}]}
+    await sock.send_json_to(chat_request("r1", [unreadable]))
+    assert (await sock.receive_json_from())["code"] == "invalid_message"
+    with override_settings(AGENT_MAX_ACTIVE_TURNS_PER_USER=0):
+        await sock.send_json_to(chat_request("r2", [user_message("u2", "hello")]))
+        assert (await sock.receive_json_from())["code"] == "too_many_turns"
+    assert not await AgentInstance.objects.aexists()
+    await sock.send_json_to(chat_request("r3", [user_message("u3", "now")]))
+    assert text_of(await receive_until(sock, is_done("r3"))).endswith("now")
+    assert [name async for name in AgentInstance.objects.values_list("name", flat=True)] == ["refused"]
+    await sock.disconnect()
 
 
 async def test_the_first_message_over_rest_makes_the_conversation_and_tells_a_waiting_socket(user):
