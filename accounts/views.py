@@ -84,5 +84,5 @@ def say_logged_out(sender: type, request: HttpRequest | None, **kwargs: Any) -> 
 
 def _logged_in(request: HttpRequest, form: SignupForm) -> HttpResponse:
     user = form.save()
-    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    login(request, user, backend=settings.AUTHENTICATION_BACKENDS[0])
     return redirect(settings.LOGIN_REDIRECT_URL)

@@ -608,6 +608,17 @@ def _json_reader(field: JSONField, connection: BaseDatabaseWrapper) -> list[Conv
 
 
 @functools.cache
+def row_by_pk(columns: Columns) -> Select:
+    """``columns`` of the row with a primary key; parameter: the key (as stored)."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        c = columns.bound(connection)
+        return f"SELECT {c.select} FROM {c.table} WHERE {c('pk')} = %s"  # noqa: S608
+
+    return Select(columns.model, build)
+
+
+@functools.cache
 def instance_queue_state(instance: type[Model]) -> Select:
     """An agent instance's (generation, overlap sequence); parameter: its pk."""
 

@@ -69,6 +69,11 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
+# Django's database sessions and model backend, reading a session and its user with a statement
+# each instead of a queryset (every socket connect and request reads both; docs/decisions.md).
+SESSION_ENGINE = "agents_app.web.sessions"
+AUTHENTICATION_BACKENDS = ["agents_app.web.sessions.UserBackend"]
+
 ROOT_URLCONF = "thinkproject.urls"
 
 TEMPLATES = [

@@ -53,7 +53,7 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     (docs/protocol.md#skip-frames).
 
     An unsaved ``instance`` (a new address, ``registry.locate``) is made in the admission's
-    transaction, one write where there were two (docs/architecture.md#new-conversations); a request
+    transaction, one write where there were two (docs/architecture.md#admission); a request
     that is refused makes nothing. ``joined(stored, created)`` is then awaited once the row is
     committed and announced, before any frame of the turn goes out: the sender's connection
     follows the conversation there (``created`` False: another request made the row first).

@@ -25,6 +25,7 @@ SHARED_AGENT = "shared-room-agent"
 
 _SESSIONS = r"""
 import sys
+from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 User = get_user_model()
@@ -33,7 +34,7 @@ users = User.objects.bulk_create([User(username=f"{prefix}{i}") for i in range(c
 for user in User.objects.filter(username__startswith=prefix).order_by("pk"):
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.save()
     print(f"sessionid={session.session_key}")

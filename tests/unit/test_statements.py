@@ -56,6 +56,8 @@ def test_named_statements_read_what_they_say() -> None:
     assert statements.transcript_rows(message).build(connection) == (
         'SELECT m."id", m."message_id", m."position", m."data" FROM "agents_app_chatmessage" m '
         'WHERE m."instance_id" = %s ORDER BY m."position"')
+    assert statements.row_by_pk(statements.Columns(ChatMessage, "m", ("data", "position"))).build(connection) == (
+        'SELECT m."data", m."position" FROM "agents_app_chatmessage" m WHERE m."id" = %s')
     assert statements.last_position(ChatMessage).build(connection) == (
         'SELECT MAX(m."position") FROM "agents_app_chatmessage" m WHERE m."instance_id" = %s')
     save = statements.save_message(ChatMessage)
