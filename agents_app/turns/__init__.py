@@ -55,8 +55,9 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
     An unsaved ``instance`` (a new address, ``registry.locate``) is made in the admission's
     transaction, one write where there were two (docs/architecture.md#admission); a request
     that is refused makes nothing. ``joined(stored, created)`` is then awaited once the row is
-    committed and announced, before any frame of the turn goes out: the sender's connection
-    follows the conversation there (``created`` False: another request made the row first).
+    committed (and announced meanwhile), before any frame of the turn goes out: the sender's
+    connection follows the conversation there (``created`` False: another request made the row
+    first).
 
     Raises:
         ProtocolError: the request id already names a turn of this conversation (nothing stored).
@@ -69,9 +70,10 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
         events.emit_chat(instance, events.REQUEST_FAILED, requestId=request.request_id, stage="persist",
                          messagesPersisted=False, error=str(exc))
         raise
+    # The news of new rows goes to Redis beside the sender's joining, not before it: each is a
+    # round trip, and under a burst of new conversations a round trip is a turn of a busy loop.
+    news = asyncio.gather(*(registry.announce(row) for row in made))
     try:
-        for row in made:
-            await registry.announce(row)
         if joined is not None and instance.pk is None:
             await joined(stored, bool(made) and made[-1] is stored)
     finally:  # the turn is admitted (and maybe claimed here): it runs even if the sender could not follow it
@@ -85,6 +87,7 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
                 frames=(frames.chat_messages(request.messages), frames.chat_messages(admitted.transcript)),
                 exclude=(origin_channel,),
             ))
+        await news
 
 
 def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any, channel: str
@@ -92,9 +95,9 @@ def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_chann
     """The instance stored (``registry.make_in_transaction``: itself and the rows made for it),
     ``admit``, then the drain's first look at the queue, in the same thread hop and transaction:
     the turn just queued is usually the next, and starts there (``engine.claim_next_or_latest``).
-    One write transaction instead of three (four for a new conversation) is one wait for SQLite's
-    write lock instead of three when processes start turns at once. A look that fails is the drain's to make again; the
-    request stays admitted."""
+    One write transaction instead of three (of four for a new conversation) is one wait for
+    SQLite's write lock when processes start turns at once. A look that fails is the drain's to
+    make again; the request stays admitted."""
     admission.check_readable(request.messages, request.request_id, instance)  # before taking the write lock
     with transaction.atomic():
         instance, made = registry.make_in_transaction(instance)
