@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.urls import reverse
 from django.utils.module_loading import import_string
 
@@ -229,18 +229,15 @@ def _materialized(instance: AgentInstance) -> tuple[AgentInstance, list[AgentIns
 def _create_or_get(**fields: Any) -> tuple[AgentInstance, bool]:
     """``get_or_create`` that tries the insert first: an unsaved instance's address had no row when
     it was read a moment ago, and the ORM's look before its insert cost a new conversation's first
-    message a query. Another request that made the row meanwhile makes the insert fail, and that
-    row is read (``created`` False), as ``get_or_create`` reads it after losing the same race."""
-    try:
-        with transaction.atomic():
-            return AgentInstance.objects.create(**fields), True
-    except IntegrityError:
-        lookup = {key: value for key, value in fields.items() if key != "owner_id"}
-        try:
-            return AgentInstance.objects.get(**lookup), False
-        except AgentInstance.DoesNotExist:
-            pass
-        raise
+    message a query. Another request that made the row meanwhile leaves the insert writing nothing,
+    and that row is read (``created`` False), as ``get_or_create`` reads it after losing the same
+    race. The insert is one statement that cannot fail on the address (``statements.insert_unless_taken``):
+    no savepoint, which the ORM's insert needed to survive the race inside a caller's transaction."""
+    row = AgentInstance(**fields)
+    if statements.insert_unless_taken(row):
+        return row, True
+    lookup = {key: value for key, value in fields.items() if key != "owner_id"}
+    return AgentInstance.objects.get(**lookup), False
 
 
 def pending_group(instance: AgentInstance) -> str:

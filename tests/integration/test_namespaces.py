@@ -10,6 +10,7 @@ from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
+from django.db.models.signals import post_save
 from django.test import AsyncClient, override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -327,13 +328,27 @@ def test_the_address_lookup_reads_the_row_of_its_namespace_with_its_owner(make_u
 
 
 def test_a_first_message_that_loses_the_race_for_its_address_gets_the_row_the_winner_made(make_user: Any) -> None:
-    """Another request made the row after this connection read its address: the insert fails, and
-    the row is read instead, not made twice; the announcement is the winner's."""
+    """Another request made the row after this connection read its address: the insert writes
+    nothing, and the row is read instead, not made twice; the announcement is the winner's, and
+    ``post_save`` (declared schedules hang on it) is sent for the row made, once."""
     alice = make_user("alice")
-    unsaved = registry.locate("demo-agent", "raced", alice)
-    winner = registry.materialize(registry.locate("demo-agent", "raced", alice))
-    stored, created = registry._materialized(unsaved)
+    saved: list[tuple[int, bool]] = []
+
+    def receiver(sender: Any, instance: AgentInstance, created: bool, **kwargs: Any) -> None:
+        saved.append((instance.pk, created))
+
+    post_save.connect(receiver, sender=AgentInstance)
+    try:
+        unsaved = registry.locate("demo-agent", "raced", alice)
+        winner = registry.materialize(registry.locate("demo-agent", "raced", alice))
+        with transaction.atomic():  # as in an admission: the lost race leaves the transaction usable
+            stored, created = registry._materialized(unsaved)
+            assert AgentInstance.objects.filter(pk=winner.pk).exists()
+    finally:
+        post_save.disconnect(receiver, sender=AgentInstance)
     assert stored.pk == winner.pk and created == []
+    assert saved == [(winner.pk, True)]
+    assert (winner.owner_id, winner.created_at is not None, winner.updated_at is not None) == (alice.pk, True, True)
     child = registry._child(winner, "demo-agent", "kid")
     made = registry.materialize(registry._child(winner, "demo-agent", "kid"))
     assert registry._materialized(child) == (made, [])

@@ -58,6 +58,10 @@ def test_named_statements_read_what_they_say() -> None:
         'WHERE m."instance_id" = %s ORDER BY m."position"')
     assert statements.row_by_pk(statements.Columns(ChatMessage, "m", ("data", "position"))).build(connection) == (
         'SELECT m."data", m."position" FROM "agents_app_chatmessage" m WHERE m."id" = %s')
+    assert statements._insert_sql(ChatMessage, False, 1, True, connection.alias, unless_taken=True) == (
+        'INSERT INTO "agents_app_chatmessage" ("instance_id", "message_id", "role", "position", "data", '
+        '"created_at", "updated_at") VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING '
+        '"agents_app_chatmessage"."id"')
     assert statements.last_position(ChatMessage).build(connection) == (
         'SELECT MAX(m."position") FROM "agents_app_chatmessage" m WHERE m."instance_id" = %s')
     save = statements.save_message(ChatMessage)
