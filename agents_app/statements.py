@@ -7,8 +7,9 @@ conversions), so what is read converts as the ORM's iterator converts it, and bo
 (SQLite and PostgreSQL) run the same text. No model is imported: callers pass model classes or
 ``Columns`` in. ``update``, ``insert``, ``insert_unless_taken``, ``insert_many``, ``upsert`` and
 ``lock_row`` write known rows; the named statements at the end (one function each) are the other
-shapes. Anything else stays a queryset. Identifiers are quoted names from the metadata; every value is a parameter.
-``together`` joins writes into one statement on PostgreSQL, where a turn's time goes to round trips.
+shapes. Anything else stays a queryset. Identifiers are quoted names from the metadata; every
+value is a parameter. ``together`` joins writes into one statement on PostgreSQL, where a turn's
+time goes to round trips.
 """
 
 import contextlib

@@ -4,7 +4,7 @@ from typing import Any
 
 
 def session_key(user: Any) -> str:
-    """Store a session of ``user`` authenticated by the model backend; its key (the cookie value)."""
+    """Store a session of ``user`` authenticated by the settings' first backend; its key (the cookie value)."""
     from django.conf import settings
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.sessions.backends.db import SessionStore
