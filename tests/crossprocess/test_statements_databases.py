@@ -309,6 +309,23 @@ found = registry._stored("demo-agent", "addressed", user)
 raced, created = registry._materialized(AgentInstance(slug="demo-agent", name="addressed", owner=user))
 report["address"] = [found.pk == owned.pk, found.owner.username, registry._stored("demo-agent", "addressed", None).pk
                      == unowned.pk, registry._stored("demo-agent", "elsewhere", user), raced.pk == owned.pk, created]
+# A first message's row in its admission's transaction: a lost race writes nothing and leaves the
+# transaction usable (on PostgreSQL, a failed insert would have aborted it).
+with transaction.atomic():
+    again, made_again = registry.make_in_transaction(AgentInstance(slug="demo-agent", name="addressed", owner=user))
+    fresh, made_fresh = registry.make_in_transaction(AgentInstance(slug="demo-agent", name="fresh", owner=user))
+    usable = AgentInstance.objects.filter(name="fresh", owner=user).count()
+report["in_transaction"] = [again.pk == owned.pk, len(made_again), [row.pk for row in made_fresh] == [fresh.pk], usable]
+from django.contrib.auth.backends import ModelBackend
+from django.contrib.sessions.backends.db import SessionStore as DjangoSessionStore
+from agents_app.web.sessions import SessionStore, UserBackend
+session = DjangoSessionStore()
+session["data"] = [1, "é", {"x": None}]
+session.save()
+report["sessions"] = [SessionStore(session.session_key).load() == DjangoSessionStore(session.session_key).load(),
+                      SessionStore("no-such-session-key").load(),
+                      fields(UserBackend().get_user(user.pk)) == fields(ModelBackend().get_user(user.pk)),
+                      UserBackend().get_user(user.pk + 1000)]
 
 print(json.dumps(report), flush=True)
 """
@@ -343,6 +360,8 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
     assert together_more == {"positions": [7, 8], "rolled_back": 0, "t7": 1,
                              "closed": ["completed", [[0, "c0"], [1, "c1"]]]}
     assert report["latest"] is True
+    assert report["in_transaction"] == [True, 0, True, 1]
+    assert report["sessions"] == [True, {}, True, None]
     assert report["load"] is True
     assert report["latest_and_transcript"] == [True, True, True]
     assert report["anonymous_messages"] == 0
