@@ -72,7 +72,7 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
         raise
     # The news of new rows goes to Redis beside the sender's joining, not before it: each is a
     # round trip, and under a burst of new conversations a round trip is a turn of a busy loop.
-    news = asyncio.gather(*(registry.announce(row) for row in made))
+    news = asyncio.gather(*(registry.announce(row) for row in made)) if made else None
     try:
         if joined is not None and instance.pk is None:
             await joined(stored, bool(made) and made[-1] is stored)
@@ -87,7 +87,8 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
                 frames=(frames.chat_messages(request.messages), frames.chat_messages(admitted.transcript)),
                 exclude=(origin_channel,),
             ))
-        await news
+        if news is not None:
+            await news
 
 
 def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_channel: str, user: Any, channel: str
@@ -100,7 +101,9 @@ def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_chann
     make again; the request stays admitted."""
     admission.check_readable(request.messages, request.request_id, instance)  # before taking the write lock
     with transaction.atomic():
-        instance, made = registry.make_in_transaction(instance)
+        made: list[AgentInstance] = []
+        if instance.pk is None:  # a new address: its first message makes the row
+            instance, made = registry.make_in_transaction(instance)
         admitted = _accept(instance, request, origin_channel, user, claim_as=liveness.worker_label(channel))
         if admitted.dropped:
             return instance, made, admitted, None

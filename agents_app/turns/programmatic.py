@@ -155,21 +155,18 @@ async def _run(instance: AgentInstance, turn: Turn, signal: AbortSignal | None) 
 
 
 async def _wait_finished(instance: AgentInstance, turn: Turn) -> SaveMessagesResult:
-    with waits.watching([instance.pk]) as watch:
-        return await _watch_finished(instance, turn, watch)
-
-
-async def _watch_finished(instance: AgentInstance, turn: Turn, watch: waits.Watch) -> SaveMessagesResult:
     loop = asyncio.get_running_loop()
     next_beat = loop.time() + liveness.HEARTBEAT_SECONDS
-    while True:
-        current = await Turn.objects.only("status", "error").aget(pk=turn.pk)
-        if current.is_finished:
-            return SaveMessagesResult(request_id=turn.request_id, status=current.status, error=current.error or None)
-        if turn.affinity and current.status == Turn.Status.QUEUED:
-            # Only this process can run it: claim it as soon as it is the instance's next turn.
-            if loop.time() >= next_beat:
-                await database_sync_to_async(liveness.heartbeat_waiting)(turn.pk)
-                next_beat = loop.time() + liveness.HEARTBEAT_SECONDS
-            await engine.drain(instance.pk)
-        await watch.apause(WAIT_POLL_SECONDS)
+    with waits.watching([instance.pk]) as watch:
+        while True:
+            current = await Turn.objects.only("status", "error").aget(pk=turn.pk)
+            if current.is_finished:
+                return SaveMessagesResult(request_id=turn.request_id, status=current.status,
+                                          error=current.error or None)
+            if turn.affinity and current.status == Turn.Status.QUEUED:
+                # Only this process can run it: claim it as soon as it is the instance's next turn.
+                if loop.time() >= next_beat:
+                    await database_sync_to_async(liveness.heartbeat_waiting)(turn.pk)
+                    next_beat = loop.time() + liveness.HEARTBEAT_SECONDS
+                await engine.drain(instance.pk)
+            await watch.apause(WAIT_POLL_SECONDS)

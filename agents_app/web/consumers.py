@@ -121,7 +121,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if resume:
             await self.resume.connect()
 
-    async def adopt(self, instance: AgentInstance, *, made_here: bool = False) -> None:
+    async def adopt(self, instance: AgentInstance, made_here: bool = False) -> None:
         """The address this connection waited on now has a row (made by another connection, a REST
         call or code, or by this one's first message).
 
@@ -138,9 +138,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.join(instance, resume=False)
         if not made_here and (messages := await database_sync_to_async(transcript.load)(instance)):
             await self.send_frame(frames.chat_messages(messages))
-
-    async def _adopt_made(self, instance: AgentInstance, created: bool) -> None:
-        await self.adopt(instance, made_here=created)
 
     async def conversation_created(self, event: dict[str, Any]) -> None:
         """Another connection, a REST call or code made the row this connection waited for."""
@@ -210,7 +207,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 # A first message makes the row with its admission; this connection follows the
                 # conversation before the turn's first frame.
                 await turns.submit_chat(instance, event, self.channel_name, self.scope.get("user"),
-                                        joined=self._adopt_made)
+                                        joined=self.adopt)
             case parse.Cancel():
                 await turns.cancel(instance, event.request_id)
             case parse.Clear():
