@@ -12,12 +12,13 @@ and the statements the waiter sent per second of waiting. A throwaway PostgreSQL
 
 import argparse
 import random
-import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from bench._stack import median, p95
 
 
 def _row(listen: bool, waits: int, database_url: str) -> dict[str, Any]:
@@ -59,10 +60,8 @@ def _row(listen: bool, waits: int, database_url: str) -> dict[str, Any]:
             latencies.append((returned[0] - ended) * 1000)
             statements += counted[0]
             waited += returned[0] - started
-    latencies.sort()
     return {"mode": "LISTEN/NOTIFY" if listen else f"polling every {service.WAIT_POLL_SECONDS * 1000:.0f} ms",
-            "median": statistics.median(latencies), "p95": latencies[int(0.95 * (len(latencies) - 1))],
-            "statements_per_s": statements / waited}
+            "median": median(latencies), "p95": p95(latencies), "statements_per_s": statements / waited}
 
 
 def main() -> None:
