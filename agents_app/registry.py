@@ -309,6 +309,17 @@ def sub_instance(parent: AgentInstance, slug: str, name: str, *, create: bool = 
     return child
 
 
+def stored_since(instance: AgentInstance) -> AgentInstance | None:
+    """The row of an unsaved instance's address if a request has made it since it was located
+    (with its owner, as ``locate`` reads it); None while there is none."""
+    if instance.pk is not None:
+        return instance
+    if instance.parent is None:
+        return _stored(instance.slug, instance.name, instance.owner)
+    parent = stored_since(instance.parent)
+    return None if parent is None else _existing_child(parent, instance.slug, instance.name)
+
+
 def _child(parent: AgentInstance, slug: str, name: str) -> AgentInstance:
     """Sub-agent ``slug/name`` of ``parent``: the stored one, or an unsaved one to ``materialize``."""
     return _existing_child(parent, slug, name) or AgentInstance(parent=parent, slug=slug, name=name)

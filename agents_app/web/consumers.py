@@ -192,15 +192,20 @@ class ChatConsumer(AsyncWebsocketConsumer):
         instance = self.instance
         assert instance is not None
         if instance.pk is None and not isinstance(event, parse.ChatRequest):
-            # No row yet: a probe is answered as for an idle conversation, and only what writes
-            # to the conversation makes it.
+            # No row when this socket connected: only what writes to the conversation makes it.
+            # A probe is answered for the row a request has made since (a first message sent
+            # just before a reconnect to another process), else as for an idle conversation.
             match event:
                 case parse.ResumeRequest():
-                    await self.send_frame(frames.stream_resume_none(probe_id=event.probe_id))
-                    return
+                    stored = await database_sync_to_async(registry.stored_since)(instance)
+                    if stored is None:
+                        await self.send_frame(frames.stream_resume_none(probe_id=event.probe_id))
+                        return
+                    await self.adopt(stored)
                 case parse.ResumeAck() | parse.Cancel() | parse.Clear() | parse.Ignored():
                     return
-            await self.adopt(await registry.amaterialize(instance))
+                case _:
+                    await self.adopt(await registry.amaterialize(instance))
             instance = self.instance
         match event:
             case parse.ChatRequest():

@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agents_app import registry, tasks
 from agents_app.demo.agents import DemoAgent
-from agents_app.models import AgentInstance
+from agents_app.models import AgentInstance, Turn
 from tests.agents import SharedRoomAgent
 from tests.conftest import connect
 from tests.support.frames import chat_request, is_done, open_agent, receive_until, text_of, user_message
@@ -226,6 +226,21 @@ async def test_a_socket_makes_its_conversation_on_its_first_message_and_a_waitin
     assert rows == [("fresh", user.pk, None), ("child", user.pk, "fresh")]
     for a in (first, second):
         await a.disconnect()
+
+
+async def test_a_probe_finds_the_row_a_request_made_after_the_socket_connected(user):
+    """A reconnect to another process can connect before the first message's admission commits:
+    its probe, later, is answered for the conversation as it stands then, not as an idle one."""
+    path = "/agents/demo-agent/made-meanwhile"
+    sock, _, _ = await connect(path, user)
+    assert [(await sock.receive_json_from())["type"] for _ in range(2)] == ["cf_agent_identity", "cf_agent_mcp_servers"]
+    # Made as another process's admission makes it: the announcement reaches only that process's sockets.
+    instance = await AgentInstance.objects.acreate(slug="demo-agent", name="made-meanwhile", owner=user)
+    await Turn.objects.acreate(instance=instance, request_id="r1", status=Turn.Status.QUEUED)
+    await sock.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
+    answer = await sock.receive_json_from()
+    assert (answer["type"], answer["probeId"]) == ("cf_agent_stream_pending", "p1")
+    await sock.disconnect()
 
 
 async def test_a_refused_first_message_makes_no_conversation(user):
