@@ -258,7 +258,8 @@ async def announce(instance: AgentInstance) -> None:
     """Tell the connections waiting on ``instance``'s address that its row exists (committed)."""
     layer = get_channel_layer()
     if layer is not None:
-        await layer.group_send(pending_group(instance), {"type": CREATED_EVENT, "pk": instance.pk})
+        send = getattr(layer, "group_send_shared", layer.group_send)  # as the consumer joins it
+        await send(pending_group(instance), {"type": CREATED_EVENT, "pk": instance.pk})
 
 
 def find_instance(slug: str, name: str, user: Any, owner: str | None = None,

@@ -28,10 +28,9 @@ subscription, so a handshake that starts after it (the resume flush) sees every 
 **No PUBLISH nobody else reads.** A message its receivers can do without (a live chunk: a gap is
 re-sent from the stream buffer) goes through ``group_send_lossy``, which skips the PUBLISH while
 no other process is known to have members of the group. A process learns that from each
-PUBLISH's count of receivers, and from the notice every process publishes on a shared topic when
-its first member of a group has joined (``group_add``; ``group_add_without_notice`` joins a group
-no lossy send reaches without one). A chunk published in the instant between a join and its
-notice is lost to the joiner and re-synced by the chunks that follow; everything else always
+PUBLISH's count of receivers, and from the notice every process publishes on a topic of its own
+when its first member of a group has joined (``group_add``). A chunk published in the instant
+between a join and its notice is lost to the joiner and re-synced by the chunks that follow; everything else always
 goes out. A count may only say "nobody else" when no join after it can go unheard: the process
 listened to the notices (Redis had confirmed that subscription) before the PUBLISH, and nothing
 that changes what the count means happened while it was on its way (a notice came, this
@@ -39,6 +38,16 @@ process's own subscriptions changed, the subscription connection was lost); othe
 PUBLISH counts again. A count taken before the process listened once made a turn skip every live
 chunk to a process that had joined just after it, whose notice nobody heard: its reader got the
 chunks only from the stream buffer, at the stream's end.
+
+**Groups that wait for one message share one topic.** A socket open on an address with no row
+yet waits in a group for the one message that says the row was made, and leaves it a moment later.
+Such a group is joined with ``group_add_shared`` and reached with ``group_send_shared``: its
+messages travel on one pub/sub topic for all of them (``shared_topic``, the group's name before the
+message), which a process listens to from its first such member on, for good. Joining and leaving
+then cost no Redis command (their own SUBSCRIBE and UNSUBSCRIBE were two of a new conversation's
+nine, and the UNSUBSCRIBE stood before the conversation's own SUBSCRIBE on the way to its first
+turn's first chunk); every listening process hears every such message and keeps those of its
+groups. No lossy send reaches these groups, so their joins publish no notice.
 
 **Point-to-point messages within a process stay in memory.** ``send`` to a channel of this
 process (a turn's control channel when the reader who asks it to flush is on the same process,
@@ -173,6 +182,8 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         self._pump_lock = threading.Lock()
         # channel of this process → the event loop receiving on it (while it waits or has messages).
         self._receivers: dict[str, asyncio.AbstractEventLoop] = {}
+        # Groups of ``local_groups`` joined with ``group_add_shared``.
+        self._shared: set[str] = set()
         # group → whether another process had members at the last PUBLISH or join notice.
         self._remote: dict[str, bool] = {}
         # Join notices heard so far: one heard while a PUBLISH was on its way makes its count stale.
@@ -272,24 +283,28 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
             self.outage.back()
 
     async def group_add(self, group: str, channel: str) -> None:
-        await self._join(group, channel, notice=True)
-
-    async def group_add_without_notice(self, group: str, channel: str) -> None:
-        """``group_add`` to a group that only ``group_send`` reaches, never ``group_send_lossy``: the
-        join notice is for the lossy path alone, so it is not published (one PUBLISH fewer when a
-        process's first socket opens on an address with no row yet)."""
-        await self._join(group, channel, notice=False)
-
-    async def _join(self, group: str, channel: str, *, notice: bool) -> None:
-        assert self.require_valid_group_name(group), "Group name not valid"
-        assert self.require_valid_channel_name(channel), "Channel name not valid"
-        assert self._is_local(channel), "Only this process's channels join its groups"
+        self._check_member(group, channel, shared=False)
         members = self.local_groups.setdefault(group, set())
         members.add(channel)
         first = len(members) == 1
         await self._pubsub().subscribe(self.topic(group), first=first)
-        if first and notice:
+        if first:
             await self._publish(0, self.joins_topic, self._origin + group.encode())
+
+    async def group_add_shared(self, group: str, channel: str) -> None:
+        """``group_add`` to a group reached only by ``group_send_shared``, on the topic all such
+        groups share: once this process listens to it, no Redis command (no SUBSCRIBE, no notice)."""
+        self._check_member(group, channel, shared=True)
+        self._shared.add(group)
+        self.local_groups.setdefault(group, set()).add(channel)
+        await self._pubsub().watch(self.shared_topic)
+
+    def _check_member(self, group: str, channel: str, *, shared: bool) -> None:
+        assert self.require_valid_group_name(group), "Group name not valid"
+        assert self.require_valid_channel_name(channel), "Channel name not valid"
+        assert self._is_local(channel), "Only this process's channels join its groups"
+        assert group not in self.local_groups or (group in self._shared) == shared, \
+            "A group is joined either with group_add or with group_add_shared"
 
     async def group_discard(self, group: str, channel: str) -> None:
         members = self.local_groups.get(group)
@@ -298,7 +313,10 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         members.discard(channel)
         if not members:
             del self.local_groups[group]
-            await self._pubsub().unsubscribe(self.topic(group))
+            if group in self._shared:
+                self._shared.discard(group)  # the shared topic stays: the next such group needs it
+            else:
+                await self._pubsub().unsubscribe(self.topic(group))
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         assert self.require_valid_group_name(group), "Group name not valid"
@@ -313,6 +331,12 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         after = self._count_basis(group)
         # Not known to be alone unless the count can tell (``_count_basis``): publish next time.
         self._remote[group] = basis is None or basis != after or receivers > basis[2]
+
+    async def group_send_shared(self, group: str, message: dict[str, Any]) -> None:
+        """``group_send`` to a group joined with ``group_add_shared``: one PUBLISH on the shared topic."""
+        assert self.require_valid_group_name(group), "Group name not valid"
+        self.deliver_locally(group, message)
+        await self._publish(0, self.shared_topic, self._origin + group.encode() + b" " + self.serialize(message))
 
     def _count_basis(self, group: str) -> tuple[int, int, int] | None:
         """What a PUBLISH's count of receivers to ``group`` is read against, taken before and after it:
@@ -346,7 +370,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         if subscriber is None or subscriber.loop is not asyncio.get_running_loop():
             await self.group_send(group, message)
             return
-        await subscriber.watch_joins(self.joins_topic)
+        await subscriber.watch(self.joins_topic)
         if self._remote.get(group, True):
             await self.group_send(group, message)
         else:
@@ -394,12 +418,16 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         """A message another process sent to a group this process has members of."""
         if data.startswith(self._origin):
             return
-        payload = data[len(self._origin):]
-        if topic.decode() == self.joins_topic:
+        payload, name = data[len(self._origin):], topic.decode()
+        if name == self.joins_topic:
             self._notices += 1
             self._remote[payload.decode()] = True
+        elif name == self.shared_topic:
+            group, _, body = payload.partition(b" ")  # group names have no space
+            if group.decode() in self.local_groups:
+                self.deliver_locally(group.decode(), self.deserialize(body))
         else:
-            self.deliver_locally(topic.decode()[len(self.topic("")):], self.deserialize(payload))
+            self.deliver_locally(name[len(self.topic("")):], self.deserialize(payload))
 
     async def flush(self) -> None:
         await self._stop_then(super().flush)
@@ -424,6 +452,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
             await then()
         finally:
             self.local_groups.clear()
+            self._shared.clear()
             if self._subscriber is not None:
                 await self._subscriber.close()
                 self._subscriber = None
@@ -436,6 +465,11 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
     def joins_topic(self) -> str:
         """Where a process says that its first member of a group has joined (the group's name)."""
         return f"{self.prefix}:fanout-joins"
+
+    @property
+    def shared_topic(self) -> str:
+        """Where the messages of every group joined with ``group_add_shared`` travel."""
+        return f"{self.prefix}:fanout-shared"
 
     def _is_local(self, channel: str) -> bool:
         return "!" in channel and self.non_local_name(channel).endswith(self.client_prefix + "!")
@@ -489,8 +523,8 @@ class _Subscriber:
             return
         await asyncio.shield(confirmed)
 
-    async def watch_joins(self, topic: str) -> None:
-        """Listen to the join notices (once per subscriber; waits for the first confirmation)."""
+    async def watch(self, topic: str) -> None:
+        """Listen to ``topic`` for good (subscribed once per subscriber; waits for the first confirmation)."""
         first = topic not in self._watching
         self._watching.add(topic)
         await self.subscribe(topic, first=first)

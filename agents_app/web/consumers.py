@@ -104,8 +104,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
         turns.sweep_on_startup()
         self.rate = limits.TokenBucket(**conf.get("AGENT_FRAME_RATE"))
         if self.instance.pk is None:
-            # Only the row's creation is sent to this group (``registry.CREATED_EVENT``, never lossily).
-            join = getattr(self.channel_layer, "group_add_without_notice", self.channel_layer.group_add)
+            # Only the row's creation is sent to this group (``registry.CREATED_EVENT``): the layer's
+            # shared topic carries it (``thinkproject.channel_layer``).
+            join = getattr(self.channel_layer, "group_add_shared", self.channel_layer.group_add)
             await join(registry.pending_group(self.instance), self.channel_name)
         else:
             # An active or coming stream is announced first, before identity (docs/protocol.md#connect-sequence).

@@ -131,22 +131,37 @@ async def test_a_process_that_joins_before_the_sender_watches_for_joins_gets_the
     assert [(await receive(a, a1))["n"] for _ in range(2)] == [0, 1]
 
 
-async def test_a_group_joined_without_notice_publishes_no_join_notice_and_gets_group_sends(layers, redis):
-    """A socket on an address with no row yet waits in a group only ``group_send`` reaches: its join
-    publishes no notice (the lossy path's alone), and the other process's message still arrives."""
+async def test_shared_groups_travel_on_one_topic_and_their_joins_and_leaves_send_no_command(layers, redis):
+    """Sockets on addresses with no row yet wait in groups that share one topic: once a process
+    listens to it, their joins and leaves send Redis nothing (no SUBSCRIBE, no UNSUBSCRIBE, no join
+    notice), and each group gets its own messages from another process, and only those."""
     a, b = layers
     client = AsyncRedis.from_url(redis.url)
     notices = client.pubsub()
     try:
         await notices.subscribe(b.joins_topic)
         assert (await notices.get_message(timeout=PATIENCE))["type"] == "subscribe"
-        b1, b2 = await b.new_channel(), await b.new_channel()
-        await b.group_add_without_notice("agent.new.x", b1)
-        await b.group_add("room", b2)  # the control: a join that is announced
+        b1, b2, b3, b4 = [await b.new_channel() for _ in range(4)]
+        await b.group_add_shared("agent.new.x", b1)  # the first: the process starts listening
+        before = await client.info("commandstats")
+        await b.group_add_shared("agent.new.y", b2)
+        await b.group_add_shared("agent.new.z", b3)
+        await b.group_discard("agent.new.z", b3)
+        sent = {name for name, stats in (await client.info("commandstats")).items() if stats != before.get(name)}
+        assert sent <= {"cmdstat_info"}, sent
+        topics = await client.pubsub_channels()
+        assert not [topic for topic in topics if b"agent.new" in topic], topics
+        assert dict(await client.pubsub_numsub(b.shared_topic))[b.shared_topic.encode()] == 1
+        await b.group_add("room", b4)  # the control: a join that is announced
         notice = await notices.get_message(ignore_subscribe_messages=True, timeout=PATIENCE)
         assert notice["data"].endswith(b"room")  # the first notice is the announced join's
-        await a.group_send("agent.new.x", {"type": "conversation.created", "pk": 7})
+
+        await a.group_send_shared("agent.new.x", {"type": "conversation.created", "pk": 7})
+        await a.group_send_shared("agent.new.z", {"type": "conversation.created", "pk": 8})  # left
+        await a.group_send_shared("agent.new.y", {"type": "conversation.created", "pk": 9})
         assert (await receive(b, b1))["pk"] == 7
+        assert (await receive(b, b2))["pk"] == 9  # in order from one sender: 8 went to nobody
+        assert b.receive_buffer.get(b3) is None and b.receive_buffer[b1].empty()
     finally:
         await notices.aclose()
         await client.aclose()
