@@ -26,18 +26,18 @@ live chunks carry sequence numbers and a receiver re-syncs a gap from the stream
 subscription, so a handshake that starts after it (the resume flush) sees every later message.
 
 **No PUBLISH nobody else reads.** A message its receivers can do without (a live chunk: a gap is
-re-sent from the stream buffer) goes through ``group_send_lossy``, which skips the PUBLISH while
-no other process is known to have members of the group. A process learns that from each
-PUBLISH's count of receivers, and from the notice every process publishes on a topic of its own
-when its first member of a group has joined (``group_add``). A chunk published in the instant
-between a join and its notice is lost to the joiner and re-synced by the chunks that follow; everything else always
-goes out. A count may only say "nobody else" when no join after it can go unheard: the process
-listened to the notices (Redis had confirmed that subscription) before the PUBLISH, and nothing
-that changes what the count means happened while it was on its way (a notice came, this
-process's own subscriptions changed, the subscription connection was lost); otherwise the next
-PUBLISH counts again. A count taken before the process listened once made a turn skip every live
-chunk to a process that had joined just after it, whose notice nobody heard: its reader got the
-chunks only from the stream buffer, at the stream's end.
+re-sent from the stream buffer) goes through ``group_send_lossy``, which skips the PUBLISH while no
+other process is known to have members of the group. A process learns that from each PUBLISH's
+count of receivers, and from the notice every process publishes on the notices' topic
+(``joins_topic``) when its first member of a group has joined (``group_add``). A chunk published in
+the instant between a join and its notice is lost to the joiner and re-synced by the chunks that
+follow; everything else always goes out. A count may only say "nobody else" when no join after it
+can go unheard: the process listened to the notices (Redis had confirmed that subscription) before
+the PUBLISH, and nothing that changes what the count means happened while it was on its way (a
+notice came, this process's own subscriptions changed, the subscription connection was lost);
+otherwise the next PUBLISH counts again. A count taken before the process listened once made a turn
+skip every live chunk to a process that had joined just after it, whose notice nobody heard: its
+reader got the chunks only from the stream buffer, at the stream's end.
 
 **Groups that wait for one message share one topic.** A socket open on an address with no row
 yet waits in a group for the one message that says the row was made, and leaves it a moment later.
@@ -423,9 +423,9 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
             self._notices += 1
             self._remote[payload.decode()] = True
         elif name == self.shared_topic:
-            group, _, body = payload.partition(b" ")  # group names have no space
-            if group.decode() in self.local_groups:
-                self.deliver_locally(group.decode(), self.deserialize(body))
+            head, _, body = payload.partition(b" ")  # group names have no space
+            if (group := head.decode()) in self.local_groups:  # else a group of another process's
+                self.deliver_locally(group, self.deserialize(body))
         else:
             self.deliver_locally(name[len(self.topic("")):], self.deserialize(payload))
 
