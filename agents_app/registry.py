@@ -254,12 +254,28 @@ def pending_group(instance: AgentInstance) -> str:
 CREATED_EVENT = "conversation.created"
 
 
+# The waiting groups travel on the project's channel layer's shared topic (``group_add_shared``,
+# ``group_send_shared``: no Redis command per group); another layer (the tests' in-memory one)
+# keeps them as plain groups.
+
+
+async def wait_for_row(instance: AgentInstance, channel: str) -> None:
+    """``channel`` joins the group of ``instance``'s address, which has no row yet (``announce``)."""
+    layer = get_channel_layer()
+    await getattr(layer, "group_add_shared", layer.group_add)(pending_group(instance), channel)
+
+
+async def stop_waiting(instance: AgentInstance, channel: str) -> None:
+    """``channel`` leaves the group of ``instance``'s address (it follows the row, or it closed)."""
+    await get_channel_layer().group_discard(pending_group(instance), channel)
+
+
 async def announce(instance: AgentInstance) -> None:
     """Tell the connections waiting on ``instance``'s address that its row exists (committed)."""
     layer = get_channel_layer()
     if layer is not None:
-        send = getattr(layer, "group_send_shared", layer.group_send)  # as the consumer joins it
-        await send(pending_group(instance), {"type": CREATED_EVENT, "pk": instance.pk})
+        await getattr(layer, "group_send_shared", layer.group_send)(
+            pending_group(instance), {"type": CREATED_EVENT, "pk": instance.pk})
 
 
 def find_instance(slug: str, name: str, user: Any, owner: str | None = None,

@@ -104,10 +104,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         turns.sweep_on_startup()
         self.rate = limits.TokenBucket(**conf.get("AGENT_FRAME_RATE"))
         if self.instance.pk is None:
-            # Only the row's creation is sent to this group (``registry.CREATED_EVENT``): the layer's
-            # shared topic carries it (``thinkproject.channel_layer``).
-            join = getattr(self.channel_layer, "group_add_shared", self.channel_layer.group_add)
-            await join(registry.pending_group(self.instance), self.channel_name)
+            # Until its first message: only the row's creation reaches it (``registry.CREATED_EVENT``).
+            await registry.wait_for_row(self.instance, self.channel_name)
         else:
             # An active or coming stream is announced first, before identity (docs/protocol.md#connect-sequence).
             await self.join(self.instance)
@@ -135,7 +133,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         """
         if self.instance is None or self.instance.pk is not None:
             return
-        await self.channel_layer.group_discard(registry.pending_group(self.instance), self.channel_name)
+        await registry.stop_waiting(self.instance, self.channel_name)
         await self.join(instance, resume=False)
         if not made_here and (messages := await database_sync_to_async(transcript.load)(instance)):
             await self.send_frame(frames.chat_messages(messages))
@@ -163,7 +161,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if self.resume is not None:
             self.resume.close()
         if self.instance is not None and self.instance.pk is None:
-            await self.channel_layer.group_discard(registry.pending_group(self.instance), self.channel_name)
+            await registry.stop_waiting(self.instance, self.channel_name)
         elif self.instance is not None:
             await self.channel_layer.group_discard(fanout.group_name(self.instance.pk), self.channel_name)
 
