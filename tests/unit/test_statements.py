@@ -7,8 +7,9 @@ The texts of the named statements are pinned here on SQLite (PostgreSQL runs the
 import re
 from pathlib import Path
 
+import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, models
 
 from agents_app import statements
 from agents_app.models import (
@@ -144,3 +145,43 @@ def test_a_json_column_reads_as_the_orm_reads_it() -> None:
     # A field with a decoder of its own keeps Django's converter.
     decoded = models.JSONField(decoder=json.JSONDecoder)
     assert statements._json_reader(decoded, connection) == decoded.get_db_converters(connection)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a naive datetime, warned of on both sides
+def test_a_written_value_is_the_parameter_the_orm_makes() -> None:
+    """``statements._db_value`` shortens ``get_db_prep_save`` for the values a turn writes: for
+    every field of the app's models and a value of each kind, the same parameter (a JSON value:
+    the same JSON; the text is compact, as frames are written)."""
+    import datetime
+    import json
+    import zoneinfo
+
+    from django.apps import apps
+    from django.db import connections
+    from django.utils import timezone
+
+    wrapper = connections["default"]
+    now = timezone.now()
+    values = [None, "", "text é", 0, 7, True, False, 2.5, now, now.replace(tzinfo=None),
+              now.astimezone(zoneinfo.ZoneInfo("Europe/Paris")), datetime.date(2026, 12, 6),
+              {"a": [1, 2.5, None, "é \u2028"]}, ["x", {"y": 1}], {}]
+    checked = 0
+    for model in apps.get_app_config("agents_app").get_models():
+        for field in model._meta.concrete_fields:
+            for value in values:
+                try:
+                    expected = field.get_db_prep_save(value, wrapper)
+                except Exception as exc:  # what the field refuses, it still refuses
+                    refused = type(exc)
+                    try:
+                        statements._db_value(field, value, wrapper)
+                    except refused:
+                        continue
+                    raise AssertionError(f"{field} took {value!r}, which get_db_prep_save refuses") from None
+                found = statements._db_value(field, value, wrapper)
+                if isinstance(field, models.JSONField) and expected is not None:
+                    assert json.loads(found) == json.loads(expected), (field, value)
+                else:
+                    assert (type(found), found) == (type(expected), expected), (field, value)
+                checked += 1
+    assert checked > 500
