@@ -189,6 +189,27 @@ async def test_hundreds_of_groups_joined_at_once_share_one_subscription_connecti
     assert [(await receive(b, c))["n"] for c in channels] == list(range(300))
 
 
+async def test_publications_sent_at_once_are_pipelined_on_one_connection(layers, redis):
+    """A process's publications sent together leave on the one connection its loop keeps for them,
+    in batches (no pooled connection per command), and arrive in the order they were sent."""
+    a, b = layers
+    channels = [await b.new_channel() for _ in range(3)]
+    for i, channel in enumerate(channels):
+        await b.group_add(f"piped{i}", channel)
+    await a.group_send("piped0", {"type": "chat.frames", "n": -1})  # opens the publications' connection
+    assert (await receive(b, channels[0]))["n"] == -1
+    client = AsyncRedis.from_url(redis.url)
+    try:
+        before = await client.info("stats")
+        await asyncio.gather(*(a.group_send(f"piped{n % 3}", {"type": "chat.frames", "n": n}) for n in range(300)))
+        after = await client.info("stats")
+    finally:
+        await client.aclose()
+    assert after["total_connections_received"] == before["total_connections_received"]
+    for i, channel in enumerate(channels):
+        assert [(await receive(b, channel))["n"] for _ in range(100)] == list(range(i, 300, 3))
+
+
 # The layer's two lines about an outage (thinkproject.channel_layer).
 LOST = "Channel layer lost Redis"
 BACK = re.compile(r"Channel layer has Redis back after [0-9.]+ s; (\d+) messages? to other processes dropped")
