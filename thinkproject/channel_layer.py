@@ -52,10 +52,11 @@ groups. No lossy send reaches these groups, so their joins publish no notice.
 **Publications pipelined on a connection of their own.** Each event loop publishes to a host on
 one connection it takes from the pool for good (``_Publications``), not a connection checked out
 per command: the PUBLISH commands issued while a batch is on its way go out together in the next
-write, and their replies are read in order. Through redis-py's pool a PUBLISH cost 60 to 115 µs of CPU (the pool's checkout and
-return, a task for the write's timeout), and each was a write that woke Redis: in a burst of new
-conversations, a fifth of a server's samples were in redis-py (``bench/README.md``, "Twenty-first
-round"). One batch is on its way at a time, so a sender's publications still arrive in order.
+write, and their replies are read in order. Through redis-py's pool a PUBLISH cost 60 to 115 µs of
+CPU (the pool's checkout and return, a task for the write's timeout), and each was a write that
+woke Redis: in a burst of new conversations, a fifth of a server's samples were in redis-py
+(``bench/README.md``, "Twenty-first round"). One batch is on its way at a time, so a sender's
+publications still arrive in order.
 
 **Point-to-point messages within a process stay in memory.** ``send`` to a channel of this
 process (a turn's control channel when the reader who asks it to flush is on the same process,

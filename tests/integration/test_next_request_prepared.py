@@ -25,7 +25,7 @@ async def test_the_next_request_finds_the_reply_it_sends_back_prepared(ws: Any) 
     await receive_until(a, is_done("r1"))
     stored = await database_sync_to_async(
         lambda: transcript.load(AgentInstance.objects.get(name=f"prepared-{tag}")))()
-    assert [m["id"] for m in stored][0] == first["id"] and stored[-1]["role"] == "assistant"
+    assert stored[0]["id"] == first["id"] and stored[-1]["role"] == "assistant"
 
     async def prepared() -> bool:
         exchanges = list(ui_messages._converted_exchanges.values())
