@@ -259,17 +259,17 @@ def prepare(messages: list[UIMessageData]) -> None:
     """Validate and convert the transcript's last exchange into this module's caches, for the next
     request, which re-sends it (``useAgentChat`` sends back the reply as it streamed, the stored
     text): called once a turn's last frames are out, it takes that work off the way of the next
-    turn, which finds both in the caches (bench/README.md, "Twenty-first round"). What the model
-    cannot read is left for that turn to report; a long transcript is left to its thread."""
+    turn, which finds both in the caches (bench/README.md, "Twenty-first round"). A message the
+    model cannot read is left for that turn to report; a long transcript is left to its thread."""
     if not messages or len(messages) >= OFF_LOOP_MESSAGES:
         return
     start = max((index for index, message in enumerate(messages) if message.get("role") == "user"), default=0)
     try:
         validated = _validate_each(messages[start:])
-        if all(kept for _, kept in validated):
-            _exchange([message for message, _ in validated])
-    except Exception:  # noqa: BLE001 - the next turn meets it again, and reports it
+    except UnreadableMessage:
         return
+    if all(kept for _, kept in validated):
+        _exchange([message for message, _ in validated])
 
 
 def check(messages: list[UIMessageData]) -> None:
