@@ -255,23 +255,6 @@ async def model_history(messages: list[UIMessageData], *, repair_last_response: 
     return await asyncio.to_thread(_history, messages, repair_last_response)
 
 
-def prepare(messages: list[UIMessageData]) -> None:
-    """Validate and convert the transcript's last exchange into this module's caches, for the next
-    request, which re-sends it (``useAgentChat`` sends back the reply as it streamed, the stored
-    text): called once a turn's last frames are out, it takes that work off the way of the next
-    turn, which finds both in the caches (bench/README.md, "Twenty-first round"). A message the
-    model cannot read is left for that turn to report; a long transcript is left to its thread."""
-    if not messages or len(messages) >= OFF_LOOP_MESSAGES:
-        return
-    start = max((index for index, message in enumerate(messages) if message.get("role") == "user"), default=0)
-    try:
-        validated = _validate_each(messages[start:])
-    except UnreadableMessage:
-        return
-    if all(kept for _, kept in validated):
-        _exchange([message for message, _ in validated])
-
-
 def check(messages: list[UIMessageData]) -> None:
     """Raise ``UnreadableMessage`` for a message ``for_model`` would refuse, or with an inline file
     above ``AGENT_MAX_FILE_BYTES`` (``llm.files``), before it is stored."""

@@ -23,7 +23,6 @@ from ..abort import AbortSignal
 from ..actions.attachments import ReplyAttachments
 from ..actions.envelopes import to_json_safe
 from ..agent import ChatAgent, ChatResponse, ChatResponseResult
-from ..llm import ui_messages
 from ..mcp import state as mcp_state
 from ..mcp.servers import MCPServer
 from ..messages import (
@@ -119,10 +118,6 @@ async def drain(instance_pk: int, first: "QueueLook | None" = None, lead: "Lead 
         lead = None
         await _respond(instance_pk)
         if run.drained:  # the end of the turn found the queue empty, and said so
-            if run.final_transcript is not None:
-                # Once the loop has sent the turn's last frames: the next request's work, done while
-                # its sender is reading them (``ui_messages.prepare``).
-                asyncio.get_running_loop().call_soon(ui_messages.prepare, run.final_transcript)
             return
     # Connections parked on "a turn is coming" learn that none is (before any stream started),
     # unless the queue stopped here only because another process runs the instance's next turn.
@@ -324,8 +319,8 @@ class TurnRun:
     knows from its start on is ``setup``, set once when the agent is made.
     """
 
-    __slots__ = ("attachments", "builder", "drained", "error", "final_transcript", "last_chunk_at", "lost",
-                 "merge_text", "publisher", "seq", "setup", "signal", "stalled", "status", "text_id", "turn", "writer")
+    __slots__ = ("attachments", "builder", "drained", "error", "last_chunk_at", "lost", "merge_text", "publisher",
+                 "seq", "setup", "signal", "stalled", "status", "text_id", "turn", "writer")
 
     def __init__(self, turn: Turn) -> None:
         self.turn = turn  # the claimed row; the start fills in its ``message_ids`` if the admission did not
@@ -350,8 +345,6 @@ class TurnRun:
         self.drained = False
         # The end of the turn found it cut into recovery by another process (``_Ending.lost``).
         self.lost = False
-        # The transcript as the end stored it (None: the reply was not saved).
-        self.final_transcript: list[UIMessage] | None = None
 
     async def run(self, started: "_Started | None" = None, lead: Lead | None = None) -> ChatResponseResult:
         """Run the turn (``started``: its start, when the claim's hop made it already; ``lead``:
@@ -692,7 +685,6 @@ class TurnRun:
         finally:
             self.writer.stored()
         self.drained = ending.drained
-        self.final_transcript = ending.final_transcript
         metrics.CHUNKS.labels(instance.slug).inc(self.seq)
         if ending.lost:
             self.lost = True

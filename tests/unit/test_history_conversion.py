@@ -4,7 +4,6 @@ at once gives, turn after turn, whatever a run does to the messages it was hande
 
 import copy
 import threading
-import uuid
 from typing import Any
 
 import pytest
@@ -130,38 +129,6 @@ async def test_the_event_loops_thread_is_never_paused_a_worker_thread_is(monkeyp
             (user(f"l{i}", f"long {i}"), reply(f"la{i}", f"reply {i}"))]
     await ui_messages.model_history(long, repair_last_response=True)
     assert paused_on and threading.main_thread().name not in paused_on
-
-
-async def test_a_prepared_exchange_is_neither_validated_nor_converted_again_by_the_next_turn(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """``prepare`` after a turn's end puts its exchange in the caches: the next request, which
-    re-sends it, validates only its new message and converts only its new exchange, and gets what
-    converting the whole transcript gives."""
-    tag = uuid.uuid4().hex  # messages no other test has put in the caches
-    finished = [user(f"u1{tag}", "hi"), reply(f"a1{tag}", "hello"), user(f"u2{tag}", "again"),
-                reply(f"a2{tag}", f"yes {tag}")]
-    await ui_messages.model_history(finished[:3], repair_last_response=True)  # the turn that made a2
-    ui_messages.prepare(finished)
-    converted: list[list[Any]] = []
-    real_load = VercelAIAdapter.load_messages
-
-    def recording_load(messages: list[Any]) -> Any:
-        converted.append([message.id for message in messages])
-        return real_load(messages)
-
-    monkeypatch.setattr(VercelAIAdapter, "load_messages", recording_load)
-    following = [*copy.deepcopy(finished), user(f"u3{tag}", "go")]  # as the client sends it back
-    misses = ui_messages._validated_json.cache_info().misses
-    ui_messages.check(following)
-    assert ui_messages._validated_json.cache_info().misses == misses + 1  # the new message alone
-    got = await ui_messages.model_history(following, repair_last_response=True)
-    assert converted == [[f"u3{tag}"]]
-    assert _plain(got) == _whole(following)
-
-
-def test_a_transcript_the_model_cannot_read_is_left_to_the_next_turn() -> None:
-    ui_messages.prepare([user("u1", "hi"), {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": 1}]}])
-    ui_messages.prepare([])
 
 
 @pytest.mark.parametrize("name", CONVERSATIONS)
