@@ -234,7 +234,6 @@ _AS_IS: dict[type[Field], type] = {
     models.PositiveIntegerField: int, models.PositiveBigIntegerField: int, models.PositiveSmallIntegerField: int,
     models.AutoField: int, models.BigAutoField: int,
 }
-_UTC = datetime.UTC
 
 
 @functools.cache
@@ -262,10 +261,10 @@ def _db_value(field: Field, value: Any, connection: BaseDatabaseWrapper) -> Any:
         if value is None or type(value) is kind:
             return value
         vendor = connection.vendor
-        if kind == "datetime" and type(value) is datetime.datetime and value.tzinfo is _UTC:
+        if kind == "datetime" and type(value) is datetime.datetime and value.tzinfo is datetime.UTC:
             if vendor == "postgresql":
                 return value
-            if vendor == "sqlite" and connection.timezone is _UTC:
+            if vendor == "sqlite" and connection.timezone is datetime.UTC:
                 return str(value.replace(tzinfo=None))
         elif kind == "json" and type(value) in (dict, list):
             if vendor == "sqlite":

@@ -400,10 +400,7 @@ class FanoutRedisChannelLayer(PooledRedisChannelLayer):
         return int(receivers)
 
     def _publications(self, index: int) -> "_Publications":
-        loop = asyncio.get_running_loop()
-        hosts = self._publishers.get(loop)
-        if hosts is None:
-            hosts = self._publishers[loop] = {}
+        hosts = self._publishers.setdefault(asyncio.get_running_loop(), {})
         publications = hosts.get(index)
         if publications is None:
             publications = hosts[index] = _Publications(self.connection(index).connection_pool)
@@ -518,12 +515,13 @@ class _Publications:
         # end of its event loop) closes it too.
         self._pool = pool
         self._connection: Connection | None = None
-        self._queued: list[tuple[tuple[str, str, bytes], asyncio.Future[Any]]] = []
+        # (topic, data, future of its reply) of the PUBLISH commands waiting for the next batch.
+        self._queued: list[tuple[str, bytes, asyncio.Future[Any]]] = []
         self._sender: asyncio.Task[None] | None = None
 
     async def publish(self, topic: str, data: bytes) -> Any:
         future = asyncio.get_running_loop().create_future()
-        self._queued.append((("PUBLISH", topic, data), future))
+        self._queued.append((topic, data, future))
         if self._sender is None:
             self._sender = asyncio.create_task(self._send())
         return await future
@@ -537,18 +535,23 @@ class _Publications:
                         self._connection = await self._pool.get_connection()
                     connection = self._connection
                     await connection.send_packed_command(connection.pack_commands(
-                        command for command, _ in batch), check_health=False)
-                    for _, future in batch:
+                        ("PUBLISH", topic, data) for topic, data, _ in batch), check_health=False)
+                    for _, _, future in batch:
                         reply = await connection.read_response()
                         if not future.done():  # its caller may have been cancelled
                             future.set_result(reply)
                 except BaseException as exc:
                     if self._connection is not None:
                         await self._connection.disconnect(nowait=True)
-                    for _, future in batch:
-                        if not future.done():
+                    cancelled = isinstance(exc, asyncio.CancelledError)
+                    for _, _, future in batch:
+                        if future.done():
+                            continue
+                        if cancelled:  # the layer is closing: its callers are cancelled too
+                            future.cancel()
+                        else:
                             future.set_exception(exc)
-                    if isinstance(exc, asyncio.CancelledError):
+                    if cancelled:
                         raise
         finally:
             self._sender = None
@@ -559,7 +562,7 @@ class _Publications:
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sender
-        for _, future in self._queued:
+        for _, _, future in self._queued:
             future.cancel()
         self._queued = []
         connection, self._connection = self._connection, None
