@@ -802,6 +802,25 @@ def latest_turn_and_transcript(turn: type[Model], message: Columns) -> Select:
 
 
 @functools.cache
+def ended_requests_and_transcript(turn: type[Model], message: Columns) -> Select:
+    """The request ids of an instance's turns whose status is none of three, as a JSON array (NULL
+    or ``[]``: none), then ``message``'s columns of its stored messages by position, one row each
+    (one row of NULLs: none), in one statement, so one snapshot: a turn's end stores its status
+    and its reply in one transaction, and the ids name exactly the ends the transcript holds.
+    Parameters: instance pk, three statuses, instance pk."""
+
+    def build(connection: BaseDatabaseWrapper) -> str:
+        t, m = Columns(turn, "t").bound(connection), message.bound(connection)
+        ids = (f"json_agg({t('request_id')})::text" if connection.vendor == "postgresql"
+               else f"json_group_array({t('request_id')})")
+        return (f"SELECT ended.ids, {m.select} FROM (SELECT (SELECT {ids} FROM {t.table} "  # noqa: S608
+                f"WHERE {t('instance')} = %s AND {t('status')} NOT IN (%s, %s, %s)) AS ids) ended "
+                f"LEFT JOIN {m.table} ON {m('instance')} = %s ORDER BY {m('position')}")
+
+    return Select(turn, build)
+
+
+@functools.cache
 def turn_instance_and_cancel_flag(turn: type[Model], instance: Columns, owned: type[Model]) -> Select:
     """A turn's instance (``instance``'s columns), whether the instance has rows of ``owned`` (as
     ``queue_user_and_transcript``) and the turn's ``cancel_requested``; parameter: the turn pk."""

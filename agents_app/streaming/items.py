@@ -44,19 +44,21 @@ class Item:
     last_seq: int | None = None
     # TURNS_IDLE: the newest turn of the instance when the queue ran dry.
     turn: int = 0
+    lead: str | None = None
     only: str | None = None
     exclude: tuple[str, ...] = ()
 
     @classmethod
     def frame(cls, frame: Frame, *, exclude: Iterable[str] = (), only: str | None = None,
-              request_id: str | None = None, last_seq: int | None = None) -> "Item":
+              request_id: str | None = None, last_seq: int | None = None, lead: str | None = None) -> "Item":
         """The item of an outbound frame; a live (not replayed) chunk keeps its ``seq``."""
         return cls.decode(cls.frame_entry(frame, exclude=exclude, only=only, request_id=request_id,
-                                          last_seq=last_seq))
+                                          last_seq=last_seq, lead=lead))
 
     @staticmethod
     def frame_entry(frame: Frame, *, exclude: Iterable[str] = (), only: str | None = None,
-                    request_id: str | None = None, last_seq: int | None = None) -> dict[str, Any]:
+                    request_id: str | None = None, last_seq: int | None = None,
+                    lead: str | None = None) -> dict[str, Any]:
         """``Item.frame(...).encode()`` without making the item: what a publisher queues for each
         streamed chunk (one object fewer per chunk)."""
         data: dict[str, Any] = {"text": encode(frame)}
@@ -66,6 +68,8 @@ class Item:
             data["seq"] = frame["seq"]
         if last_seq is not None:
             data["last"] = last_seq
+        if lead is not None:
+            data["lead"] = lead
         if only:
             data["only"] = only
         excluded = [channel for channel in exclude if channel]
@@ -80,7 +84,7 @@ class Item:
         """The item as the channel layer carries it (msgpack): short keys, defaults left out."""
         data: dict[str, Any] = {}
         for key, value in (("text", self.text), ("event", self.event), ("rid", self.request_id),
-                           ("seq", self.seq), ("last", self.last_seq), ("only", self.only)):
+                           ("seq", self.seq), ("last", self.last_seq), ("lead", self.lead), ("only", self.only)):
             if value is not None:
                 data[key] = str(value) if key == "event" else value
         if self.turn:
@@ -94,7 +98,8 @@ class Item:
         event = data.get("event")
         return cls(
             text=data.get("text"), event=Event(event) if event is not None else None, request_id=data.get("rid"),
-            seq=data.get("seq"), last_seq=data.get("last"), turn=data.get("turn", 0), only=data.get("only"),
+            seq=data.get("seq"), last_seq=data.get("last"), turn=data.get("turn", 0), lead=data.get("lead"),
+            only=data.get("only"),
             exclude=tuple(data.get("exclude", ())),
         )
 

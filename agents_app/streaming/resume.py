@@ -8,6 +8,7 @@ sends frames.
 """
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -60,6 +61,19 @@ def load_state(instance: AgentInstance) -> ResumeState:
         pending_request_id=pending_id,
         pending_turn_pk=pending_pk or 0,
     )
+
+
+_ENDED_AND_TRANSCRIPT = statements.ended_requests_and_transcript(Turn, transcript.STORED_COLUMNS)
+
+
+def _transcript_and_ended(instance: AgentInstance) -> tuple[list[UIMessage], list[str]]:
+    """The stored transcript and the requests whose turns' ends it holds, read together. A failed
+    turn is not among them: its error frame is how a connection learns of it (as a connecting one
+    does from the handshake's case 3)."""
+    read = _ENDED_AND_TRANSCRIPT.rows(instance.pk, *Turn.ACTIVE_STATUSES, Turn.Status.ERROR, instance.pk)
+    ended = read[0][0] if read else None
+    stored = [row[1:] for row in read if row[1] is not None]
+    return transcript.from_rows(stored), json.loads(ended) if ended else []
 
 
 # A replay lets the event loop run other connections after this many frames: sending only
@@ -145,6 +159,17 @@ class ResumeDriver:
         transcript and its replay would double it."""
         messages = await database_sync_to_async(_base_of_continuation)(self.instance, request_id)
         if messages is not None:
+            await self.send_frame(frames.chat_messages(messages))
+
+    async def send_transcript(self) -> None:
+        """The stored transcript, to a connection that joined the group just before (a socket that
+        waited on a new address, ``consumers.ChatConsumer.adopt``). Frames of the turns whose ends
+        it holds, still on their way to this connection, are older than it and dropped: without
+        that, a turn that ended during the read went out again after it (its lead frames, a
+        transcript without its reply, first)."""
+        messages, ended = await database_sync_to_async(_transcript_and_ended)(self.instance)
+        self.session.supersede(ended)
+        if messages:
             await self.send_frame(frames.chat_messages(messages))
 
     # --- live items -------------------------------------------------------------------------------

@@ -84,6 +84,7 @@ async def submit_chat(instance: AgentInstance, request: ChatRequest, origin_chan
             ), only=origin_channel)
         else:
             start_drain(stored.pk, first=first, lead=engine.Lead(
+                request_id=request.request_id,
                 frames=(frames.chat_messages(request.messages), frames.chat_messages(admitted.transcript)),
                 exclude=(origin_channel,),
             ))

@@ -141,8 +141,10 @@ def _turns_idle(latest: dict[str, Any] | None) -> Item | None:
 class Lead:
     """Frames an admission sends the instance's other connections (``turns.submit_chat``). The first
     turn its drain runs sends them in its own first group event, ahead of its stream: one Redis
-    round trip fewer per turn (bench/README.md, "Fifth round")."""
+    round trip fewer per turn (bench/README.md, "Fifth round"). They are marked with the admitted
+    request (``Item.lead``), whose turn they lead."""
 
+    request_id: str
     frames: tuple[frames.Frame, ...]
     exclude: tuple[str, ...] = ()
 
@@ -383,7 +385,7 @@ class TurnRun:
         turn = self.turn
         if lead is not None:  # first, ahead of anything of this turn's (queued, not yet sent)
             for frame in lead.frames:
-                await self.publisher.send(frame, exclude=lead.exclude)
+                await self.publisher.send(frame, exclude=lead.exclude, lead=lead.request_id)
         # The preamble (``_has_preamble`` names its steps); a turn without one may have started already.
         if turn.strategy in admission.DEFERRED_STRATEGIES and not await self._still_due():
             return self._result(Turn.Status.SKIPPED)

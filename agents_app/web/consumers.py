@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from .. import conf, registry, rpc, transcript, turns
+from .. import conf, registry, rpc, turns
 from ..errors import AgentAccessError
 from ..lifecycle import connections
 from ..lifecycle import service as lifecycle
@@ -126,8 +126,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
         The transcript goes out instead of a resume announcement, whose ACK would hold back the
         frames that lead the first turn (the sender's own request's answer among them, and the
-        sender never owes that ACK): read after joining the group, it holds what came before, and
-        a turn's stream joined midway is replayed as any gap is (``handshake``). ``made_here``:
+        sender never owes that ACK): read after joining the group, it holds what came before, the
+        frames of turns it holds the end of are dropped, and a turn's stream joined midway is
+        replayed as any gap is (``streaming.resume.ResumeDriver.send_transcript``). ``made_here``:
         the row is this connection's first message's, made with its admission, and nothing came
         before it.
         """
@@ -135,8 +136,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         await registry.stop_waiting(self.instance, self.channel_name)
         await self.join(instance, resume=False)
-        if not made_here and (messages := await database_sync_to_async(transcript.load)(instance)):
-            await self.send_frame(frames.chat_messages(messages))
+        if not made_here:
+            assert self.resume is not None
+            await self.resume.send_transcript()
 
     async def conversation_created(self, event: dict[str, Any]) -> None:
         """Another connection, a REST call or code made the row this connection waited for."""

@@ -219,6 +219,23 @@ report["resume_state"] = {
     "ids": {"running": running.pk, "second": second.pk, "cut": cut.pk},
     "terminal_read": resume.load_state(live) and live.terminal_request_id,
 }
+# What a socket that adopts a new conversation reads: the transcript and the turns whose end it holds.
+Turn.objects.create(instance=queued, request_id="rq4", status=Turn.Status.ERROR)
+Turn.objects.create(instance=queued, request_id='rq5 "é"', status=Turn.Status.ABORTED)
+transcript.persist(queued, messages[:2])
+
+def ended_by_orm(of):
+    ended = Turn.objects.filter(instance=of).exclude(status__in=[*Turn.ACTIVE_STATUSES, Turn.Status.ERROR])
+    return [transcript.load(of), sorted(ended.values_list("request_id", flat=True))]
+
+def ended_read(of):
+    messages_read, ended = resume._transcript_and_ended(of)
+    return [messages_read, sorted(ended)]
+
+report["transcript_and_ended"] = {
+    "same": [ended_read(of) == ended_by_orm(of) for of in (instance, queued, recovering)],
+    "queued": ended_read(queued)[1], "messages": len(ended_read(queued)[0]),
+}
 # statements.together: on PostgreSQL its writes wait for the next statement, on SQLite they run at
 # once; what every query sees, and what is stored, is the same.
 box = AgentInstance.objects.create(slug="demo-agent", name="together")
@@ -402,6 +419,7 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
         "empty": nothing,
         "terminal_read": "old",
     }
+    assert report["transcript_and_ended"] == {"same": [True, True, True], "queued": ["rq3", 'rq5 "é"'], "messages": 2}
     assert report["upsert"] == {
         "first": [{"model": "é", "n": [1, None]}, None],
         "second": [None, [{"name": "t", "parameters": {"type": "object"}}]],

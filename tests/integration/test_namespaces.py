@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from agents_app import registry, tasks
 from agents_app.demo.agents import DemoAgent
 from agents_app.models import AgentInstance, Turn
+from agents_app.streaming.resume import ResumeDriver
 from tests.agents import SharedRoomAgent
 from tests.conftest import connect
 from tests.support.frames import chat_request, is_done, open_agent, receive_until, text_of, user_message
@@ -224,6 +225,46 @@ async def test_a_socket_makes_its_conversation_on_its_first_message_and_a_waitin
     assert "Researching again." in text_of(await receive_until(second, is_done("r2")))
     rows = [row async for row in AgentInstance.objects.order_by("pk").values_list("name", "owner_id", "parent__name")]
     assert rows == [("fresh", user.pk, None), ("child", user.pk, "fresh")]
+    for a in (first, second):
+        await a.disconnect()
+
+
+async def test_a_waiting_socket_gets_no_frame_of_a_turn_whose_end_its_transcript_holds(user, monkeypatch):
+    """A socket that waited on a new address follows the row by joining its group, then reading
+    the transcript. When the first turn ends before that read returns, the turn's frames queued for
+    the socket meanwhile are older than the transcript: none of them goes out after it (they went:
+    the tab showed the reply, then the turn's lead frames without it, then the stream again)."""
+    path = "/agents/demo-agent/read-late"
+    first, _, _ = await connect(path, user)
+    second, _, _ = await connect(path, user)
+    for a in (first, second):
+        assert [(await a.receive_json_from())["type"] for _ in range(2)] == [
+            "cf_agent_identity", "cf_agent_mcp_servers"]
+    joined, turn_ended = asyncio.Event(), asyncio.Event()
+    read = ResumeDriver.send_transcript
+
+    async def read_after_the_turn(driver: ResumeDriver) -> None:
+        joined.set()  # in the group: the turn's frames queue for this socket from now on
+        await turn_ended.wait()
+        await read(driver)
+
+    monkeypatch.setattr(ResumeDriver, "send_transcript", read_after_the_turn)
+    # Slow enough that the waiting socket joins while the turn streams: it has frames of it queued.
+    await first.send_json_to(chat_request("r1", [user_message("u1", "/slow 10 20")]))
+    await asyncio.wait_for(joined.wait(), timeout=10)
+    reply = text_of(await receive_until(first, is_done("r1"), timeout=10))
+    turn_ended.set()
+
+    stored = await second.receive_json_from(timeout=10)
+    assert stored["type"] == "cf_agent_chat_messages"
+    texts = [(m["role"], "".join(p.get("text", "") for p in m["parts"])) for m in stored["messages"]]
+    assert texts == [("user", "/slow 10 20"), ("assistant", reply)]
+    # What comes next is the next turn's: its lead frames, its stream, its end.
+    await first.send_json_to(chat_request("r2", [user_message("u2", "again")]))
+    after = await receive_until(second, is_done("r2"), timeout=10)
+    assert {frame["id"] for frame in after if "id" in frame} == {"r2"}
+    assert after[0]["type"] == "cf_agent_chat_messages"
+    assert [m["id"] for m in after[0]["messages"]][-1] == "u2"
     for a in (first, second):
         await a.disconnect()
 

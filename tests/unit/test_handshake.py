@@ -142,6 +142,20 @@ def test_a_request_closed_by_a_replay_gets_no_late_live_frames() -> None:
                                                                           RouteKind.SEND]
 
 
+def test_a_transcript_that_holds_a_turns_end_supersedes_every_frame_of_that_turn() -> None:
+    """A socket that adopts a new conversation is sent the stored transcript; the frames of a turn
+    whose end it holds, queued meanwhile, are all older: its lead frames, start, chunks and end."""
+    session = ResumeSession()
+    session.supersede(["r1"])
+    old = [Item.frame(frames.chat_messages([]), exclude=["sender"], lead="r1"),
+           Item(event=Event.STREAM_START, request_id="r1"), chunk(0), chunk(1),
+           Item.frame(frames.chat_messages([]), request_id="r1"), terminal(1)]
+    assert kinds(session, old) == [RouteKind.NOTHING] * len(old)
+    new = [Item.frame(frames.chat_messages([]), exclude=["sender"], lead="r2"), chunk(0, "r2"), terminal(0, "r2"),
+           broadcast()]
+    assert kinds(session, new) == [RouteKind.SEND] * len(new)
+
+
 def test_a_parked_connection_resumes_the_stream_that_starts() -> None:
     session = ResumeSession()
     session.note_sent(frames.stream_pending(request_id="r1"), pending_turn_pk=7)
@@ -305,7 +319,8 @@ def test_an_answer_to_an_earlier_replay_is_not_taken_by_the_next() -> None:
     Item.frame(frames.chat_messages([]), exclude=["a", "", "b"], only="c"),
     Item(event=Event.STREAM_START, request_id="r1"),
     Item(event=Event.TURNS_IDLE, turn=12),
-], ids=["chunk", "terminal", "broadcast", "addressed", "stream-start", "turns-idle"])
+    Item.frame(frames.chat_messages([]), exclude=["a"], lead="r1"),
+], ids=["chunk", "terminal", "broadcast", "addressed", "stream-start", "turns-idle", "lead"])
 def test_items_survive_encode_and_decode(item: Item) -> None:
     encoded = item.encode()
     assert json.loads(json.dumps(encoded)) == encoded  # plain data for the channel layer
@@ -316,8 +331,9 @@ def test_items_survive_encode_and_decode(item: Item) -> None:
     {"request_id": "r1"},
     {"request_id": "r1", "last_seq": -1},
     {"exclude": ["a", "", "b"], "only": "c"},
+    {"exclude": ["a"], "lead": "r1"},
     {},
-], ids=["live", "terminal", "addressed", "plain"])
+], ids=["live", "terminal", "addressed", "lead", "plain"])
 @pytest.mark.parametrize("frame", [
     frames.chunk(request_id="r1", body="{}", seq=4),
     frames.chunk(request_id="r1", body="{}", seq=4, replay=True),
