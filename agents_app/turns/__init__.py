@@ -100,7 +100,9 @@ def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_chann
     One write transaction instead of three (of four for a new conversation) is one wait for
     SQLite's write lock when processes start turns at once. A look that fails is the drain's to
     make again; the request stays admitted."""
-    admission.check_readable(request.messages, request.request_id, instance)  # before taking the write lock
+    # Before the first write; on SQLite's fast path the unit holds the write lock from its start
+    # (``agents_app.database``), so there the check is inside it (bench/README.md, "Twenty-second round").
+    admission.check_readable(request.messages, request.request_id, instance)
     with transaction.atomic():
         made: list[AgentInstance] = []
         if instance.pk is None:  # a new address: its first message makes the row
