@@ -6,7 +6,7 @@ nesting, and text that is not JSON at all. ``parse`` must return an event or rai
 ``ProtocolError``, and whatever it returns must be sendable (UTF-8) and storable. The consumer
 must answer every frame without closing the socket or logging a traceback, and then run a
 normal turn. 10,000 frames go through ``parse`` and 1,000 through the consumer on every run of
-``make test``; ``make test-fast`` sends 2,000 through ``parse`` (``THINK_FUZZ_EXAMPLES``).
+``make test``; ``make test-fast`` sends 1,000 through ``parse`` (``THINK_FUZZ_EXAMPLES``).
 """
 
 import asyncio
@@ -27,7 +27,7 @@ from tests.conftest import connect, engine_settled
 from tests.support.frames import chat_request, is_done, receive_until, text_of, user_message
 
 MAX_BYTES = 64 * 1024
-# Frames through ``parse`` per run: a minute of the inner loop at 10,000 (scripts/test.sh --fast).
+# Frames through ``parse`` per run: one to two minutes on 2 cores at 10,000 (scripts/test.sh --fast sends fewer).
 PARSE_EXAMPLES = int(os.environ.get("THINK_FUZZ_EXAMPLES", "10000"))
 
 # Characters with the ones JSON can carry but UTF-8 and PostgreSQL cannot (lone surrogates, NUL).
