@@ -198,15 +198,20 @@ async def test_control_characters_in_an_address_are_refused_before_any_lookup(ma
     assert (frame["error"], code) == (error, 4404)
 
 
+async def two_sockets_on_a_new_address(path: str, user: Any) -> tuple[Any, Any]:
+    """Two sockets on an address with no row yet, their connect frames read (nothing is stored)."""
+    sockets = [(await connect(path, user))[0] for _ in range(2)]
+    for a in sockets:
+        assert [(await a.receive_json_from())["type"] for _ in range(2)] == [
+            "cf_agent_identity", "cf_agent_mcp_servers"]
+    return sockets[0], sockets[1]
+
+
 async def test_a_socket_makes_its_conversation_on_its_first_message_and_a_waiting_one_follows(user):
     """Connecting stores nothing; the first chat request does, and a second socket that waited on
     the same new address is told and follows the reply."""
     path = "/agents/demo-agent/fresh/sub/research-agent/child"
-    first, _, _ = await connect(path, user)
-    second, _, _ = await connect(path, user)
-    for a in (first, second):
-        assert [(await a.receive_json_from())["type"] for _ in range(2)] == [
-            "cf_agent_identity", "cf_agent_mcp_servers"]
+    first, second = await two_sockets_on_a_new_address(path, user)
     await first.send_json_to({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
     assert await first.receive_json_from() == {
         "type": "cf_agent_stream_resume_none", "reason": "idle", "probeId": "p1"}
@@ -235,11 +240,7 @@ async def test_a_waiting_socket_gets_no_frame_of_a_turn_whose_end_its_transcript
     the socket meanwhile are older than the transcript: none of them goes out after it (they went:
     the tab showed the reply, then the turn's lead frames without it, then the stream again)."""
     path = "/agents/demo-agent/read-late"
-    first, _, _ = await connect(path, user)
-    second, _, _ = await connect(path, user)
-    for a in (first, second):
-        assert [(await a.receive_json_from())["type"] for _ in range(2)] == [
-            "cf_agent_identity", "cf_agent_mcp_servers"]
+    first, second = await two_sockets_on_a_new_address(path, user)
     joined, turn_ended = asyncio.Event(), asyncio.Event()
     read = ResumeDriver.send_transcript
 
