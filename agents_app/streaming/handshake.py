@@ -11,7 +11,7 @@ the reference does (docs/protocol.md#resume-on-connect, docs/protocol.md#late-ac
 """
 
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -191,8 +191,6 @@ class ResumeSession:
         # Whether chunks or the end of any stream went through this connection: one that has had
         # none may lack the end of the reply a continuation extends (``needs_base``).
         self.followed = False
-        # Requests whose turns' ends a transcript sent to this connection holds (``supersede``).
-        self.superseded: set[str] = set()
 
     def needs_base(self) -> bool:
         """The replay of a live continuation starts with the stored transcript for a connection
@@ -217,12 +215,10 @@ class ResumeSession:
     # --- live items -------------------------------------------------------------------------------
     def route(self, item: Item) -> Route:
         """Decide what one live item does for this connection (and remember what it implies)."""
-        if self.superseded and (item.request_id in self.superseded or item.lead in self.superseded):
+        if item.request_id in self.closed or (item.lead is not None and item.lead in self.closed):
             return _NOTHING
         if item.event is not None:
             return self._route_event(item)
-        if item.request_id is not None and item.request_id in self.closed:
-            return _NOTHING
         if self.replay is not None:
             self.replay.held.append(item)
             return _NOTHING
@@ -288,16 +284,13 @@ class ResumeSession:
         return self.replay
 
     def close_request(self, request_id: str) -> None:
-        """A replay ended this request with its own terminal frame: live frames of it are stale."""
+        """The connection has this request's end: a replay's own terminal frame, or a transcript
+        that holds the reply (``ResumeDriver.send_transcript``). Every frame of its turn still on
+        its way, the ones that led it included, is stale."""
         self.followed = True
         self.closed.add(request_id)
         self.released.discard(request_id)
         self.next_seq.pop(request_id, None)
-
-    def supersede(self, request_ids: Iterable[str]) -> None:
-        """The connection was sent a transcript that holds these requests' ends: every frame of
-        their turns still on its way, the ones that led them included, is older than it."""
-        self.superseded.update(request_ids)
 
     def finish_replay(self, last_sent: int, covered: int | None = None) -> list[Item]:
         """End the replay; returns the held items, to be routed again in order.

@@ -168,7 +168,8 @@ class ResumeDriver:
         that, a turn that ended during the read went out again after it (its lead frames, a
         transcript without its reply, first)."""
         messages, ended = await database_sync_to_async(_transcript_and_ended)(self.instance)
-        self.session.supersede(ended)
+        for request_id in ended:
+            self.session.close_request(request_id)
         if messages:
             await self.send_frame(frames.chat_messages(messages))
 

@@ -146,7 +146,7 @@ def test_a_transcript_that_holds_a_turns_end_supersedes_every_frame_of_that_turn
     """A socket that adopts a new conversation is sent the stored transcript; the frames of a turn
     whose end it holds, queued meanwhile, are all older: its lead frames, start, chunks and end."""
     session = ResumeSession()
-    session.supersede(["r1"])
+    session.close_request("r1")
     old = [Item.frame(frames.chat_messages([]), exclude=["sender"], lead="r1"),
            Item(event=Event.STREAM_START, request_id="r1"), chunk(0), chunk(1),
            Item.frame(frames.chat_messages([]), request_id="r1"), terminal(1)]
