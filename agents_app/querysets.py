@@ -18,6 +18,11 @@ def _all_columns(model: type[models.Model]) -> statements.Columns:
     return statements.Columns(model, "i")
 
 
+@functools.cache
+def _generation(model: type[models.Model]) -> statements.Columns:
+    return statements.Columns(model, "i", ("generation",))
+
+
 class AgentInstanceQuerySet(models.QuerySet[Any]):
     def generation_of(self, instance_pk: int) -> int:
         """The instance's clear generation now: turns accepted in an older one are stale."""
@@ -30,17 +35,27 @@ class AgentInstanceQuerySet(models.QuerySet[Any]):
             raise self.model.DoesNotExist(f"No agent instance {instance_pk}")
         return int(row[0]), int(row[1])
 
-    def touch(self, instance_pk: int, **also: Any) -> models.Model:
+    def touch(self, instance_pk: int, **also: Any) -> int:
         """Mark the conversation changed now (``updated_at``; ``also``: more columns to set in the
-        same statement), and return the row as it is then.
+        same statement), and return its clear generation then.
 
         The first write of every transcript writer's transaction: it takes the row's lock, the
-        lock order of every writer (``agents_app.transcript``), and reads the row back in the same
-        statement (the admission decides on its generation and overlap sequence). One UPDATE,
-        because the engine's other writes to the row are UPDATEs too, which skip ``auto_now``.
+        lock order of every writer (``agents_app.transcript``). One UPDATE, because the engine's
+        other writes to the row are UPDATEs too, which skip ``auto_now``. Only the generation
+        comes back (the end of a turn compares it with its turn's): the row's other columns cost a
+        conversion each and a model object, every turn; ``touch_and_read`` reads them.
         """
+        row = statements.update_returning(self.model, {"pk": instance_pk}, _generation(self.model),
+                                          updated_at=timezone.now(), **also)
+        if row is None:
+            raise self.model.DoesNotExist(f"No agent instance {instance_pk}")
+        return int(row[0])
+
+    def touch_and_read(self, instance_pk: int) -> models.Model:
+        """``touch``, reading the whole row back in the same statement: the admission decides on its
+        generation and overlap sequence, and hands the row to the turn it inserts."""
         columns = _all_columns(self.model)
-        row = statements.update_returning(self.model, {"pk": instance_pk}, columns, updated_at=timezone.now(), **also)
+        row = statements.update_returning(self.model, {"pk": instance_pk}, columns, updated_at=timezone.now())
         if row is None:
             raise self.model.DoesNotExist(f"No agent instance {instance_pk}")
         instance = columns.instance(row, 0, statements.connection_for(self.model))

@@ -67,7 +67,7 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
         with transaction.atomic(savepoint=False):
             # The decision's lock, and the conversation's mark of a change: this write makes
             # concurrent accepts of the instance take turns, and reads the row back.
-            current = AgentInstance.objects.touch(instance.pk)
+            current = AgentInstance.objects.touch_and_read(instance.pk)
             user_pk = user.pk if getattr(user, "is_authenticated", False) else None
             read = _QUEUE_USER_AND_TRANSCRIPT.rows(
                 instance.pk, *Turn.ACTIVE_STATUSES, user_pk, *Turn.ACTIVE_STATUSES, instance.pk, instance.pk)

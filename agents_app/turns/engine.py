@@ -754,7 +754,7 @@ class TurnRun:
             # The instance's row first, as every transcript writer (``transcript.save_message``'s
             # ``touched``), in one statement with the last failure, which is replayed to clients
             # that were away until a later turn supersedes it; the row's generation comes back.
-            current = AgentInstance.objects.touch(
+            generation = AgentInstance.objects.touch(
                 instance.pk, terminal_request_id=self.turn.request_id if failed else "",
                 terminal_error=(self.error or "Error") if failed else "",
             )
@@ -770,7 +770,7 @@ class TurnRun:
             with statements.together(Turn):
                 usage.record(self.turn, instance.slug, metered)
                 # A clear during the turn wins: its partial reply is not written back.
-                saved = self.builder.has_content() and current.generation <= self.turn.generation
+                saved = self.builder.has_content() and generation <= self.turn.generation
                 if saved:
                     # A failed or stopped reply says so after a reload too; a continuation that ends
                     # normally clears the mark of the reply it finished.
@@ -868,7 +868,7 @@ def _store_computed(turn: Turn, messages: list[UIMessage]) -> list[UIMessage] | 
     instance = AgentInstance.objects.get(pk=turn.instance_id)
     with transaction.atomic():
         # The instance row's lock first, as every transcript writer; a clear holds it too.
-        if AgentInstance.objects.touch(turn.instance_id).generation > turn.generation:
+        if AgentInstance.objects.touch(turn.instance_id) > turn.generation:
             lock.finish(turn, Turn.Status.SKIPPED)
             return None
         stored = transcript.persist(instance, messages, policy=transcript.Policy.of(registry.agent_for(instance)))

@@ -103,10 +103,12 @@ report["anonymous_messages"] = ChatMessage.objects.filter(instance_id=anonymous.
 report["next_position"] = transcript.next_position(instance)
 reply = {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "é", "state": "done"}]}
 with transaction.atomic():
-    touched = AgentInstance.objects.touch(instance.pk, terminal_request_id="r0", terminal_error="boom")
+    generation = AgentInstance.objects.touch(instance.pk, terminal_request_id="r0", terminal_error="boom")
+    touched = AgentInstance.objects.touch_and_read(instance.pk)
     transcript.save_message(instance, reply, touched=True)
 report["touch"] = {"same": fields(touched) == fields(AgentInstance.objects.get(pk=instance.pk)),
-                   "terminal": [touched.terminal_request_id, touched.terminal_error]}
+                   "terminal": [touched.terminal_request_id, touched.terminal_error],
+                   "generation": [generation, touched.generation]}
 row = ChatMessage.objects.get(instance=instance, message_id="a1")
 transcript.save_message(instance, {**reply, "parts": []})
 again = ChatMessage.objects.get(instance=instance, message_id="a1")
@@ -383,7 +385,9 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
     assert report["latest_and_transcript"] == [True, True, True]
     assert report["anonymous_messages"] == 0
     assert report["next_position"] == 5
-    assert report["touch"] == {"same": True, "terminal": ["r0", "boom"]}
+    assert report["touch"]["same"] is True and report["touch"]["terminal"] == ["r0", "boom"]
+    generation, stored_generation = report["touch"]["generation"]
+    assert isinstance(generation, int) and generation == stored_generation
     assert report["save_message"] == {"appended": [5, "assistant", True], "replaced": [True, 5, [], True, True],
                                       "load": True}
     assert report["update"] == {
