@@ -232,12 +232,16 @@ def write_batch(batch: list[tuple[int, list[tuple[int, list[str]]]]]) -> None:
 
 def start(turn: Turn, message_id: str) -> StreamRecord:
     """Open the buffer of a turn that starts streaming."""
-    record = StreamRecord(
-        instance_id=turn.instance_id, turn=turn, request_id=turn.request_id,
-        message_id=message_id, continuation=turn.continuation,
-    )
+    record = new_record(turn, message_id)
     statements.insert(record)
     return record
+
+
+def new_record(turn: Turn, message_id: str) -> StreamRecord:
+    """The buffer ``start`` stores, unsaved: an admission that inserts the turn it starts at once
+    stores both in one statement (``turns.admission.accept_chat``)."""
+    return StreamRecord(instance_id=turn.instance_id, turn=turn, request_id=turn.request_id,
+                        message_id=message_id, continuation=turn.continuation)
 
 
 def finish(stream_pk: int, rows: list[tuple[int, list[str]]], *, error: bool) -> None:

@@ -113,7 +113,7 @@ def _admit_and_claim(instance: AgentInstance, request: ChatRequest, origin_chann
         if admitted.claimed:
             assert admitted.turn is not None
             return instance, made, admitted, engine.inserted_claimed(
-                admitted.turn, admitted.transcript, admitted.mcp_servers)
+                admitted.turn, admitted.transcript, admitted.mcp_servers, admitted.stream_pk)
         try:
             with transaction.atomic():
                 return instance, made, admitted, engine.claim_next_or_latest(instance.pk, channel, admitted.transcript)

@@ -41,6 +41,8 @@ class Admission:
     turn: Turn | None = None
     # The instance has MCP servers added at runtime (read with the queue, for the turn's start).
     mcp_servers: bool = False
+    # The stream buffer of a claimed turn that starts at once, stored with it (``accept_chat``).
+    stream_pk: int | None = None
 
     @property
     def claimed(self) -> bool:
@@ -101,14 +103,22 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
                     run_after=(timezone.now() + timedelta(milliseconds=decision.wait_ms)
                                if decision.wait_ms is not None else None),
                 )
+                stream = None
                 if claim_as is not None and newest_active is None:
                     turn.status, turn.started_at, turn.worker = Turn.Status.RUNNING, timezone.now(), claim_as
                     turn.memory_watch = memory.watch()
-                statements.insert(turn)
+                    if turn.strategy not in DEFERRED_STRATEGIES:
+                        # It starts at once (``engine.inserted_claimed``): its stream buffer opens
+                        # with it, one statement on PostgreSQL.
+                        stream = buffer.new_record(turn, turn.assistant_message_id)
+                if stream is None:
+                    statements.insert(turn)
+                else:
+                    statements.insert_linked(turn, stream, "turn")
     except IntegrityError:  # unique_turn_request: the whole request is rolled back
         raise ProtocolError(f"Request id {request.request_id!r} was already used in this conversation",
                             code="duplicate_request_id", request_id=request.request_id) from None
-    return Admission(stored, turn=turn, mcp_servers=bool(mcp_servers))
+    return Admission(stored, turn=turn, mcp_servers=bool(mcp_servers), stream_pk=stream.pk if stream else None)
 
 
 def check_readable(messages: list[UIMessage], request_id: str | None = None,

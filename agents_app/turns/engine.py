@@ -163,16 +163,20 @@ def claim_next_or_latest(instance_pk: int, channel: str, transcript_now: list[UI
     return claim, None, _start(claim.turn, None, transcript_now) if _starts_at_once(claim) else None
 
 
-def inserted_claimed(turn: Turn, transcript_now: list[UIMessage], mcp_servers: bool) -> QueueLook:
+def inserted_claimed(turn: Turn, transcript_now: list[UIMessage], mcp_servers: bool,
+                     stream_pk: int | None) -> QueueLook:
     """The look at the queue that ``claim_next_or_latest`` would make after an admission that
     inserted its turn claimed (``admission.accept_chat``): the claim, and the turn's start when
     nothing comes between. The turn's instance is the row as the admission read it, and no cancel
     can have reached a turn its transaction has not committed yet; ``mcp_servers``: the admission
-    found runtime MCP servers of the instance."""
+    found runtime MCP servers of the instance; ``stream_pk``: the stream buffer it stored with the
+    turn, which it does for the turns that start here."""
     claim = lock.Claim(turn)
     if not _starts_at_once(claim):
+        assert stream_pk is None, "a stream buffer stored for a turn that does not start at once"
         return claim, None, None
-    return claim, None, _start(turn, None, transcript_now, inserted=True, mcp_servers=mcp_servers)
+    assert stream_pk is not None, "the admission stores the buffer of a turn that starts at once"
+    return claim, None, _start(turn, None, transcript_now, inserted=True, mcp_servers=mcp_servers, stream_pk=stream_pk)
 
 
 def _starts_at_once(claim: lock.Claim) -> bool:
@@ -818,13 +822,15 @@ class _Started:
 
 
 def _start(turn: Turn, attempt: recovery.Attempt | None,
-           transcript_now: list[UIMessage] | None = None, *, inserted: bool = False, mcp_servers: bool = False
-           ) -> _Started | None:
+           transcript_now: list[UIMessage] | None = None, *, inserted: bool = False, mcp_servers: bool = False,
+           stream_pk: int | None = None) -> _Started | None:
     """The turn's instance and transcript (``transcript_now`` if the caller has it), its cancel flag,
     its runtime MCP servers, its reply's builder and stream buffer; None for a continuation with
     nothing to continue yet (it is skipped, silently). ``inserted``: the caller's transaction
     inserted the turn (``inserted_claimed``), with its instance as read there, no cancel, and
-    ``mcp_servers`` saying whether that transaction found runtime MCP servers of the instance."""
+    ``mcp_servers`` saying whether that transaction found runtime MCP servers of the instance, and
+    ``stream_pk`` the stream buffer it opened with the turn, if it did (for the reply's message id
+    the turn names)."""
     instance, mcp_servers, cancel_requested = ((turn.instance, mcp_servers, False) if inserted
                                                else _instance_and_cancel_flag(turn.pk))
     messages = transcript_now if transcript_now is not None else transcript.load(instance)
@@ -839,8 +845,9 @@ def _start(turn: Turn, attempt: recovery.Attempt | None,
     builder = builder_for_reply(messages, continuation=turn.continuation,
                                 message_id=turn.assistant_message_id or new_message_id())
     runtime = mcp_state.runtime_servers(instance.pk) if mcp_servers else []
-    return _Started(instance, messages, cancel_requested, builder, buffer.start(turn, builder.message["id"]).pk,
-                    runtime)
+    if stream_pk is None:
+        stream_pk = buffer.start(turn, builder.message["id"]).pk
+    return _Started(instance, messages, cancel_requested, builder, stream_pk, runtime)
 
 
 _INSTANCE = statements.Columns(AgentInstance, "i")

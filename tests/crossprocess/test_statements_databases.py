@@ -321,6 +321,30 @@ report["together_more"] = {
     "closed": [closed.status, buffer.read(closed)],
     "statements": [sql.split()[0] for sql in sent],
 }
+# statements.insert_linked: a turn and its stream buffer, a waiting write in front: one statement
+# on PostgreSQL, and what is stored is what the two inserts store.
+sent.clear()
+with transaction.atomic(), django.db.connection.execute_wrapper(record):
+    with statements.together(Turn):
+        statements.insert_many([note("t8", 8)])
+        linked_turn = Turn(instance=box, request_id="linked", assistant_message_id="m-linked")
+        linked_stream = buffer.new_record(linked_turn, "m-linked")
+        statements.insert_linked(linked_turn, linked_stream, "turn")
+stored_stream = StreamRecord.objects.get(pk=linked_stream.pk)
+report["linked"] = {
+    "turn": fields(linked_turn) == fields(Turn.objects.get(pk=linked_turn.pk)),
+    "stream": fields(linked_stream) == fields(stored_stream),
+    "link": [stored_stream.turn_id == linked_turn.pk, linked_stream.turn_id == linked_turn.pk],
+    "t8": ChatMessage.objects.filter(instance=box, message_id="t8").count(),
+    "statements": [sql.split()[0] for sql in sent],
+}
+try:
+    with transaction.atomic():
+        statements.insert_linked(Turn(instance=box, request_id="linked"), StreamRecord(instance=box, request_id="x"),
+                                 "turn")
+except django.db.IntegrityError:  # unique_turn_request: neither row
+    report["linked"]["refused"] = [Turn.objects.filter(instance=box, request_id="linked").count(),
+                                   StreamRecord.objects.filter(request_id="x").count()]
 from agents_app import registry
 owned = AgentInstance.objects.create(slug="demo-agent", name="addressed", owner=user)
 unowned = AgentInstance.objects.create(slug="demo-agent", name="addressed")
@@ -378,6 +402,10 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
     }[database]
     assert together_more == {"positions": [7, 8], "rolled_back": 0, "t7": 1,
                              "closed": ["completed", [[0, "c0"], [1, "c1"]]]}
+    assert report["linked"] == {
+        "turn": True, "stream": True, "link": [True, True], "t8": 1, "refused": [1, 0],
+        "statements": {"sqlite": ["INSERT", "INSERT", "INSERT"], "postgres": ["WITH"]}[database],
+    }
     assert report["latest"] is True
     assert report["in_transaction"] == [True, 0, True, 1]
     assert report["sessions"] == [True, {}, True, None]
