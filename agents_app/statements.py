@@ -386,10 +386,10 @@ def insert(obj: Model) -> None:
 def insert_linked(parent: Model, child: Model, link: str) -> None:
     """``insert`` of ``parent``, then of ``child``, whose foreign key ``link`` points at it (both new,
     their keys made by the database). On PostgreSQL one statement, a round trip fewer: the
-    parent's ``INSERT … RETURNING`` as a ``WITH`` clause whose key the child's ``VALUES`` read (a
-    scalar subquery, so each parameter still takes its column's type; the foreign key is checked
-    at the statement's end, when both rows are there); the writes waiting in a ``together`` block
-    go in front, as for ``insert``. Elsewhere, two ``insert`` calls."""
+    parent's ``INSERT … RETURNING`` as a ``WITH`` clause whose key the child's ``VALUES`` read in a
+    scalar subquery (in ``VALUES`` each parameter takes its column's type, as in ``insert``; the
+    foreign key is checked at the statement's end, when both rows are there); the writes waiting
+    in a ``together`` block go in front, as for ``insert``. Elsewhere, two ``insert`` calls."""
     connection = connection_for(type(parent))
     if connection.vendor != "postgresql":
         insert(parent)
