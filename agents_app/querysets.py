@@ -45,22 +45,21 @@ class AgentInstanceQuerySet(models.QuerySet[Any]):
         comes back (the end of a turn compares it with its turn's): the row's other columns cost a
         conversion each and a model object, every turn; ``touch_and_read`` reads them.
         """
-        row = statements.update_returning(self.model, {"pk": instance_pk}, _generation(self.model),
-                                          updated_at=timezone.now(), **also)
-        if row is None:
-            raise self.model.DoesNotExist(f"No agent instance {instance_pk}")
-        return int(row[0])
+        return int(self._touched(instance_pk, _generation(self.model), **also)[0])
 
     def touch_and_read(self, instance_pk: int) -> models.Model:
         """``touch``, reading the whole row back in the same statement: the admission decides on its
         generation and overlap sequence, and hands the row to the turn it inserts."""
         columns = _all_columns(self.model)
-        row = statements.update_returning(self.model, {"pk": instance_pk}, columns, updated_at=timezone.now())
-        if row is None:
-            raise self.model.DoesNotExist(f"No agent instance {instance_pk}")
-        instance = columns.instance(row, 0, statements.connection_for(self.model))
+        instance = columns.instance(self._touched(instance_pk, columns), 0, statements.connection_for(self.model))
         assert instance is not None
         return instance
+
+    def _touched(self, instance_pk: int, returned: statements.Columns, **also: Any) -> tuple[Any, ...]:
+        row = statements.update_returning(self.model, {"pk": instance_pk}, returned, updated_at=timezone.now(), **also)
+        if row is None:
+            raise self.model.DoesNotExist(f"No agent instance {instance_pk}")
+        return row
 
 
 class TurnQuerySet(models.QuerySet[Any]):

@@ -107,9 +107,7 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
                 if claim_as is not None and newest_active is None:
                     turn.status, turn.started_at, turn.worker = Turn.Status.RUNNING, timezone.now(), claim_as
                     turn.memory_watch = memory.watch()
-                    if turn.strategy not in DEFERRED_STRATEGIES:
-                        # It starts at once (``engine.inserted_claimed``): its stream buffer opens
-                        # with it, one statement on PostgreSQL.
+                    if starts_at_once(turn):  # its stream buffer opens with it, one statement on PostgreSQL
                         stream = buffer.new_record(turn, turn.assistant_message_id)
                 if stream is None:
                     statements.insert(turn)
@@ -186,6 +184,19 @@ def current_transcript(instance: AgentInstance, messages: list[UIMessage]) -> li
 
 # Strategies whose turns may be superseded, debounced or merged when their time comes.
 DEFERRED_STRATEGIES = frozenset({"latest", "merge", "debounce"})
+
+
+def has_preamble(turn: Turn) -> bool:
+    """A turn's run has steps before its start (``engine.TurnRun._run``): a debounce or merge to
+    wait for (``when_due``), messages to compute (``save_messages``), a recovery plan."""
+    return turn.strategy in DEFERRED_STRATEGIES or turn.pending_messages or turn.kind == Turn.Kind.RECOVERY
+
+
+def starts_at_once(turn: Turn) -> bool:
+    """A claimed turn goes straight to its start: a new prompt with no preamble, nothing to continue.
+    The engine's claims start such turns in the claim's unit; ``accept_chat`` opens their stream
+    buffer with them."""
+    return not (turn.continuation or has_preamble(turn))
 
 
 @dataclass(frozen=True)

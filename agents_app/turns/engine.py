@@ -173,16 +173,14 @@ def inserted_claimed(turn: Turn, transcript_now: list[UIMessage], mcp_servers: b
     turn, which it does for the turns that start here."""
     claim = lock.Claim(turn)
     if not _starts_at_once(claim):
-        assert stream_pk is None, "a stream buffer stored for a turn that does not start at once"
         return claim, None, None
-    assert stream_pk is not None, "the admission stores the buffer of a turn that starts at once"
     return claim, None, _start(turn, None, transcript_now, inserted=True, mcp_servers=mcp_servers, stream_pk=stream_pk)
 
 
 def _starts_at_once(claim: lock.Claim) -> bool:
-    """A claimed turn that goes straight to its start: a new prompt with no preamble, nothing to continue."""
-    return not (claim.blocked or claim.deferred or claim.failed or claim.skipped
-                or claim.turn.continuation or _has_preamble(claim.turn))
+    """A claim whose turn goes straight to its start (``admission.starts_at_once``)."""
+    return (not (claim.blocked or claim.deferred or claim.failed or claim.skipped)
+            and admission.starts_at_once(claim.turn))
 
 
 def _goes_on(turn: Turn) -> bool:
@@ -190,13 +188,6 @@ def _goes_on(turn: Turn) -> bool:
     a new message, in the last reply (``turn.continuation``) or in one of its own (``continue_last_turn``,
     a decision's continuation after a later message)."""
     return turn.continuation or turn.kind in (Turn.Kind.CONTINUE, Turn.Kind.CONTINUATION)
-
-
-def _has_preamble(turn: Turn) -> bool:
-    """``TurnRun._run``'s steps before the start: a debounce or merge to wait for
-    (``_still_due``), messages to compute (``_materialize``), a recovery plan (``begin_attempt``)."""
-    return (turn.strategy in admission.DEFERRED_STRATEGIES or turn.pending_messages
-            or turn.kind == Turn.Kind.RECOVERY)
 
 
 _LATEST_TURN = statements.latest_turn(Turn)
@@ -355,7 +346,7 @@ class TurnRun:
     async def run(self, started: "_Started | None" = None, lead: Lead | None = None) -> ChatResponseResult:
         """Run the turn (``started``: its start, when the claim's hop made it already; ``lead``:
         frames to send ahead of anything of the turn's)."""
-        assert started is None or not _has_preamble(self.turn), "a turn with a preamble starts after it"
+        assert started is None or not admission.has_preamble(self.turn), "a turn with a preamble starts after it"
         async with control.listening(self.turn.pk, self.signal) as registration:
             heartbeat = asyncio.ensure_future(self._heartbeat())
             try:
@@ -390,7 +381,7 @@ class TurnRun:
         if lead is not None:  # first, ahead of anything of this turn's (queued, not yet sent)
             for frame in lead.frames:
                 await self.publisher.send(frame, exclude=lead.exclude, lead=lead.request_id)
-        # The preamble (``_has_preamble`` names its steps); a turn without one may have started already.
+        # The preamble (``admission.has_preamble`` names its steps); a turn without one may have started already.
         if turn.strategy in admission.DEFERRED_STRATEGIES and not await self._still_due():
             return self._result(Turn.Status.SKIPPED)
         if turn.pending_messages and (ended := await self._materialize()) is not None:
