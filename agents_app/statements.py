@@ -226,6 +226,13 @@ def _prepared(model: type[Model], name: str, value: Any, connection: BaseDatabas
     return _db_value(field, value, connection)
 
 
+def field_values(model: type[Model], **values: Any) -> list[Any]:
+    """The parameters ``values`` (field name: value) are written as, for a statement that compares
+    stored columns with them (``queue_user_and_transcript``)."""
+    connection = connection_for(model)
+    return [_prepared(model, name, value, connection) for name, value in values.items()]
+
+
 # Field classes whose ``get_db_prep_save`` gives the driver a value of this exact type unchanged
 # (their calls only check or convert other types). Exact classes: a subclass may convert.
 _AS_IS: dict[type[Field], type] = {
@@ -791,22 +798,29 @@ def queued_head(turn: Columns, user: Columns, instance: type[Model]) -> Select:
 
 
 @functools.cache
-def queue_user_and_transcript(turn: type[Model], owned: type[Model], message: Columns) -> Select:
+def queue_user_and_transcript(turn: type[Model], owned: type[Model], context: type[Model], message: Columns) -> Select:
     """What an admission reads once it holds the instance's row, in one statement: the newest
     generation among the instance's turns of two statuses (NULL: none), how many turns of those
     statuses a user has, whether the instance has rows of ``owned`` (a model with an ``instance``
-    foreign key), then ``message``'s columns of the instance's stored messages by position, one
-    row each (one row of NULLs: none; ``transcript_rows``' columns). Parameters: instance pk, two
-    statuses, user pk, two statuses, instance pk, instance pk."""
+    foreign key), whether its row of ``context`` (keyed by ``instance``) holds a ``body`` and
+    ``client_tools`` (``field_values``), then ``message``'s columns of the instance's stored
+    messages by position, one row each (one row of NULLs: none; ``transcript_rows``' columns).
+    Parameters: instance pk, two statuses, user pk, two statuses, instance pk, instance pk, body,
+    client tools, instance pk."""
 
     def build(connection: BaseDatabaseWrapper) -> str:
         of_instance, of_user = Columns(turn, "t").bound(connection), Columns(turn, "u").bound(connection)
-        m = message.bound(connection)
-        return (f"SELECT q.newest, q.active, q.owned, {m.select} FROM (SELECT "  # noqa: S608
+        c, m = Columns(context, "c").bound(connection), message.bound(connection)
+        # NULL matches NULL; on PostgreSQL JSON columns compare as values, on SQLite as their texts.
+        same = "IS" if connection.vendor == "sqlite" else "IS NOT DISTINCT FROM"
+        return (f"SELECT q.newest, q.active, q.owned, q.kept, {m.select} FROM (SELECT "  # noqa: S608
                 f"(SELECT MAX({of_instance('generation')}) FROM {of_instance.table} "
                 f"WHERE {of_instance('instance')} = %s AND {of_instance('status')} IN (%s, %s)) AS newest, "
                 f"(SELECT COUNT(*) FROM {of_user.table} WHERE {of_user('user')} = %s "
-                f"AND {of_user('status')} IN (%s, %s)) AS active, {_any_of_instance(owned, '%s', connection)} AS owned"
+                f"AND {of_user('status')} IN (%s, %s)) AS active, "
+                f"{_any_of_instance(owned, '%s', connection)} AS owned, "
+                f"EXISTS (SELECT 1 FROM {c.table} WHERE {c('instance')} = %s AND {c('body')} {same} %s "
+                f"AND {c('client_tools')} {same} %s) AS kept"
                 f") q LEFT JOIN {m.table} ON {m('instance')} = %s ORDER BY {m('position')}")
 
     return Select(turn, build)

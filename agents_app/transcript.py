@@ -329,7 +329,9 @@ def store_request_context(
 ) -> None:
     """Remember the last custom body and client tools (continuations reuse them).
 
-    One upsert statement, written out: it runs with every chat request (``update_or_create`` took four).
+    One upsert statement, written out (``update_or_create`` took four). A chat request that sends
+    what is stored already writes nothing (``turns.admission.read_queue`` tells), so ``updated_at``
+    is when the context last changed.
     """
     statements.upsert(RequestContext(instance=instance, body=body, client_tools=client_tools),
                       "instance", ("body", "client_tools", "updated_at"))

@@ -24,7 +24,7 @@ from ..abort import AbortSignal
 from ..errors import AgentConfigurationError
 from ..llm import files, ui_messages
 from ..messages import UIMessage, new_message_id, request_message_ids
-from ..models import AgentInstance, MCPServerConfig, Turn
+from ..models import AgentInstance, MCPServerConfig, RequestContext, Turn
 from ..protocol.parse import ChatRequest, ProtocolError
 from ..protocol.types import SUBMIT_TRIGGER
 from ..recovery import memory
@@ -71,9 +71,8 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
             # concurrent accepts of the instance take turns, and reads the row back.
             current = AgentInstance.objects.touch_and_read(instance.pk)
             user_pk = user.pk if getattr(user, "is_authenticated", False) else None
-            read = _QUEUE_USER_AND_TRANSCRIPT.rows(
-                instance.pk, *Turn.ACTIVE_STATUSES, user_pk, *Turn.ACTIVE_STATUSES, instance.pk, instance.pk)
-            newest_active, user_turns, mcp_servers = read[0][:_QUEUE_COLUMNS]
+            read = read_queue(instance.pk, user_pk, request.body, request.client_tools)
+            newest_active, user_turns, mcp_servers, context_kept = read[0][:_QUEUE_COLUMNS]
             stored_rows = [row[_QUEUE_COLUMNS:] for row in read if row[_QUEUE_COLUMNS] is not None]
             if user_pk is not None:
                 _check_user_turns(user_turns, request.request_id)
@@ -93,7 +92,8 @@ def accept_chat(instance: AgentInstance, request: ChatRequest, origin_channel: s
                                             touched=True, stored=stored_rows)
                 if merge_from is not None and transcript.merge_user_run(instance, merge_from, policy, touched=True):
                     stored = transcript.load(instance)
-                transcript.store_request_context(instance, request.body, request.client_tools)
+                if not context_kept:  # most requests send the body and tools of the one before
+                    transcript.store_request_context(instance, request.body, request.client_tools)
                 turn = Turn(
                     instance=current, request_id=request.request_id, kind=Turn.Kind.CHAT,
                     generation=current.generation, origin_channel=origin_channel,
@@ -153,11 +153,22 @@ def _check_user_turns(active: int, request_id: str) -> None:
 # instance's queued or running turns (None: there is none; the current one: the request overlaps a
 # turn), how many turns the user has queued or running, whether the instance has runtime MCP servers
 # (a turn it inserts claimed starts without reading them again when it has none:
-# ``engine.inserted_claimed``), then the stored transcript that ``transcript.persist`` merges the
-# request into, a row per message after those three columns.
-_QUEUE_USER_AND_TRANSCRIPT = statements.queue_user_and_transcript(Turn, MCPServerConfig, transcript.STORED_COLUMNS)
+# ``engine.inserted_claimed``), whether the stored request context is the request's (then it is not
+# written again), then the stored transcript that ``transcript.persist`` merges the request into, a
+# row per message after those four columns.
+_QUEUE_USER_AND_TRANSCRIPT = statements.queue_user_and_transcript(Turn, MCPServerConfig, RequestContext,
+                                                                  transcript.STORED_COLUMNS)
 # The columns before the transcript's in each row of that read.
-_QUEUE_COLUMNS = 3
+_QUEUE_COLUMNS = 4
+
+
+def read_queue(instance_pk: int, user_pk: int | None, body: dict[str, Any] | None,
+               client_tools: list[dict[str, Any]] | None) -> list[tuple[Any, ...]]:
+    """``_QUEUE_USER_AND_TRANSCRIPT`` for the instance, the user (None: anonymous) and a request's
+    context (its custom body and client tools)."""
+    context = statements.field_values(RequestContext, body=body, client_tools=client_tools)
+    return _QUEUE_USER_AND_TRANSCRIPT.rows(instance_pk, *Turn.ACTIVE_STATUSES, user_pk, *Turn.ACTIVE_STATUSES,
+                                           instance_pk, instance_pk, *context, instance_pk)
 
 
 def _merge_start(instance: AgentInstance, generation: int) -> int:

@@ -68,14 +68,13 @@ mcp_after = engine._instance_and_cancel_flag(first.pk)[1]
 report["instance"] = {"same": fields(read) == fields(AgentInstance.objects.get(pk=instance.pk)), "cancel": cancel,
                       "mcp_servers": [mcp_before, mcp_after]}
 def admission_read(instance_pk, user_pk):
-    return admission._QUEUE_USER_AND_TRANSCRIPT.rows(instance_pk, *Turn.ACTIVE_STATUSES, user_pk,
-                                                     *Turn.ACTIVE_STATUSES, instance_pk, instance_pk)
+    return admission.read_queue(instance_pk, user_pk, None, None)
 
 
 # No message stored yet: one row, the queue's columns and NULLs.
 queue, queue_empty = admission_read(instance.pk, user.pk), admission_read(anonymous.instance_id, None)
 report["queue_and_user"] = [[len(queue), queue[0][0], queue[0][1], bool(queue[0][2]),
-                             all(value is None for value in queue[0][3:])],
+                             all(value is None for value in queue[0][4:])],
                             [len(queue_empty), queue_empty[0][0], queue_empty[0][1], bool(queue_empty[0][2])]]
 newest = Turn.objects.filter(instance=instance).order_by("-pk").values("pk", "status").first()
 report["latest"] = engine._latest_turn(instance.pk) == {**newest, "queued": True}
@@ -85,10 +84,10 @@ transcript.persist(instance, messages)
 read = admission_read(instance.pk, user.pk)
 report["queue_and_transcript"] = {
     "rows": len(read), "queue": all(list(row[:2]) == [3, 1] for row in read),
-    "transcript": transcript._converted([row[3:] for row in read]) == transcript._converted(transcript._read(instance)),
+    "transcript": transcript._converted([row[4:] for row in read]) == transcript._converted(transcript._read(instance)),
     # m0 edited: the rows read are what the merge starts from.
     "persisted": transcript.persist(instance, [{**messages[0], "parts": [{"type": "text", "text": "edited"}]},
-                                               *messages[1:]], stored=[row[3:] for row in read])
+                                               *messages[1:]], stored=[row[4:] for row in read])
     == transcript.load(instance) != messages,
 }
 stored_data = list(ChatMessage.objects.filter(instance=instance).values_list("data", flat=True))
@@ -175,6 +174,23 @@ report["upsert"] = {
     "updated_at_moves": second_context.updated_at >= first_context.updated_at,
     "read_back": transcript.request_context(instance) == (None, [{"name": "t", "parameters": {"type": "object"}}]),
 }
+tools = [{"name": "t", "parameters": {"type": "object"}}]
+
+
+def context_kept(body, client_tools):
+    return bool(admission.read_queue(instance.pk, user.pk, body, client_tools)[0][3])
+
+
+# The admission's read says whether the stored context is the request's: the same values, NULLs included.
+report["context_kept"] = [context_kept(None, tools), context_kept(None, None), context_kept({"model": "é"}, tools),
+                          context_kept(None, [{**tools[0], "name": "u"}]),
+                          bool(admission.read_queue(anonymous.instance_id, None, None, None)[0][3])]
+transcript.store_request_context(instance, None, None)
+report["context_kept"] += [context_kept(None, None), context_kept(None, tools)]
+body = {"model": "é", "n": [1, None], "nested": {"a": True}}
+transcript.store_request_context(instance, body, tools)
+report["context_kept"] += [context_kept(dict(body), list(tools)), context_kept({**body, "n": [1]}, tools),
+                           context_kept(body, None)]
 with transaction.atomic():
     statements.lock_row(AgentInstance, instance.pk, "overlap_sequence")
 report["lock_row"] = AgentInstance.objects.queue_state(instance.pk)
@@ -452,6 +468,7 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
         "terminal_read": "old",
     }
     assert report["transcript_and_ended"] == {"same": [True, True, True], "queued": ["rq3", 'rq5 "é"'], "messages": 2}
+    assert report["context_kept"] == [True, False, False, False, False, True, False, True, False, False]
     assert report["upsert"] == {
         "first": [{"model": "é", "n": [1, None]}, None],
         "second": [None, [{"name": "t", "parameters": {"type": "object"}}]],

@@ -17,6 +17,7 @@ from agents_app.models import (
     ChatMessage,
     MCPServerConfig,
     RecoveryIncident,
+    RequestContext,
     StreamRecord,
     StreamSegment,
     Turn,
@@ -39,13 +40,14 @@ def test_named_statements_read_what_they_say() -> None:
     assert statements.instance_queue_state(AgentInstance).build(connection) == (
         'SELECT i."generation", i."overlap_sequence" FROM "agents_app_agentinstance" i WHERE i."id" = %s')
     message = statements.Columns(ChatMessage, "m", ("id", "message_id", "position", "data"))
-    assert statements.queue_user_and_transcript(Turn, MCPServerConfig, message).build(connection) == (
-        'SELECT q.newest, q.active, q.owned, m."id", m."message_id", m."position", m."data" FROM (SELECT '
+    assert statements.queue_user_and_transcript(Turn, MCPServerConfig, RequestContext, message).build(connection) == (
+        'SELECT q.newest, q.active, q.owned, q.kept, m."id", m."message_id", m."position", m."data" FROM (SELECT '
         '(SELECT MAX(t."generation") FROM "agents_app_turn" t WHERE t."instance_id" = %s '
         'AND t."status" IN (%s, %s)) AS newest, (SELECT COUNT(*) FROM "agents_app_turn" u WHERE u."user_id" = %s '
         'AND u."status" IN (%s, %s)) AS active, EXISTS (SELECT 1 FROM "agents_app_mcpserverconfig" o '
-        'WHERE o."instance_id" = %s) AS owned) q LEFT JOIN "agents_app_chatmessage" m '
-        'ON m."instance_id" = %s ORDER BY m."position"')
+        'WHERE o."instance_id" = %s) AS owned, EXISTS (SELECT 1 FROM "agents_app_requestcontext" c '
+        'WHERE c."instance_id" = %s AND c."body" IS %s AND c."client_tools" IS %s) AS kept) q '
+        'LEFT JOIN "agents_app_chatmessage" m ON m."instance_id" = %s ORDER BY m."position"')
     assert statements.latest_turn(Turn).build(connection) == (
         'SELECT t."id", t."status", (SELECT q."id" FROM "agents_app_turn" q WHERE q."instance_id" = %s '
         'AND q."status" = %s LIMIT 1) AS queued FROM "agents_app_turn" t WHERE t."instance_id" = %s '
