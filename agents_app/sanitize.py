@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .messages import UIMessage, is_tool_part, tool_name
+from .protocol import codec
 
 # Largest JSON of a stored message, in UTF-8 bytes (the reference's ROW_MAX_BYTES: headroom under 2 MB).
 ROW_MAX_BYTES: Final = 1_800_000
@@ -105,7 +106,8 @@ def _json(value: Any) -> str:
 
 
 def byte_length(message: UIMessage) -> int:
-    return len(_json(message).encode())
+    """The message's size as a row stores it: its JSON in UTF-8 (``protocol.codec``, as written)."""
+    return len(codec.encoded(message))
 
 
 def enforce_row_size_limit(message: UIMessage) -> UIMessage:

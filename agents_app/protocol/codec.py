@@ -25,5 +25,21 @@ def dumps(value: Any) -> str:
     try:
         return orjson.dumps(value, option=_PASSTHROUGH).decode()
     except orjson.JSONEncodeError:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return _standard(value)
+
+
+def encoded(value: Any) -> bytes:
+    """``dumps(value)`` in UTF-8, as orjson writes it (a size needs no text in between).
+
+    Raises:
+        TypeError, ValueError: as ``dumps`` does; UnicodeEncodeError for a lone surrogate.
+    """
+    try:
+        return orjson.dumps(value, option=_PASSTHROUGH)
+    except orjson.JSONEncodeError:
+        return _standard(value).encode()
+
+
+def _standard(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 

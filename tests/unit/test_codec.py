@@ -32,6 +32,19 @@ def test_dumps_writes_what_json_writes(value: Any) -> None:
     assert codec.dumps(value) == standard(value)
 
 
+@pytest.mark.parametrize("value", [
+    {"messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "héllo ✓ \U0001f600 \"q\""}]}]},
+    {"big": 2**70, "n": [1.5, None, True]},  # beyond 64 bits: through json
+])
+def test_encoded_is_the_utf8_of_dumps(value: Any) -> None:
+    assert codec.encoded(value) == codec.dumps(value).encode()
+
+
+def test_encoded_refuses_a_lone_surrogate_as_utf8_does() -> None:
+    with pytest.raises(UnicodeEncodeError):
+        codec.encoded({"lone": "x\ud800y"})
+
+
 @pytest.mark.parametrize("value", [datetime.datetime(2026, 12, 1), {"d": datetime.date(2026, 12, 1)}])
 def test_dumps_refuses_what_json_refuses(value: Any) -> None:
     with pytest.raises(TypeError):
