@@ -4,6 +4,8 @@ Each connection joins its instance's group and relays the ``chat.frames`` events
 engine publishes from any process.
 """
 
+import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -11,7 +13,9 @@ from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
 
 from .. import conf, registry, rpc, turns
 from ..errors import AgentAccessError
@@ -25,6 +29,7 @@ from ..streaming import fanout
 from ..streaming.items import decode_batch
 from ..streaming.resume import ResumeDriver
 from . import limits
+from ._relay import dispatch_in_turn
 
 logger = logging.getLogger("agents_app.web.consumers")
 # How uvicorn's websockets-sansio refuses a send once it has closed the socket itself (``_send_unless_gone``).
@@ -56,8 +61,20 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]],
                        send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        """Channels' ``AsyncConsumer.__call__``, with the messages of the client and of the channel
+        layer dispatched by ``_relay.dispatch_in_turn`` instead of Channels' loop (a task per
+        message), and every send going through ``_send_unless_gone``."""
         self._server_send = send
-        await super().__call__(scope, receive, self._send_unless_gone)
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        sources: list[Callable[[], Awaitable[dict[str, Any]]]] = [receive]
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
+            sources.append(self.channel_receive)
+        self.base_send = self._send_unless_gone
+        with contextlib.suppress(StopConsumer):  # the consumer's own end (``close``, a disconnect)
+            await dispatch_in_turn(sources, self.dispatch)
 
     async def _send_unless_gone(self, message: dict[str, Any]) -> None:
         """Send ``message``, or drop it once the client is gone.
