@@ -299,26 +299,39 @@ def update(model: type[Model], where: dict[str, Any], **values: Any) -> int:
     return int(cursor.rowcount)
 
 
-def update_returning(model: type[Model], where: dict[str, Any], returned: "Columns", **values: Any
-                     ) -> tuple[Any, ...] | None:
+def update_returning(model: type[Model], where: dict[str, Any], returned: "Columns | Returned", *read: Any,
+                     **values: Any) -> tuple[Any, ...] | None:
     """``update`` of one row that reads back its ``returned`` columns as they are after it (in their
-    order, unconverted: ``returned.values`` or ``returned.instance`` converts them); None when no
-    row matched. One statement where a write and a read of the same row took two."""
+    order, unconverted: ``returned.values`` or ``returned.instance`` converts them), or the
+    expressions of a ``Returned`` with its parameters ``read``; None when no row matched. One
+    statement where a write and a read took two."""
     if not where:
         raise ValueError("statements.update_returning changes a row it names: give it a filter")
     connection = connection_for(model)
     sql = _update_returning_sql(model, tuple(values), tuple(where), returned, connection.alias)
     params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
     cursor = _cursor(connection)
-    _execute(cursor, sql, params)
+    _execute(cursor, sql, [*params, *read])
     return _only(cursor.fetchall())
+
+
+@dataclass(frozen=True)
+class Returned:
+    """What an ``update_returning`` reads back other than columns of the row: the SQL that
+    ``build(connection)`` writes, which names the written row's columns by the table's quoted
+    name (``table``); its values are parameters, given to ``update_returning`` after it."""
+
+    build: Callable[[BaseDatabaseWrapper], str]
 
 
 @functools.cache
 def _update_returning_sql(model: type[Model], columns: tuple[str, ...], conditions: tuple[str, ...],
-                          returned: "Columns", alias: str) -> str:
-    quote = connections[alias].ops.quote_name
-    returning = ", ".join(quote(field.column) for field in returned.fields)
+                          returned: "Columns | Returned", alias: str) -> str:
+    connection = connections[alias]
+    if isinstance(returned, Returned):
+        returning = returned.build(connection)
+    else:
+        returning = ", ".join(connection.ops.quote_name(field.column) for field in returned.fields)
     return f"{_update_sql(model, columns, conditions, alias)} RETURNING {returning}"
 
 
@@ -847,19 +860,22 @@ def latest_turn(turn: type[Model]) -> Select:
 
 
 @functools.cache
-def latest_turn_and_transcript(turn: type[Model], message: Columns) -> Select:
-    """``latest_turn``'s three columns (NULLs: the instance has no turn), then ``message``'s columns
-    of the instance's stored messages by position, one row each (one row of NULLs: none), in one
-    statement: the end of a turn reads both. Parameters: instance pk, status, instance pk, instance pk."""
+def newer_turn_and_queued(turn: type[Model]) -> Returned:
+    """``latest_turn``'s answer read back by the UPDATE of one turn (``update_returning``): the
+    newest turn of its instance after it (pk, status; NULLs: it is the newest itself) and the pk
+    of any turn of the instance of a status (NULL: none); parameter: the status. The subqueries
+    read other rows than the one written, which they see alike on both databases."""
 
     def build(connection: BaseDatabaseWrapper) -> str:
-        m = message.bound(connection)
-        latest = latest_turn(turn).build(connection)
-        return (f"SELECT latest.id, latest.status, latest.queued, {m.select} FROM (SELECT 1) one "  # noqa: S608
-                f"LEFT JOIN ({latest}) latest ON 1 = 1 LEFT JOIN {m.table} ON {m('instance')} = %s "
-                f"ORDER BY {m('position')}")
+        written = table(turn, connection)
+        instance = f"{written}.{_column(turn, 'instance', connection)}"
+        n, q = Columns(turn, "n").bound(connection), Columns(turn, "q").bound(connection)
+        newer = (f"FROM {n.table} WHERE {n('instance')} = {instance} "
+                 f"AND {n('pk')} > {written}.{_column(turn, 'pk', connection)} ORDER BY {n('pk')} DESC LIMIT 1")
+        return (f"(SELECT {n('pk')} {newer}), (SELECT {n('status')} {newer}), "  # noqa: S608
+                f"(SELECT {q('pk')} FROM {q.table} WHERE {q('instance')} = {instance} AND {q('status')} = %s LIMIT 1)")
 
-    return Select(turn, build)
+    return Returned(build)
 
 
 @functools.cache

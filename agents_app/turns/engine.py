@@ -59,7 +59,7 @@ _background: set[asyncio.Task[Any]] = set()
 
 
 # What one look at an instance's queue found (``claim_next_or_latest``).
-QueueLook = tuple[lock.Claim | None, dict[str, Any] | None, "_Started | None"]
+QueueLook = tuple[lock.Claim | None, lock.Look | None, "_Started | None"]
 
 
 def start_drain(instance_pk: int, delay: float = 0.0, first: "QueueLook | None" = None,
@@ -130,11 +130,11 @@ async def drain(instance_pk: int, first: "QueueLook | None" = None, lead: "Lead 
         await fanout.publish_item(instance_pk, idle)
 
 
-def _turns_idle(latest: dict[str, Any] | None) -> Item | None:
+def _turns_idle(latest: lock.Look | None) -> Item | None:
     """The event that the queue ran dry after the newest turn (``_latest_turn``), unless that one is active."""
-    if latest is None or latest["status"] in Turn.ACTIVE_STATUSES:
+    if latest is None or latest.status in Turn.ACTIVE_STATUSES:
         return None
-    return Item(event=Event.TURNS_IDLE, turn=latest["pk"])
+    return Item(event=Event.TURNS_IDLE, turn=latest.newest)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,31 +191,14 @@ def _goes_on(turn: Turn) -> bool:
 
 
 _LATEST_TURN = statements.latest_turn(Turn)
-_LATEST_TURN_AND_TRANSCRIPT = statements.latest_turn_and_transcript(Turn, transcript.STORED_COLUMNS)
-# The columns of ``_LATEST_TURN`` (id, status, queued) that come first in each row of ``_LATEST_TURN_AND_TRANSCRIPT``.
-_LATEST_COLUMNS = 3
 
 
-def _latest_turn(instance_pk: int) -> dict[str, Any] | None:
-    """The instance's newest turn (pk and status), and whether any turn of it is queued
-    (``queued``): every drain's last look, one statement written out (``statements``)."""
-    return _latest(_LATEST_TURN.row(instance_pk, Turn.Status.QUEUED, instance_pk))
-
-
-def _latest_turn_and_transcript(instance_pk: int) -> tuple[dict[str, Any] | None, list[UIMessage]]:
-    """``_latest_turn`` and the stored transcript (the end of a turn): one statement on PostgreSQL,
-    where it spares a round trip; two on SQLite, where the join costs more than both apart (it sorts
-    the transcript in a temporary B-tree: docs/decisions.md#postgresql-on-the-turn-path)."""
-    if _LATEST_TURN_AND_TRANSCRIPT.connection.vendor == "sqlite":
-        return _latest_turn(instance_pk), transcript.load(instance_pk)
-    read = _LATEST_TURN_AND_TRANSCRIPT.rows(instance_pk, Turn.Status.QUEUED, instance_pk, instance_pk)
-    stored = [row[_LATEST_COLUMNS:] for row in read if row[_LATEST_COLUMNS] is not None]
-    return _latest(read[0][:_LATEST_COLUMNS]), transcript.from_rows(stored)
-
-
-def _latest(row: tuple[Any, ...] | None) -> dict[str, Any] | None:
-    """``_latest_turn``'s answer from its three columns (NULLs or no row: the instance has no turn)."""
-    return None if row is None or row[0] is None else {"pk": row[0], "status": row[1], "queued": row[2] is not None}
+def _latest_turn(instance_pk: int) -> lock.Look | None:
+    """The instance's newest turn and whether any turn of it is queued (None: it has no turn):
+    every drain's last look, one statement written out (``statements``). The end of a turn reads
+    the same with its write (``lock.finish_and_look``)."""
+    row = _LATEST_TURN.row(instance_pk, Turn.Status.QUEUED, instance_pk)
+    return None if row is None else lock.Look(row[0], row[1], row[2] is not None)
 
 
 # ``on_chat_response`` calls waiting to run, per event loop and instance. A turn's hook runs once
@@ -757,7 +740,16 @@ class TurnRun:
             # the recovery, which stores the reply once (docs/architecture.md#a-live-turn-judged-dead).
             # The request's message ids as the live terminal frame gave them: a replayed one reads them here.
             also = {"attachments": self.attachments.items()} if len(self.attachments) else {}
-            if not lock.finish(self.turn, self.status, self.error or "", message_ids=self.turn.message_ids, **also):
+            # With its write, the drain's next look at the queue: in a thread hop of its own after
+            # the turn, it queued on the database thread behind the next request's admission and
+            # held up the end of that request's turn (bench/README.md, "Fifth round"). In this
+            # transaction, which holds the instance's row, it sees every turn queued before it, and
+            # one queued after the commit finds the instance free and is claimed by its own drain
+            # (a recovery attempt, the one turn inserted without the row, comes from a cut of this
+            # very turn, which this write would not find running: docs/architecture.md#end-of-a-turn).
+            latest = lock.finish_and_look(self.turn, self.status, self.error or "",
+                                          message_ids=self.turn.message_ids, **also)
+            if latest is None:
                 transaction.set_rollback(True)
                 return _Ending(lost=True)
             # On PostgreSQL the usage row and the reply go with the stream's last write, when
@@ -780,19 +772,8 @@ class TurnRun:
                                             touched=True)
                 # The last chunks and the buffer's close in one write of the stream's row.
                 buffer.finish(setup.stream_pk, rows, error=failed)
-            # The drain's next look at the queue, made here: in a thread hop of its own after the
-            # turn, it queued on the database thread behind the next request's admission and held
-            # up the end of that request's turn (bench/README.md, "Fifth round"). In this
-            # transaction, which holds the instance's row, it sees every turn queued before it, and
-            # one queued after the commit finds the instance free and is claimed by its own drain
-            # (a recovery attempt, the one turn inserted without the row, comes from a cut of this
-            # very turn, and ``lock.finish`` above stopped this end). With the final transcript, it
-            # is the same statement (docs/architecture.md#end-of-a-turn).
-            if saved:
-                latest, final_transcript = _latest_turn_and_transcript(instance.pk)
-            else:
-                latest, final_transcript = _latest_turn(instance.pk), None
-        if latest is None or not latest["queued"]:
+            final_transcript = transcript.load(instance.pk) if saved else None
+        if not latest.queued:
             return _Ending(final_transcript, drained=True, idle=_turns_idle(latest))
         return _Ending(final_transcript)
 

@@ -115,6 +115,36 @@ def finish(turn: Turn, status: str, error: str = "", **also: Any) -> bool:
     return bool(ended)
 
 
+@dataclass(frozen=True)
+class Look:
+    """The instance's turns as the end of one of them sees them: the newest turn and its status,
+    and whether any turn is queued."""
+
+    newest: int
+    status: str
+    queued: bool
+
+
+_NEWER_AND_QUEUED = statements.newer_turn_and_queued(Turn)
+
+
+def finish_and_look(turn: Turn, status: str, error: str = "", **also: Any) -> Look | None:
+    """``finish``, with the look at the instance's turns read back by the same statement (the
+    drain's last look, which the end of a turn makes in its transaction: one statement fewer);
+    None, changing nothing, when the turn is no longer running. In a transaction that holds the
+    instance row, every turn inserted before the look is in it (module docstring)."""
+    row = statements.update_returning(Turn, {"pk": turn.pk, "status": Turn.Status.RUNNING}, _NEWER_AND_QUEUED,
+                                      Turn.Status.QUEUED, status=status, error=error, finished_at=timezone.now(),
+                                      **also)
+    if row is None:
+        return None
+    turn.status, turn.error = status, error
+    newer, newer_status, queued = row
+    if newer is None:
+        return Look(turn.pk, status, queued is not None)
+    return Look(int(newer), newer_status, queued is not None)
+
+
 _TURN = statements.Columns(Turn, "t")
 
 

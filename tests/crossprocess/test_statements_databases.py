@@ -77,7 +77,7 @@ report["queue_and_user"] = [[len(queue), queue[0][0], queue[0][1], bool(queue[0]
                              all(value is None for value in queue[0][4:])],
                             [len(queue_empty), queue_empty[0][0], queue_empty[0][1], bool(queue_empty[0][2])]]
 newest = Turn.objects.filter(instance=instance).order_by("-pk").values("pk", "status").first()
-report["latest"] = engine._latest_turn(instance.pk) == {**newest, "queued": True}
+report["latest"] = engine._latest_turn(instance.pk) == lock.Look(newest["pk"], newest["status"], True)
 
 messages = [{"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"t{i} ✓"}]} for i in range(5)]
 transcript.persist(instance, messages)
@@ -92,12 +92,32 @@ report["queue_and_transcript"] = {
 }
 stored_data = list(ChatMessage.objects.filter(instance=instance).values_list("data", flat=True))
 report["load"] = transcript.load(instance) == stored_data
-# The end of a turn's read: the newest turn and the transcript, as the two reads give them.
-report["latest_and_transcript"] = [
-    # Turns and messages; turns and no message; neither.
-    engine._latest_turn_and_transcript(pk) == (engine._latest_turn(pk), transcript.load(pk))
-    for pk in (instance.pk, anonymous.instance_id)
-] + [engine._latest_turn_and_transcript(AgentInstance.objects.create(slug="demo-agent", name="bare").pk) == (None, [])]
+# The end of a turn's write reads back the look at the queue that ``_latest_turn`` reads after it.
+def ending(name, before=(), after=(), **also):
+    of = AgentInstance.objects.create(slug="demo-agent", name=name)
+    for n, status in enumerate(before):
+        Turn.objects.create(instance=of, request_id=f"before-{n}", status=status)
+    ended = Turn.objects.create(instance=of, request_id="ending", status=Turn.Status.RUNNING, worker="w")
+    for n, status in enumerate(after):
+        Turn.objects.create(instance=of, request_id=f"after-{n}", status=status)
+    with transaction.atomic():
+        look = lock.finish_and_look(ended, Turn.Status.COMPLETED, "", **also)
+    stored = Turn.objects.get(pk=ended.pk)
+    newest = Turn.objects.filter(instance=of).order_by("-pk").first()
+    return [look == engine._latest_turn(of.pk), look and [look.newest == newest.pk, look.status, look.queued],
+            stored.status, ended.status]
+
+report["finish_and_look"] = {
+    "alone": ending("alone", message_ids=["u1"], attachments=[{"kind": "file"}]),
+    "newer_queued": ending("newer-queued", after=[Turn.Status.COMPLETED, Turn.Status.QUEUED]),
+    "newer_skipped": ending("newer-skipped", after=[Turn.Status.SKIPPED]),
+    "older_queued": ending("older-queued", before=[Turn.Status.QUEUED, Turn.Status.COMPLETED]),
+}
+gone = Turn.objects.create(instance=anonymous.instance, request_id="not-running", status=Turn.Status.ABORTED)
+report["finish_and_look"]["not_running"] = [lock.finish_and_look(gone, Turn.Status.COMPLETED),
+                                            Turn.objects.get(pk=gone.pk).status, gone.status]
+written = Turn.objects.get(request_id="ending", instance__name="alone")
+report["finish_and_look"]["written"] = [written.message_ids, written.attachments, written.finished_at is not None]
 report["anonymous_messages"] = ChatMessage.objects.filter(instance_id=anonymous.instance_id).count()
 report["next_position"] = transcript.next_position(instance)
 reply = {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "é", "state": "done"}]}
@@ -426,7 +446,15 @@ def test_written_out_statements_match_the_orm(database: str, tmp_path: Path, req
     assert report["in_transaction"] == [True, 0, True, 1]
     assert report["sessions"] == [True, {}, True, None]
     assert report["load"] is True
-    assert report["latest_and_transcript"] == [True, True, True]
+    # The newest turn is the one ended or a later one (queued, skipped); a queued one before or after it.
+    assert report["finish_and_look"] == {
+        "alone": [True, [True, "completed", False], "completed", "completed"],
+        "newer_queued": [True, [True, "queued", True], "completed", "completed"],
+        "newer_skipped": [True, [True, "skipped", False], "completed", "completed"],
+        "older_queued": [True, [True, "completed", True], "completed", "completed"],
+        "not_running": [None, "aborted", "aborted"],
+        "written": [["u1"], [{"kind": "file"}], True],
+    }
     assert report["anonymous_messages"] == 0
     assert report["next_position"] == 5
     assert report["touch"]["same"] is True and report["touch"]["terminal"] == ["r0", "boom"]

@@ -52,10 +52,14 @@ def test_named_statements_read_what_they_say() -> None:
         'SELECT t."id", t."status", (SELECT q."id" FROM "agents_app_turn" q WHERE q."instance_id" = %s '
         'AND q."status" = %s LIMIT 1) AS queued FROM "agents_app_turn" t WHERE t."instance_id" = %s '
         'ORDER BY t."id" DESC LIMIT 1')
-    assert statements.latest_turn_and_transcript(Turn, message).build(connection) == (
-        'SELECT latest.id, latest.status, latest.queued, m."id", m."message_id", m."position", m."data" '
-        'FROM (SELECT 1) one LEFT JOIN (' + statements.latest_turn(Turn).build(connection) + ') latest ON 1 = 1 '
-        'LEFT JOIN "agents_app_chatmessage" m ON m."instance_id" = %s ORDER BY m."position"')
+    assert statements._update_returning_sql(Turn, ("status",), ("pk",), statements.newer_turn_and_queued(Turn),
+                                            connection.alias) == (
+        'UPDATE "agents_app_turn" SET "status" = %s WHERE "id" = %s RETURNING (SELECT n."id" FROM "agents_app_turn" n '
+        'WHERE n."instance_id" = "agents_app_turn"."instance_id" AND n."id" > "agents_app_turn"."id" ORDER BY n."id" '
+        'DESC LIMIT 1), (SELECT n."status" FROM "agents_app_turn" n WHERE n."instance_id" = '
+        '"agents_app_turn"."instance_id" AND n."id" > "agents_app_turn"."id" ORDER BY n."id" DESC LIMIT 1), '
+        '(SELECT q."id" FROM "agents_app_turn" q WHERE q."instance_id" = "agents_app_turn"."instance_id" '
+        'AND q."status" = %s LIMIT 1)')
     assert statements.transcript_rows(message).build(connection) == (
         'SELECT m."id", m."message_id", m."position", m."data" FROM "agents_app_chatmessage" m '
         'WHERE m."instance_id" = %s ORDER BY m."position"')
