@@ -20,6 +20,7 @@ from django.utils import timezone
 from . import statements
 from .messages import OUTCOME_KEYS, UIMessage, is_tool_part, merge_user_messages
 from .models import AgentInstance, ChatMessage, RequestContext
+from .protocol import codec
 from .sanitize import prepare_for_storage
 
 # Rows deleted per statement when the transcript is trimmed to ``max_messages`` (the reference's
@@ -92,11 +93,56 @@ def _tool_call_ids(message: UIMessage) -> set[str]:
 
 @dataclass
 class _Row:
-    """A stored message as ``persist`` works on it (``pk`` None: inserted by this call)."""
+    """A stored message as ``persist`` works on it (``pk`` None: inserted by this call). On SQLite
+    a stored row's JSON stays ``text`` until it is needed (``message``, ``same_as``)."""
 
     pk: int | None
     position: int
-    data: UIMessage
+    data: UIMessage | None
+    text: str | None = None
+
+    def message(self) -> UIMessage:
+        if self.data is None:
+            self.data = _DATA.values((self.text,), 0, _ROWS.connection)[0]
+        return self.data
+
+    def same_as(self, message: UIMessage) -> bool:
+        """Whether the client's copy is the stored message, by their JSON texts: a row written by
+        this app holds the codec's text of its message (``statements``), so equal texts are equal
+        messages and the stored text need not be read. Another text (a row the ORM wrote, another
+        spacing) or a message that is not JSON answers no: the caller compares the values."""
+        if self.text is None or self.data is not None:
+            return False
+        try:
+            same = codec.dumps(message) == self.text
+        except (TypeError, ValueError):
+            return False
+        if same:
+            self.data = message
+        return same
+
+
+# The columns of a stored row before its JSON, and the JSON alone (``_Row``).
+_KEYS = statements.Columns(ChatMessage, "m", ("id", "message_id", "position"))
+_DATA = statements.Columns(ChatMessage, "m", ("data",))
+
+
+def _stored(read: Sequence[Sequence[Any]]) -> dict[str, _Row]:
+    """The stored messages (``STORED_COLUMNS`` rows) by id. On SQLite, whose rows hold the JSON text
+    as written, each one's text is kept to be compared (``_Row.same_as``) and read only if needed:
+    every request re-sends the whole transcript, and reading every stored message to find it
+    unchanged was most of an admission's work on a long conversation. On PostgreSQL the stored
+    text is ``jsonb``'s own (its spacing, its key order), never the client's: each row is read."""
+    connection = _ROWS.connection
+    if connection.vendor != "sqlite":
+        return {message_id: _Row(pk, position, data) for pk, message_id, position, data in _converted(read)}
+    rows = {}
+    for row in read:
+        pk, message_id, position = _KEYS.values(row, 0, connection)
+        text = row[3]
+        rows[message_id] = _Row(pk, position, None, text) if type(text) is str else _Row(
+            pk, position, _DATA.values(row, 3, connection)[0])
+    return rows
 
 
 def persist(
@@ -121,9 +167,8 @@ def persist(
         if not touched:
             AgentInstance.objects.touch(instance.pk)
         # Plain rows, not model instances: this runs on every request, over the whole transcript.
-        read = _converted(_read(instance) if stored is None else stored)
-        rows = {message_id: _Row(pk, position, data) for pk, message_id, position, data in read}
-        known = {message_id: row.data for message_id, row in rows.items()}
+        rows = _stored(_read(instance) if stored is None else stored)
+        known = set(rows)
         # Stored messages by the tool calls in them, made when a new assistant message has calls.
         by_tool_call: dict[str, str] | None = None
         position = max((row.position for row in rows.values()), default=-1) + 1
@@ -136,7 +181,7 @@ def persist(
             calls = _tool_call_ids(message) if message_id not in rows and message.get("role") == "assistant" else None
             if calls:
                 if by_tool_call is None:
-                    by_tool_call = {cid: mid for mid, data in known.items() for cid in _tool_call_ids(data)}
+                    by_tool_call = {cid: mid for mid in known for cid in _tool_call_ids(rows[mid].message())}
                 shared = calls & by_tool_call.keys()
                 if shared:
                     message_id = by_tool_call[next(iter(shared))]
@@ -153,13 +198,14 @@ def persist(
             elif message_id in created:  # the same new id twice: the later copy wins
                 row.data = created[message_id].data = policy.prepare(message)
                 created[message_id].role = message["role"]
-            else:
-                merged = _keep_server_outcome(row.data, _keep_server_tool_results(row.data, message))
+            elif not row.same_as(message):
+                data = row.message()
+                merged = _keep_server_outcome(data, _keep_server_tool_results(data, message))
                 # Stored as prepared: an unchanged copy of a stored message is not prepared again.
-                if merged != row.data and (merged := policy.prepare(merged)) != row.data:
+                if merged != data and (merged := policy.prepare(merged)) != data:
                     row.data = merged
-                    ChatMessage.objects.filter(pk=row.pk).update(data=merged, role=merged["role"],
-                                                                 updated_at=timezone.now())
+                    statements.update(ChatMessage, {"pk": row.pk}, data=merged, role=merged["role"],
+                                      updated_at=timezone.now())
         statements.insert_many(list(created.values()), batch_size=BULK_BATCH_SIZE)
         if delete_stale and incoming and all(mid in known for mid in seen):
             stale = set(rows) - set(seen)
@@ -169,7 +215,7 @@ def persist(
                     del rows[message_id]
         if _prune(instance, policy):
             return load(instance)
-        return [row.data for row in sorted(rows.values(), key=lambda row: row.position)]
+        return [row.message() for row in sorted(rows.values(), key=lambda row: row.position)]
 
 
 def _keep_server_tool_results(stored: UIMessage, incoming: UIMessage) -> UIMessage:

@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from agents_app import transcript
 from agents_app.demo.agents import DemoAgent
 from agents_app.models import AgentInstance, ChatMessage, StreamRecord
+from agents_app.protocol import codec
 from agents_app.sanitize import ROW_MAX_BYTES, byte_length
 from tests.agents import SECRET, BoundedAgent, OneStepAgent, StorageAgent
 from tests.support.frames import RESP, chat_request, chunks, is_done, open_agent, receive_until, user_message
@@ -87,6 +88,41 @@ def test_only_messages_whose_json_changed_are_written(db: None) -> None:
     with CaptureQueriesContext(connection) as queries:
         transcript.persist(instance, [messages[0], {**messages[1], "parts": [{"type": "text", "text": "yo!"}]}])
     assert len(message_writes(queries)) == 1
+
+
+def test_a_stored_message_is_compared_by_its_text_and_else_by_its_value(db: None) -> None:
+    """On SQLite a client's copy is matched to the stored text (``transcript._Row.same_as``); a row
+    with another text of the same message (the ORM's spacing, keys in another order) is compared
+    by value, and neither is written again. What ``persist`` returns is what is stored."""
+    instance = AgentInstance.objects.create(slug="demo-agent", name="texts")
+    reply = {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "yo"}]}
+    messages = [user_message("u1", "héllo"), reply, user_message("u2", "again")]
+    transcript.persist(instance, messages)
+    assert stored_texts(instance) == [codec.dumps(message) for message in messages]
+    # The ORM's text of u1 (", " and ": ", ASCII escapes), a1's keys in another order.
+    ChatMessage.objects.filter(instance=instance, message_id="u1").update(data=messages[0])
+    ChatMessage.objects.filter(instance=instance, message_id="a1").update(data=dict(reversed(messages[1].items())))
+    texts = stored_texts(instance)
+    assert texts[0] == json.dumps(messages[0]) != codec.dumps(messages[0]) and texts[1] != codec.dumps(messages[1])
+    with CaptureQueriesContext(connection) as queries:
+        returned = transcript.persist(instance, [dict(message) for message in messages])
+    assert not message_writes(queries)
+    assert returned == transcript.load(instance) == messages
+    # A changed message is written with the codec's text; rows the client left out come back read.
+    changed = {**messages[1], "parts": [{"type": "text", "text": "yo!"}]}
+    with CaptureQueriesContext(connection) as queries:
+        returned = transcript.persist(instance, [changed, user_message("u3", "new")])
+    assert [q["sql"].split()[0] for q in message_writes(queries)] == ["UPDATE", "INSERT"]
+    assert returned == transcript.load(instance) == [messages[0], changed, messages[2], user_message("u3", "new")]
+    assert stored_texts(instance)[1] == codec.dumps(changed)
+
+
+def stored_texts(instance: AgentInstance) -> list[str]:
+    """The JSON texts of the instance's message rows as SQLite holds them."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT data FROM agents_app_chatmessage WHERE instance_id = %s ORDER BY position",
+                       [instance.pk])
+        return [text for (text,) in cursor.fetchall()]
 
 
 def message_writes(queries: CaptureQueriesContext) -> list[dict[str, str]]:
