@@ -76,6 +76,16 @@ def load(instance: AgentInstance | int) -> list[UIMessage]:
     return from_rows(_read(instance))
 
 
+def load_json(instance: AgentInstance | int) -> list[str]:
+    """``load``'s messages as the JSON texts the database holds (valid JSON: the column's own check
+    on SQLite, ``jsonb`` on PostgreSQL), unread: the end of a turn sends them on
+    (``codec.embedded``) without reading every stored message and writing it again."""
+    rows = _read(instance)
+    if all(type(text) is str for *_, text in rows):
+        return [text for *_, text in rows]
+    return [codec.dumps(message) for message in from_rows(rows)]
+
+
 def from_rows(rows: Sequence[Sequence[Any]]) -> list[UIMessage]:
     """``load``'s result from rows a caller read itself (``STORED_COLUMNS``, in order)."""
     return [data for _pk, _message_id, _position, data in _converted(rows)]

@@ -40,6 +40,14 @@ def encoded(value: Any) -> bytes:
         return _standard(value).encode()
 
 
+def embedded(text: str) -> Any:
+    """JSON text that ``dumps`` and ``encoded`` write as it is, in place of a value: a stored
+    message, which the database holds as valid JSON, sent on without being read and written again.
+    orjson does not check the text, so it must be JSON; and a value holding one is not written by
+    the standard library's fallback (``TypeError``), so it may hold nothing orjson refuses."""
+    return orjson.Fragment(text)
+
+
 def _standard(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 

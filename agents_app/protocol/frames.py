@@ -117,7 +117,8 @@ def replay_complete(*, request_id: str, continuation: bool = False) -> Frame:
     return frame
 
 
-def chat_messages(messages: list[dict[str, Any]]) -> Frame:
+def chat_messages(messages: list[Any]) -> Frame:
+    """The transcript: its messages, or their stored JSON texts (``codec.embedded``)."""
     return {"messages": messages, "type": MessageType.CHAT_MESSAGES.value}
 
 

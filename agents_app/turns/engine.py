@@ -281,7 +281,8 @@ class _Ending:
     """What the transaction that ends a turn found (``TurnRun._persist_and_finish``), for its last frames."""
 
     # The transcript with the reply, when the reply was saved: sent to every connection.
-    final_transcript: list[dict[str, Any]] | None = None
+    # The stored messages' JSON texts (``transcript.load_json``).
+    final_transcript: list[str] | None = None
     # The recovery a stalled stream was cut into.
     recovering: recovery.Cut | None = None
     # The queue was empty, and the event that says so, unless a newer turn is active already (``_turns_idle``).
@@ -673,7 +674,8 @@ class TurnRun:
         exclude = [] if turn.continuation or not turn.origin_channel else [turn.origin_channel]
         if ending.final_transcript is not None:
             # Marked as the stream's: it releases a connection still waiting for its resume ACK.
-            await self.publisher.send(frames.chat_messages(ending.final_transcript), exclude=exclude,
+            messages = [codec.embedded(text) for text in ending.final_transcript]
+            await self.publisher.send(frames.chat_messages(messages), exclude=exclude,
                                       request_id=turn.request_id)
         if thrown:
             terminal = frames.thrown_error(request_id=turn.request_id, error_text=self.error or "Error",
@@ -772,7 +774,7 @@ class TurnRun:
                                             touched=True)
                 # The last chunks and the buffer's close in one write of the stream's row.
                 buffer.finish(setup.stream_pk, rows, error=failed)
-            final_transcript = transcript.load(instance.pk) if saved else None
+            final_transcript = transcript.load_json(instance.pk) if saved else None
         if not latest.queued:
             return _Ending(final_transcript, drained=True, idle=_turns_idle(latest))
         return _Ending(final_transcript)

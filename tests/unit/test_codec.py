@@ -60,3 +60,12 @@ def test_dumps_refuses_a_dataclass_as_json_does() -> None:
 
     with pytest.raises(TypeError):
         codec.dumps({"p": Point(1)})
+
+
+def test_embedded_text_is_written_as_it_is() -> None:
+    # A stored message's text as either database holds it: compact, or jsonb's spacing, ASCII escapes.
+    texts = ['{"id":"u1","parts":[{"type":"text","text":"é"}]}', '{"id": "a1", "text": "\\u00e9 \\ud800"}']
+    frame = {"messages": [codec.embedded(text) for text in texts], "type": "cf_agent_chat_messages"}
+    assert codec.dumps(frame) == '{"messages":[' + ",".join(texts) + '],"type":"cf_agent_chat_messages"}'
+    assert json.loads(codec.dumps(frame))["messages"] == [json.loads(text) for text in texts]
+    assert codec.encoded(frame) == codec.dumps(frame).encode()
