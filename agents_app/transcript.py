@@ -146,13 +146,10 @@ def _stored(read: Sequence[Sequence[Any]]) -> dict[str, _Row]:
     connection = _ROWS.connection
     if connection.vendor != "sqlite":
         return {message_id: _Row(pk, position, data) for pk, message_id, position, data in _converted(read)}
-    rows = {}
-    for row in read:
-        pk, message_id, position = _KEYS.values(row, 0, connection)
-        text = row[3]
-        rows[message_id] = _Row(pk, position, None, text) if type(text) is str else _Row(
-            pk, position, _DATA.values(row, 3, connection)[0])
-    return rows
+    # The columns before the JSON converted, the JSON left as read.
+    return {message_id: _Row(pk, position, None, text) if type(text) is str
+            else _Row(pk, position, _DATA.values((text,), 0, connection)[0])
+            for pk, message_id, position, text in _KEYS.converted(read, connection)}
 
 
 def persist(
