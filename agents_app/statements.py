@@ -16,6 +16,7 @@ import contextlib
 import datetime
 import functools
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -299,27 +300,27 @@ def update(model: type[Model], where: dict[str, Any], **values: Any) -> int:
     return int(cursor.rowcount)
 
 
-def update_returning(model: type[Model], where: dict[str, Any], returned: "Columns | Returned", *read: Any,
-                     **values: Any) -> tuple[Any, ...] | None:
+def update_returning(model: type[Model], where: dict[str, Any], returned: "Columns | Returned", **values: Any
+                     ) -> tuple[Any, ...] | None:
     """``update`` of one row that reads back its ``returned`` columns as they are after it (in their
     order, unconverted: ``returned.values`` or ``returned.instance`` converts them), or the
-    expressions of a ``Returned`` with its parameters ``read``; None when no row matched. One
-    statement where a write and a read took two."""
+    expressions of a ``Returned``; None when no row matched. One statement where a write and a read
+    took two."""
     if not where:
         raise ValueError("statements.update_returning changes a row it names: give it a filter")
     connection = connection_for(model)
     sql = _update_returning_sql(model, tuple(values), tuple(where), returned, connection.alias)
     params = [_prepared(model, name, value, connection) for name, value in (*values.items(), *where.items())]
     cursor = _cursor(connection)
-    _execute(cursor, sql, [*params, *read])
+    _execute(cursor, sql, params)
     return _only(cursor.fetchall())
 
 
 @dataclass(frozen=True)
 class Returned:
     """What an ``update_returning`` reads back other than columns of the row: the SQL that
-    ``build(connection)`` writes, which names the written row's columns by the table's quoted
-    name (``table``); its values are parameters, given to ``update_returning`` after it."""
+    ``build(connection)`` writes, with no parameter, which names the written row's columns by the
+    table's quoted name (``table``)."""
 
     build: Callable[[BaseDatabaseWrapper], str]
 
@@ -754,6 +755,18 @@ def _json_reader(field: JSONField, connection: BaseDatabaseWrapper) -> list[Conv
 # returning the statement; callers keep it (``functools.cache``: one per set of arguments).
 
 
+def _choice(value: str) -> str:
+    """A choice of a model field (a status), written into the text rather than sent as a parameter.
+    SQLite compares a parameter that a partial index's condition names (the one running turn per
+    instance: ``status = 'running'``) with that condition when it plans, and then plans the
+    statement again at every execution, since another value might change the plan: 26 against 3
+    µs for the end of a turn's look at the queue (docs/decisions.md#the-statements-layer). Only a
+    code's constant of letters and underscores is written so."""
+    if not re.fullmatch(r"[a-z_]+", value):
+        raise ValueError(f"not a choice constant: {value!r}")
+    return f"'{value}'"
+
+
 @functools.cache
 def row_by_pk(columns: Columns) -> Select:
     """``columns`` of the row with a primary key; parameter: the key (as stored)."""
@@ -792,10 +805,10 @@ def instance_at(instance: Columns, user: Columns, owned: bool) -> Select:
 
 
 @functools.cache
-def queued_head(turn: Columns, user: Columns, instance: type[Model]) -> Select:
-    """An instance's next turn of a status (by priority, then oldest): ``turn``'s columns, its
-    ``user``'s (NULLs: none), the instance's generation and overlap sequence; parameters: the
-    instance pk, the status."""
+def queued_head(turn: Columns, user: Columns, instance: type[Model], status: str) -> Select:
+    """An instance's next turn of a ``status`` (by priority, then oldest): ``turn``'s columns, its
+    ``user``'s (NULLs: none), the instance's generation and overlap sequence; parameter: the
+    instance pk."""
 
     def build(connection: BaseDatabaseWrapper) -> str:
         t, u, i = turn.bound(connection), user.bound(connection), Columns(instance, "i").bound(connection)
@@ -803,7 +816,7 @@ def queued_head(turn: Columns, user: Columns, instance: type[Model]) -> Select:
             f"SELECT {t.select}, {u.select}, {i('generation')}, {i('overlap_sequence')} "  # noqa: S608
             f"FROM {t.table} JOIN {i.table} ON {i('id')} = {t('instance')} "
             f"LEFT JOIN {u.table} ON {u('pk')} = {t('user')} "
-            f"WHERE {t('instance')} = %s AND {t('status')} = %s "
+            f"WHERE {t('instance')} = %s AND {t('status')} = {_choice(status)} "
             f"ORDER BY {t('priority')} DESC, {t('id')} ASC LIMIT 1"
         )
 
@@ -846,25 +859,26 @@ def _any_of_instance(owned: type[Model], instance: str, connection: BaseDatabase
 
 
 @functools.cache
-def latest_turn(turn: type[Model]) -> Select:
-    """An instance's newest turn (pk, status), and the pk of any one of its turns of a status
-    (NULL: none); parameters: instance pk, status, instance pk."""
+def latest_turn(turn: type[Model], status: str) -> Select:
+    """An instance's newest turn (pk, status), and the pk of any one of its turns of a ``status``
+    (NULL: none); parameters: instance pk, instance pk."""
 
     def build(connection: BaseDatabaseWrapper) -> str:
         t, other = Columns(turn, "t").bound(connection), Columns(turn, "q").bound(connection)
         return (f"SELECT {t('id')}, {t('status')}, (SELECT {other('id')} FROM {other.table} "  # noqa: S608
-                f"WHERE {other('instance')} = %s AND {other('status')} = %s LIMIT 1) AS queued FROM {t.table} "
+                f"WHERE {other('instance')} = %s AND {other('status')} = {_choice(status)} LIMIT 1) AS queued "
+                f"FROM {t.table} "
                 f"WHERE {t('instance')} = %s ORDER BY {t('id')} DESC LIMIT 1")
 
     return Select(turn, build)
 
 
 @functools.cache
-def newer_turn_and_queued(turn: type[Model]) -> Returned:
+def newer_turn_and_queued(turn: type[Model], status: str) -> Returned:
     """``latest_turn``'s answer read back by the UPDATE of one turn (``update_returning``): the
     newest turn of its instance after it (pk, status; NULLs: it is the newest itself) and the pk
-    of any turn of the instance of a status (NULL: none); parameter: the status. The subqueries
-    read other rows than the one written, which they see alike on both databases."""
+    of any turn of the instance of a ``status`` (NULL: none). The subqueries read other rows than
+    the one written, which they see alike on both databases."""
 
     def build(connection: BaseDatabaseWrapper) -> str:
         written = table(turn, connection)
@@ -873,7 +887,8 @@ def newer_turn_and_queued(turn: type[Model]) -> Returned:
         newer = (f"FROM {n.table} WHERE {n('instance')} = {instance} "
                  f"AND {n('pk')} > {written}.{_column(turn, 'pk', connection)} ORDER BY {n('pk')} DESC LIMIT 1")
         return (f"(SELECT {n('pk')} {newer}), (SELECT {n('status')} {newer}), "  # noqa: S608
-                f"(SELECT {q('pk')} FROM {q.table} WHERE {q('instance')} = {instance} AND {q('status')} = %s LIMIT 1)")
+                f"(SELECT {q('pk')} FROM {q.table} WHERE {q('instance')} = {instance} "
+                f"AND {q('status')} = {_choice(status)} LIMIT 1)")
 
     return Returned(build)
 

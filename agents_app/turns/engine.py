@@ -190,14 +190,14 @@ def _goes_on(turn: Turn) -> bool:
     return turn.continuation or turn.kind in (Turn.Kind.CONTINUE, Turn.Kind.CONTINUATION)
 
 
-_LATEST_TURN = statements.latest_turn(Turn)
+_LATEST_TURN = statements.latest_turn(Turn, Turn.Status.QUEUED)
 
 
 def _latest_turn(instance_pk: int) -> lock.Look | None:
     """The instance's newest turn and whether any turn of it is queued (None: it has no turn):
     every drain's last look, one statement written out (``statements``). The end of a turn reads
     the same with its write (``lock.finish_and_look``)."""
-    row = _LATEST_TURN.row(instance_pk, Turn.Status.QUEUED, instance_pk)
+    row = _LATEST_TURN.row(instance_pk, instance_pk)
     return None if row is None else lock.Look(row[0], row[1], row[2] is not None)
 
 

@@ -125,7 +125,7 @@ class Look:
     queued: bool
 
 
-_NEWER_AND_QUEUED = statements.newer_turn_and_queued(Turn)
+_NEWER_AND_QUEUED = statements.newer_turn_and_queued(Turn, Turn.Status.QUEUED)
 
 
 def finish_and_look(turn: Turn, status: str, error: str = "", **also: Any) -> Look | None:
@@ -134,8 +134,7 @@ def finish_and_look(turn: Turn, status: str, error: str = "", **also: Any) -> Lo
     None, changing nothing, when the turn is no longer running. In a transaction that holds the
     instance row, every turn inserted before the look is in it (module docstring)."""
     row = statements.update_returning(Turn, {"pk": turn.pk, "status": Turn.Status.RUNNING}, _NEWER_AND_QUEUED,
-                                      Turn.Status.QUEUED, status=status, error=error, finished_at=timezone.now(),
-                                      **also)
+                                      status=status, error=error, finished_at=timezone.now(), **also)
     if row is None:
         return None
     turn.status, turn.error = status, error
@@ -151,7 +150,7 @@ _TURN = statements.Columns(Turn, "t")
 @functools.cache
 def _head() -> statements.Select:
     """The hottest read of the engine (twice per turn): the user model is known once apps are loaded."""
-    return statements.queued_head(_TURN, _user(), AgentInstance)
+    return statements.queued_head(_TURN, _user(), AgentInstance, Turn.Status.QUEUED)
 
 
 @functools.cache
@@ -164,7 +163,7 @@ def _queued_head(instance_id: int) -> tuple[Turn, int, int] | None:
     instance's (generation, overlap sequence) that ``Turn.is_stale`` compares it with.
     """
     head = _head()
-    row = head.row(instance_id, Turn.Status.QUEUED)
+    row = head.row(instance_id)
     if row is None:
         return None
     connection = head.connection

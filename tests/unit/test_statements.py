@@ -48,18 +48,19 @@ def test_named_statements_read_what_they_say() -> None:
         'WHERE o."instance_id" = %s) AS owned, EXISTS (SELECT 1 FROM "agents_app_requestcontext" c '
         'WHERE c."instance_id" = %s AND c."body" IS %s AND c."client_tools" IS %s) AS kept) q '
         'LEFT JOIN "agents_app_chatmessage" m ON m."instance_id" = %s ORDER BY m."position"')
-    assert statements.latest_turn(Turn).build(connection) == (
+    # The status a partial index's condition names is written out (``statements._choice``).
+    assert statements.latest_turn(Turn, Turn.Status.QUEUED).build(connection) == (
         'SELECT t."id", t."status", (SELECT q."id" FROM "agents_app_turn" q WHERE q."instance_id" = %s '
-        'AND q."status" = %s LIMIT 1) AS queued FROM "agents_app_turn" t WHERE t."instance_id" = %s '
+        'AND q."status" = \'queued\' LIMIT 1) AS queued FROM "agents_app_turn" t WHERE t."instance_id" = %s '
         'ORDER BY t."id" DESC LIMIT 1')
-    assert statements._update_returning_sql(Turn, ("status",), ("pk",), statements.newer_turn_and_queued(Turn),
-                                            connection.alias) == (
+    newer = statements.newer_turn_and_queued(Turn, Turn.Status.QUEUED)
+    assert statements._update_returning_sql(Turn, ("status",), ("pk",), newer, connection.alias) == (
         'UPDATE "agents_app_turn" SET "status" = %s WHERE "id" = %s RETURNING (SELECT n."id" FROM "agents_app_turn" n '
         'WHERE n."instance_id" = "agents_app_turn"."instance_id" AND n."id" > "agents_app_turn"."id" ORDER BY n."id" '
         'DESC LIMIT 1), (SELECT n."status" FROM "agents_app_turn" n WHERE n."instance_id" = '
         '"agents_app_turn"."instance_id" AND n."id" > "agents_app_turn"."id" ORDER BY n."id" DESC LIMIT 1), '
         '(SELECT q."id" FROM "agents_app_turn" q WHERE q."instance_id" = "agents_app_turn"."instance_id" '
-        'AND q."status" = %s LIMIT 1)')
+        'AND q."status" = \'queued\' LIMIT 1)')
     assert statements.transcript_rows(message).build(connection) == (
         'SELECT m."id", m."message_id", m."position", m."data" FROM "agents_app_chatmessage" m '
         'WHERE m."instance_id" = %s ORDER BY m."position"')
@@ -95,12 +96,18 @@ def test_joined_statements_read_every_column_in_order() -> None:
         'WHERE s."instance_id" = %s AND s."request_id" = %s ORDER BY s."id" DESC LIMIT 1) s '
         'LEFT JOIN "agents_app_streamsegment" g ON g."stream_id" = s."id" ORDER BY g."first_index"')
     turn, user = statements.Columns(Turn, "t"), statements.Columns(get_user_model(), "u")
-    head = statements.queued_head(turn, user, AgentInstance).build(connection)
+    head = statements.queued_head(turn, user, AgentInstance, Turn.Status.QUEUED).build(connection)
     assert head == (
         f'SELECT {turn.bound(connection).select}, {user.bound(connection).select}, i."generation", '
         'i."overlap_sequence" FROM "agents_app_turn" t JOIN "agents_app_agentinstance" i ON i."id" = t."instance_id" '
         'LEFT JOIN "auth_user" u ON u."id" = t."user_id" WHERE t."instance_id" = %s '
-        'AND t."status" = %s ORDER BY t."priority" DESC, t."id" ASC LIMIT 1')
+        'AND t."status" = \'queued\' ORDER BY t."priority" DESC, t."id" ASC LIMIT 1')
+
+
+@pytest.mark.parametrize("value", ["", "Queued", "queued'", "a b", "x'; DROP TABLE t; --"])
+def test_only_a_choice_constant_is_written_into_a_statement(value: str) -> None:
+    with pytest.raises(ValueError, match="not a choice constant"):
+        statements._choice(value)
 
 
 def test_resume_state_reads_the_newest_of_each_in_one_statement() -> None:
