@@ -280,8 +280,8 @@ class TurnSetup:
 class _Ending:
     """What the transaction that ends a turn found (``TurnRun._persist_and_finish``), for its last frames."""
 
-    # The transcript with the reply, when the reply was saved: sent to every connection.
-    # The stored messages' JSON texts (``transcript.load_json``).
+    # The transcript with the reply, when the reply was saved, as the stored messages' JSON texts
+    # (``transcript.load_json``): sent to every connection.
     final_transcript: list[str] | None = None
     # The recovery a stalled stream was cut into.
     recovering: recovery.Cut | None = None
