@@ -78,12 +78,9 @@ def load(instance: AgentInstance | int) -> list[UIMessage]:
 
 def load_json(instance: AgentInstance | int) -> list[str]:
     """``load``'s messages as the JSON texts the database holds (valid JSON: the column's own check
-    on SQLite, ``jsonb`` on PostgreSQL), unread: the end of a turn sends them on
-    (``codec.embedded``) without reading every stored message and writing it again."""
-    rows = _read(instance)
-    if all(type(text) is str for *_, text in rows):
-        return [text for *_, text in rows]
-    return [codec.dumps(message) for message in from_rows(rows)]
+    on SQLite, ``jsonb`` on PostgreSQL, which Django's backend reads as text), unread: the end of a
+    turn sends them on (``codec.embedded``) without reading every stored message and writing it again."""
+    return [text for *_, text in _read(instance)]
 
 
 def from_rows(rows: Sequence[Sequence[Any]]) -> list[UIMessage]:
@@ -146,9 +143,8 @@ def _stored(read: Sequence[Sequence[Any]]) -> dict[str, _Row]:
     connection = _ROWS.connection
     if connection.vendor != "sqlite":
         return {message_id: _Row(pk, position, data) for pk, message_id, position, data in _converted(read)}
-    # The columns before the JSON converted, the JSON left as read.
-    return {message_id: _Row(pk, position, None, text) if type(text) is str
-            else _Row(pk, position, _DATA.values((text,), 0, connection)[0])
+    # The columns before the JSON converted, the JSON left as read (SQLite's text).
+    return {message_id: _Row(pk, position, None, text)
             for pk, message_id, position, text in _KEYS.converted(read, connection)}
 
 

@@ -108,11 +108,7 @@ def finish(turn: Turn, status: str, error: str = "", **also: Any) -> bool:
     more columns of the turn, in the same statement); False, changing nothing, when the turn is no
     longer running: another process judged it dead and cut it into recovery (``recovery.cut``),
     which owns its end from then on."""
-    ended = statements.update(Turn, {"pk": turn.pk, "status": Turn.Status.RUNNING}, status=status, error=error,
-                              finished_at=timezone.now(), **also)
-    if ended:
-        turn.status, turn.error = status, error
-    return bool(ended)
+    return finish_and_look(turn, status, error, **also) is not None
 
 
 @dataclass(frozen=True)
