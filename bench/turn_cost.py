@@ -201,7 +201,7 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
         db_cpu = database_cpu()
         cpu, wall = time.process_time(), time.perf_counter()
         await ws.send_json_to(frame)
-        text = []
+        text, reply_id = [], f"a{turn}"
         while True:
             reply = await ws.receive_json_from(timeout=60)
             if reply.get("type") != "cf_agent_use_chat_response" or reply.get("id") != f"r{turn}":
@@ -210,6 +210,8 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
                 chunk = json.loads(reply["body"])
                 if chunk.get("type") == "text-delta":
                     text.append(chunk["delta"])
+                elif chunk.get("type") == "start" and chunk.get("messageId"):
+                    reply_id = chunk["messageId"]  # the client keeps the server's id, as useAgentChat does
             if reply.get("done"):
                 break
         done = time.perf_counter() - wall
@@ -223,7 +225,9 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
         if turn == args.turns - 1 and args.by_caller:
             rows[-1]["callers"] = dict(counters.callers)  # type: ignore[assignment]
             rows[-1]["hop_callers"] = dict(counters.hop_callers)  # type: ignore[assignment]
-        history += [user, {"id": f"a{turn}", "role": "assistant", "parts": [{"type": "text", "text": "".join(text)}]}]
+        # The reply as useAgentChat keeps it (and bench/rooms.py sends it), which the server finds stored as it is.
+        history += [user, {"id": reply_id, "role": "assistant",
+                           "parts": [{"type": "step-start"}, {"type": "text", "text": "".join(text), "state": "done"}]}]
     profiler.disable()
     if args.profile:
         profiler.dump_stats(args.profile)
