@@ -4,11 +4,19 @@ Channels' ``await_many_dispatch`` waits on one task per source with ``asyncio.wa
 new task for a source after each of its messages: about 12 µs of CPU a message here, against 4 for
 this loop (bench/README.md, "Twenty-fourth round"), and every streamed batch of a reply is such a
 message. Here each source has one task for the consumer's life, which hands its messages over
-one at a time: it takes the next only once ``dispatch`` has finished with the one before, as
-Channels' loop does, so a slow client still leaves the channel layer's queue bounded (its
-capacity) instead of this process's memory. Messages are dispatched in the order their sources
-gave them; an exception from a source or from ``dispatch`` ends the loop with it, and the tasks
-are cancelled on the way out, whatever ends it.
+one at a time: it takes the next once ``dispatch`` has begun the one before, and that one waits
+until the dispatch before it has finished. So at most two messages of a source are out of it (one
+being dispatched, one waiting), and a slow client still leaves the channel layer's queue bounded
+(its capacity) instead of this process's memory.
+
+Messages are dispatched in the order they were taken, across sources: a frame the client sent
+while a long dispatch ran (a resume request during a tool approval) goes before the channel
+layer's messages that came after it (the continuation's first chunks), as the client sent them.
+Channels' loop took a source's next message only after the last one's dispatch had finished,
+so a batch published meanwhile went first, and the answer to the client's resume request came
+after chunks of the stream it announced (docs/decisions.md#consumer-message-order). An exception
+from a source or from ``dispatch`` ends the loop with it, and the tasks are cancelled on the way
+out, whatever ends it.
 """
 
 import asyncio
@@ -28,9 +36,9 @@ async def dispatch_in_turn(sources: Sequence[Source], dispatch: Callable[[Any], 
         try:
             while True:
                 message = await source()
-                dispatched = loop.create_future()
-                ready.put_nowait((message, dispatched, None))
-                await dispatched
+                begun = loop.create_future()
+                ready.put_nowait((message, begun, None))
+                await begun
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - the loop below raises it
@@ -39,14 +47,12 @@ async def dispatch_in_turn(sources: Sequence[Source], dispatch: Callable[[Any], 
     takers = [asyncio.ensure_future(take(source)) for source in sources]
     try:
         while True:
-            message, dispatched, failure = await ready.get()
+            message, begun, failure = await ready.get()
             if failure is not None:
                 raise failure
-            try:
-                await dispatch(message)
-            finally:
-                if dispatched is not None and not dispatched.done():
-                    dispatched.set_result(None)
+            if begun is not None:
+                begun.set_result(None)  # its source may take its next message meanwhile
+            await dispatch(message)
     finally:
         for taker in takers:
             taker.cancel()

@@ -57,7 +57,7 @@ async def test_every_message_is_dispatched_in_its_sources_order_one_at_a_time() 
     assert [m for m in seen if m[0] == "l"] == [f"l{i}" for i in range(5)]
 
 
-async def test_a_source_is_asked_for_its_next_message_only_after_the_last_one_was_dispatched() -> None:
+async def test_a_source_has_at_most_one_message_waiting_behind_the_one_dispatched() -> None:
     layer = Source(*range(4))
     asked_at_dispatch: list[int] = []
 
@@ -71,9 +71,32 @@ async def test_a_source_is_asked_for_its_next_message_only_after_the_last_one_wa
 
     with pytest.raises(Done):
         await dispatch_in_turn([Source(), layer], dispatch)
-    # Message i was taken on the (i+1)th ask; the next ask comes after its dispatch, not during it.
-    assert asked_at_dispatch == [1, 1, 2, 2, 3, 3, 4, 4]
+    # Message i was taken on the (i+1)th ask; during its dispatch the next one is taken (and
+    # waits), and no more: the (i+3)th ask waits for that one's dispatch to begin.
+    assert asked_at_dispatch == [1, 2, 2, 3, 3, 4, 4, 5]
     assert layer.queue.qsize() == 0
+
+
+async def test_a_message_taken_during_a_long_dispatch_goes_before_later_ones_of_other_sources() -> None:
+    """A resume request the client sent while a tool approval was dispatched is answered before
+    the continuation's first chunks, which the channel layer delivered after it."""
+    client, layer = Source("approval", "resume request"), Source()
+    seen: list[str] = []
+
+    async def dispatch(message: str) -> None:
+        seen.append(message)
+        if message == "approval":
+            for _ in range(10):
+                await asyncio.sleep(0)  # time for the client's next frame to be taken meanwhile
+            layer.queue.put_nowait("first chunk")
+            for _ in range(3):
+                await asyncio.sleep(0)  # and the layer's batch arrives before the dispatch ends
+        if len(seen) == 3:
+            raise Done
+
+    with pytest.raises(Done):
+        await dispatch_in_turn([client, layer], dispatch)
+    assert seen == ["approval", "resume request", "first chunk"]
 
 
 async def test_a_failing_source_ends_the_loop_with_its_error_and_the_other_source_is_cancelled() -> None:
