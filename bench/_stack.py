@@ -325,6 +325,13 @@ def user_message(message_id: str, text: str) -> dict[str, Any]:
     return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}
 
 
+def assistant_message(message_id: str, text: str) -> dict[str, Any]:
+    """A text reply as ``useAgentChat`` keeps it and sends it back (under the server's id, from the
+    ``start`` chunk), which the server finds stored as it is."""
+    return {"id": message_id, "role": "assistant",
+            "parts": [{"type": "step-start"}, {"type": "text", "text": text, "state": "done"}]}
+
+
 @dataclass
 class TurnResult:
     """One timed turn. Times are seconds from the send of the request."""

@@ -43,6 +43,7 @@ from bench._stack import (
     Stack,
     TurnResult,
     add_stack_arguments,
+    assistant_message,
     chat_request,
     cpu_seconds,
     drain_connect_frames,
@@ -130,9 +131,7 @@ async def room_worker(target: Target, wl: Workload, prefix: str, i: int,
             if result.deltas != wl.chunks or result.errors:
                 errors.append(f"{room} turn {t}: {result.deltas}/{wl.chunks} deltas {result.errors[:1]}")
             results.append((t, result))
-            history.append({"id": result.message_id or f"a{t}", "role": "assistant",
-                            "parts": [{"type": "step-start"},
-                                      {"type": "text", "text": result.text, "state": "done"}]})
+            history.append(assistant_message(result.message_id or f"a{t}", result.text))
     finally:
         await ws.close()
 

@@ -169,6 +169,7 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
     from django.contrib.auth import get_user_model
 
     from agents_app.turns import engine
+    from bench._stack import assistant_message, user_message
     from tests.support.sessions import session_key
     from thinkproject.asgi import application
 
@@ -182,15 +183,14 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
     assert connected, "the socket was refused"
     history: list[dict[str, Any]] = []
     for index in range(args.history // 2):
-        history.append({"id": f"h{index}u", "role": "user", "parts": [{"type": "text", "text": f"earlier {index}"}]})
-        history.append({"id": f"h{index}a", "role": "assistant",
-                        "parts": [{"type": "text", "text": f"(demo model, offline) You said: earlier {index}"}]})
+        history.append(user_message(f"h{index}u", f"earlier {index}"))
+        history.append(assistant_message(f"h{index}a", f"(demo model, offline) You said: earlier {index}"))
     rows = []
     profiler = cProfile.Profile()
     for turn in range(args.turns):
         if turn == 1 and args.old_turns:
             await database_sync_to_async(_old_turns)(args.old_turns)
-        user = {"id": f"u{turn}", "role": "user", "parts": [{"type": "text", "text": f"/burst {args.chunks}"}]}
+        user = user_message(f"u{turn}", f"/burst {args.chunks}")
         body = {"messages": [*history, user], "trigger": "submit-message"}
         frame = {"type": "cf_agent_use_chat_request", "id": f"r{turn}",
                  "init": {"method": "POST", "body": json.dumps(body)}}
@@ -211,7 +211,7 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
                 if chunk.get("type") == "text-delta":
                     text.append(chunk["delta"])
                 elif chunk.get("type") == "start" and chunk.get("messageId"):
-                    reply_id = chunk["messageId"]  # the client keeps the server's id, as useAgentChat does
+                    reply_id = chunk["messageId"]
             if reply.get("done"):
                 break
         done = time.perf_counter() - wall
@@ -225,9 +225,7 @@ async def _run(args: argparse.Namespace, counters: Counters, database_cpu: Calla
         if turn == args.turns - 1 and args.by_caller:
             rows[-1]["callers"] = dict(counters.callers)  # type: ignore[assignment]
             rows[-1]["hop_callers"] = dict(counters.hop_callers)  # type: ignore[assignment]
-        # The reply as useAgentChat keeps it (and bench/rooms.py sends it), which the server finds stored as it is.
-        history += [user, {"id": reply_id, "role": "assistant",
-                           "parts": [{"type": "step-start"}, {"type": "text", "text": "".join(text), "state": "done"}]}]
+        history += [user, assistant_message(reply_id, "".join(text))]
     profiler.disable()
     if args.profile:
         profiler.dump_stats(args.profile)
