@@ -95,13 +95,17 @@ async def approve(cmd):
 @database_sync_to_async
 def state(cmd):
     instance = AgentInstance.objects.filter(slug=cmd["slug"], name=cmd["name"]).first()
+    # The transcript before the rows: a turn's reply and its end commit together, so rows read
+    # after a transcript that holds the reply show that turn ended (read the other way round, a
+    # commit between the two reads showed the reply beside a turn still running).
+    messages = transcript.load(instance) if instance is not None else []
     return {
         "pending": list(PendingApproval.objects.values_list("pk", flat=True)),
         "decisions": [list(d) for d in ApprovalDecision.objects.order_by("pk").values_list("execution_id", "decision")],
         "ledger": [list(e) for e in LedgerEntry.objects.order_by("key").values_list("key", "status")],
         "turns": [list(t) for t in Turn.objects.filter(instance=instance).order_by("pk").values_list(
             "kind", "status", "worker")],
-        "messages": transcript.load(instance) if instance is not None else [],
+        "messages": messages,
     }
 
 
