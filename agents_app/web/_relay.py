@@ -29,29 +29,29 @@ Source = Callable[[], Awaitable[Any]]
 async def dispatch_in_turn(sources: Sequence[Source], dispatch: Callable[[Any], Awaitable[None]]) -> None:
     """Call ``dispatch`` with every message of ``sources`` until one of them, or ``dispatch``, raises."""
     loop = asyncio.get_running_loop()
-    # (message, the future its source waits on, or the exception that ended a source)
-    ready: asyncio.Queue[tuple[Any, asyncio.Future[None] | None, BaseException | None]] = asyncio.Queue()
+    # (message, the future its source waits on), or the exception that ended a source
+    ready: asyncio.Queue[tuple[Any, asyncio.Future[None]] | BaseException] = asyncio.Queue()
 
     async def take(source: Source) -> None:
         try:
             while True:
                 message = await source()
                 begun = loop.create_future()
-                ready.put_nowait((message, begun, None))
+                ready.put_nowait((message, begun))
                 await begun
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - the loop below raises it
-            ready.put_nowait((None, None, exc))
+            ready.put_nowait(exc)
 
     takers = [asyncio.ensure_future(take(source)) for source in sources]
     try:
         while True:
-            message, begun, failure = await ready.get()
-            if failure is not None:
-                raise failure
-            if begun is not None:
-                begun.set_result(None)  # its source may take its next message meanwhile
+            item = await ready.get()
+            if isinstance(item, BaseException):
+                raise item
+            message, begun = item
+            begun.set_result(None)  # its source may take its next message meanwhile
             await dispatch(message)
     finally:
         for taker in takers:
