@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support.frames import chat_request, is_done, text_of, user_message
+from tests.support.frames import chat_request, is_done, message_text, text_of, user_message
 from tests.support.live import SERVERS, LiveStack, PostgresServer, RedisServer
 from tests.support.wsclient import open_socket, recv_json, recv_until
 from thinkproject.channel_layer import FanoutRedisChannelLayer
@@ -86,9 +86,7 @@ async def _hostile(daphne, cookie):
 
 def _reply_text(message: dict[str, Any]) -> str:
     """The text of an assistant message ("" for another role)."""
-    if message["role"] != "assistant":
-        return ""
-    return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
+    return message_text(message) if message["role"] == "assistant" else ""
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.02, 0.05, 0.1, 0.3, 0.6])

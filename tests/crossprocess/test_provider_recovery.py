@@ -23,7 +23,7 @@ from tests.support.fake_anthropic_server import FakeAnthropicServer
 from tests.support.fake_openai_server import FakeOpenAIServer
 from tests.support.fake_provider import ScriptedServer, TextReply
 from tests.support.fake_responses_server import FakeResponsesServer
-from tests.support.frames import chat_request, user_message
+from tests.support.frames import chat_request, message_text, user_message
 from tests.support.live import LiveStack, RedisServer, database_url
 from tests.support.waiting import wait_until
 from tests.support.wsclient import open_socket, recv_json
@@ -120,9 +120,6 @@ def kill_mid_stream(cut: Cut) -> dict[str, Any]:
     return history[1]
 
 
-def text_of(message: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
-
 
 def text_of_content(content: str | list[dict[str, Any]]) -> str:
     """A message's text, as Chat Completions (a string) or Anthropic (text blocks) sends it."""
@@ -137,7 +134,7 @@ def assert_continued(partial: dict[str, Any], reply: dict[str, Any]) -> None:
     sent = text_of_content(partial["content"])
     assert "".join(WHOLE).startswith(sent)
     assert 0 < len(sent.split()) < len(WHOLE)
-    assert text_of(reply) == sent + "".join(REST)
+    assert message_text(reply) == sent + "".join(REST)
 
 
 def report(strategy: str, server: ScriptedServer, requests: int) -> None:
@@ -153,7 +150,7 @@ def test_responses_api_fetches_the_completed_response(responses: Cut) -> None:
     reply = kill_mid_stream(responses)
 
     # One generation, whole: the recovery fetched it and streamed what the cut had not shown.
-    assert text_of(reply) == "".join(WHOLE)
+    assert message_text(reply) == "".join(WHOLE)
     [created] = server.requests
     assert created.body["background"] is True
     # Fetched once it had completed: a recovery that finds it still running polls it until it is.

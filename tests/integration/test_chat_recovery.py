@@ -26,7 +26,7 @@ from agents_app.recovery import service as recovery
 from agents_app.recovery.policy import TERMINAL_MESSAGE, Kind
 from agents_app.streaming import buffer
 from tests.agents import RECOVERY_CALLS, STALL_RUNS, RecoveryAgent, StallAgent
-from tests.support.frames import RESP, is_done, open_agent, receive_until
+from tests.support.frames import RESP, is_done, message_text, open_agent, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,12 +75,9 @@ async def messages(handle: AgentHandle) -> list[dict[str, Any]]:
     return await database_sync_to_async(transcript.load)(handle.instance)
 
 
-def text(message: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
-
 
 async def replies(handle: AgentHandle) -> list[str]:
-    return [text(m) for m in await messages(handle) if m["role"] == "assistant"]
+    return [message_text(m) for m in await messages(handle) if m["role"] == "assistant"]
 
 
 async def incident() -> RecoveryIncident:
@@ -389,7 +386,7 @@ async def test_interrupted_server_tool_calls_are_answered_before_the_continuatio
     assert (parts["never"]["state"], parts["never"]["errorText"]) == ("output-error", recovery.INTERRUPTED_TOOL_CALL)
     # The continuation went on after the answered calls, in the same message.
     assert (await incident()).status == "completed"
-    assert "refund" in text(reply)
+    assert "refund" in message_text(reply)
 
 
 # ------------------------------------------------------------------------------ stall watchdog

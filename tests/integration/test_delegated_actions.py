@@ -21,6 +21,7 @@ from agents_app.actions.context import TurnContext
 from agents_app.agent_tools import delegate_to
 from agents_app.models import AgentInstance, LedgerEntry, Turn
 from tests.agents import ChildAgent
+from tests.support.frames import message_text
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,9 +60,6 @@ def research_part(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return next(p for m in messages for p in m.get("parts", []) if p.get("type") == "tool-research")
 
 
-def text(message: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
-
 
 async def run(name: str, prompt: str, user: Any) -> list[dict[str, Any]]:
     handle = await DelegatingAgent.aget(name, owner=user)
@@ -82,7 +80,7 @@ async def test_a_delegated_action_runs_a_sub_agent_turn_and_returns_its_reply(us
     assert child.slug == "child-agent" and child.name == f"research-{research_part(messages)['toolCallId']}"
     stored = await database_sync_to_async(transcript.load)(child)
     assert [m["role"] for m in stored] == ["user", "assistant"]
-    assert text(stored[0]) == "the history of Oslo" and stored[0]["metadata"]["agent"] == DelegatingAgent.slug()
+    assert message_text(stored[0]) == "the history of Oslo" and stored[0]["metadata"]["agent"] == DelegatingAgent.slug()
     [row] = [r async for r in LedgerEntry.objects.filter(scope=str(parent.pk))]
     assert (row.key, row.status) == ("action:research:topic:the history of Oslo", "settled")
 

@@ -23,6 +23,7 @@ from agents_app.schedules import declared, definitions, runs
 from agents_app.schedules import language as dsl
 from tests.agents import CHARGES, SCHEDULE_CALLS, ScheduledAgent
 from tests.support.events import names
+from tests.support.frames import message_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,9 +72,6 @@ def messages_of(instance: AgentInstance) -> list[dict[str, Any]]:
     return transcript.load(instance)
 
 
-def text(message: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in message["parts"] if p.get("type") == "text")
-
 
 # --------------------------------------------------------------------------------- prompt runs
 async def test_a_due_prompt_runs_once_as_a_turn_whose_message_is_marked_as_the_schedules(user, emitted, make_schedule):
@@ -92,12 +90,13 @@ async def test_a_due_prompt_runs_once_as_a_turn_whose_message_is_marked_as_the_s
     assert (run.status, run.occurrence_key, run.scheduled_for, run.trigger, run.error) == (
         "completed", key, oslo_nine, "schedule", "")
     prompt, reply = await messages_of(row.instance)
-    assert (prompt["role"], text(prompt)) == ("user", "Generate the daily report.")
+    assert (prompt["role"], message_text(prompt)) == ("user", "Generate the daily report.")
     assert prompt["metadata"] == {
         "source": "schedule", "schedule": "daily-report", "occurrence": key, "scheduledFor": dsl.epoch_ms(oslo_nine),
         "idempotencyKey": f"think-schedule:demo-agent/shop-1:{key}",
     }
-    assert (reply["role"], text(reply)) == ("assistant", "(demo model, offline) You said: Generate the daily report.")
+    assert (reply["role"], message_text(reply)) == (
+        "assistant", "(demo model, offline) You said: Generate the daily report.")
     turn = await Turn.objects.aget(instance=row.instance, request_id=run.request_id)
     assert (turn.kind, turn.status) == ("programmatic", "completed")
 
@@ -276,7 +275,7 @@ async def test_declared_tasks_follow_the_code_without_moving_or_repeating_runs(e
     assert await runs.tick(now=first_next) == {"claimed": 0, "resent": 0}
     [run] = await runs_of(row)
     assert run.status == "completed"
-    assert text((await messages_of(handle.instance))[0]) == "Generate the daily report, briefly."
+    assert message_text((await messages_of(handle.instance))[0]) == "Generate the daily report, briefly."
 
     ScheduledAgent.TASKS = {"daily_report": {**DAILY_REPORT, "schedule": "every day at 10:00"}}
     assert (await sync())["rescheduled"] == 1

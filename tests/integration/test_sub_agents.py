@@ -19,15 +19,20 @@ from agents_app.llm.demo import ECHO_PREFIX
 from agents_app.models import AgentInstance, Turn
 from tests.agents import ChildAgent, ParentAgent
 from tests.integration.test_rpc import call
-from tests.support.frames import chat_request, chunks, is_done, open_agent, receive_until, user_message
+from tests.support.frames import (
+    chat_request,
+    chunks,
+    is_done,
+    message_text,
+    open_agent,
+    receive_until,
+    user_message,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PATIENCE = 15
 
-
-def text(message: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
 
 
 async def test_the_reference_parent_child_example(ws, user):
@@ -47,7 +52,7 @@ async def test_the_reference_parent_child_example(ws, user):
     assert (child.parent_id, child.owner_id, child.address) == (
         parent.pk, user.pk, "parent-agent/p1/sub/child-agent/child-1")
     stored = await database_sync_to_async(transcript.load)(child)
-    assert [(m["role"], text(m)) for m in stored] == [
+    assert [(m["role"], message_text(m)) for m in stored] == [
         ("user", "the history of Oslo"), ("assistant", ECHO_PREFIX + "the history of Oslo")]
     assert await database_sync_to_async(transcript.load)(parent) == []
 
@@ -65,7 +70,7 @@ async def test_a_sub_agent_has_its_own_address_under_its_parent(ws, user, make_u
     client = Client()
     await database_sync_to_async(client.force_login)(user)
     response = await database_sync_to_async(client.get)("/agents/parent-agent/p2/sub/child-agent/child-1/get-messages")
-    assert [text(m) for m in response.json()] == [
+    assert [message_text(m) for m in response.json()] == [
         "hello child", ECHO_PREFIX + "hello child", "and again", ECHO_PREFIX + "and again"]
     page = (await database_sync_to_async(client.get)("/chat/parent-agent/p2/sub/child-agent/child-1/")).content.decode()
     assert 'data-address="parent-agent/p2/sub/child-agent/child-1"' in page
@@ -127,7 +132,7 @@ async def test_cancel_chat_mid_stream_keeps_the_partial_and_calls_neither_done_n
     assert result.status == "aborted"
     assert calls == [result.request_id]  # on_start only
     stored = await database_sync_to_async(transcript.load)(child.instance)
-    assert text(stored[-1]).startswith("w0 ")
+    assert message_text(stored[-1]).startswith("w0 ")
     assert await child.cancel_chat(result.request_id) is False  # over: a no-op
 
 
@@ -147,9 +152,9 @@ async def test_an_agent_as_a_tool_streams_its_progress_and_returns_its_text(ws, 
     [child] = [c async for c in AgentInstance.objects.filter(parent=parent)]
     assert child.slug == "research-agent" and child.name.startswith("research-")
     stored = await database_sync_to_async(transcript.load)(child)
-    assert [text(m) for m in stored] == ["the history of Oslo", report]
+    assert [message_text(m) for m in stored] == ["the history of Oslo", report]
     reply = (await database_sync_to_async(transcript.load)(parent))[-1]
-    assert "research returned" in text(reply)
+    assert "research returned" in message_text(reply)
 
 
 async def test_cancelling_the_parent_cancels_the_sub_agents_turn(ws, user):

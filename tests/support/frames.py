@@ -111,6 +111,11 @@ def text_of(received: list[dict[str, Any]]) -> str:
     return "".join(c.get("delta", "") for c in chunks(received) if c["type"] == "text-delta")
 
 
+def message_text(message: dict[str, Any]) -> str:
+    """The text parts of a stored or sent ``UIMessage``, joined."""
+    return "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text")
+
+
 def normalize(frames: list[dict[str, Any]], known: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Frames with server-made ids replaced by ``<id:n>`` in order of appearance (decoded bodies).
 
