@@ -22,7 +22,15 @@ from collections import OrderedDict
 from typing import Any, Final
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, repair_messages
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    ToolCallPart,
+    ToolReturnPart,
+    repair_messages,
+)
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from pydantic_ai.ui.vercel_ai import request_types as ui
 
@@ -177,7 +185,29 @@ SLICE_MESSAGES = 100
 def _history(messages: list[UIMessageData], repair_last_response: bool) -> list[ModelMessage]:
     """Validate and convert, pausing in between: a thread that converts thousands of messages in
     one go holds the GIL long enough to stall the event loop's other connections."""
-    return repair_messages(_converted(_validate_each(messages)), repair_last_response=repair_last_response)
+    return _repaired(_converted(_validate_each(messages)), repair_last_response)
+
+
+# Parts that pydantic-ai's repair pairs, drops or synthesizes (calls and their results).
+_PAIRED_PARTS: Final = (ToolCallPart, ToolReturnPart, RetryPromptPart)
+
+
+def _repaired(history: list[ModelMessage], repair_last_response: bool) -> list[ModelMessage]:
+    """``repair_messages`` of the history, which is the history itself when it holds no tool call
+    or result and its requests and responses alternate: its passes then drop, add and merge nothing.
+    That is every text-only conversation, where the repair's walks were a tenth of a turn's history
+    work (bench/README.md, "Twenty-eighth round"); ``tests/unit/test_history_conversion.py``
+    compares the two."""
+    previous_was_request = None
+    for message in history:
+        is_request = isinstance(message, ModelRequest)
+        if is_request is previous_was_request:
+            return repair_messages(history, repair_last_response=repair_last_response)
+        for part in message.parts:
+            if isinstance(part, _PAIRED_PARTS):
+                return repair_messages(history, repair_last_response=repair_last_response)
+        previous_was_request = is_request
+    return history
 
 
 # Conversions of exchanges (a user message and the replies after it) kept per process, by the

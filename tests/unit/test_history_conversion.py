@@ -7,7 +7,15 @@ import threading
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 
 from agents_app.llm import ui_messages
@@ -146,3 +154,37 @@ def test_a_cached_message_is_copied_as_copy_copy_copies_it(name: str) -> None:
 
 def _whole_messages(transcript: list[dict[str, Any]]) -> list[Any]:
     return VercelAIAdapter.load_messages(ui_messages.for_model(transcript))
+
+
+def _built_histories() -> dict[str, list[Any]]:
+    """Histories no UI transcript converts to, each with something the repair changes."""
+    def ask(text: str) -> ModelRequest:
+        return ModelRequest(parts=[UserPromptPart(text)])
+
+    def say(text: str) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(text)])
+
+    call = ModelResponse(parts=[ToolCallPart("get_weather", {"city": "Oslo"}, tool_call_id="c1")])
+    answer = ModelRequest(parts=[ToolReturnPart("get_weather", "rain", tool_call_id="c1")])
+    return {
+        "two requests in a row": [ask("hi"), ask("there"), say("hello"), ask("go")],
+        "two made-up responses in a row": [ask("hi"), say("hello"), say("again"), ask("go")],
+        "a call left unanswered mid-history": [ask("weather?"), call, ask("never mind"), say("ok"), ask("go")],
+        "a call left unanswered at the end": [ask("weather?"), call],
+        "a result without its call": [ask("hi"), say("hello"), answer, ask("go")],
+        "a call and its result": [ask("weather?"), call, answer, say("rain"), ask("thanks")],
+    }
+
+
+@pytest.mark.parametrize("repair_last_response", [True, False])
+def test_the_repair_is_skipped_only_where_it_changes_nothing(repair_last_response: bool) -> None:
+    """``_repaired`` hands a history without tool calls or results, whose requests and responses
+    alternate, back as it is; any other goes through pydantic-ai's repair. Both give what the
+    repair gives."""
+    histories = {name: _whole_messages(transcript) for name, transcript in CONVERSATIONS.items()}
+    histories |= _built_histories()
+    for name, history in histories.items():
+        expected = _plain(ui_messages.repair_messages(history, repair_last_response=repair_last_response))
+        assert _plain(ui_messages._repaired(list(history), repair_last_response)) == expected, name
+    text = histories["text"]
+    assert ui_messages._repaired(text, repair_last_response) is text
