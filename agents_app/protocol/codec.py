@@ -3,8 +3,8 @@
 orjson refuses lone surrogates, integers beyond 64 bits and keys that are not strings; for those
 the standard library runs instead, so every value gives the text it gave before, and types
 ``json`` refuses stay refused. Two spellings differ: a float's exponent (``1e16``, not ``1e+16``)
-and a non-number float, written ``null``. Reading stays with ``json``. Why and the measurements:
-docs/decisions.md#orjson-codec.
+and a non-number float, written ``null``. Reading stays with ``json`` (but for the client's
+frames, ``protocol.parse``). Why and the measurements: docs/decisions.md#orjson-codec.
 """
 
 import json

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from .types import REGENERATE_TRIGGER, SUBMIT_TRIGGER, MessageType
 
 
@@ -179,43 +181,73 @@ def _oversize(raw: str | bytes, max_bytes: int) -> int | None:
 
 
 def _json(raw: str | bytes, what: str, *, request_id: str | None = None) -> Any:
-    """``raw`` decoded, no deeper than ``MAX_DEPTH``, its strings safe to send and store (module docstring)."""
+    """``raw`` decoded, no deeper than ``MAX_DEPTH``, its strings safe to send and store (module docstring).
+
+    orjson reads it (a fifth to a half of ``json``'s time for a long transcript) unless it has an
+    escape to clean. What orjson refuses and ``json`` reads (``NaN``, a lone surrogate), and an
+    integer beyond 64 bits, which orjson reads as a float, are read by ``json``: the value is always
+    the one ``json`` gives, and a refusal says what ``json`` says (docs/decisions.md#orjson-codec).
+    """
+    text = raw if isinstance(raw, str) else raw.decode(errors="replace")
+    clean = _UNSAFE_ESCAPE.search(text) is not None
+    if not clean:
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            floats: list[float] = []
+            if not _bounded(value, floats):
+                raise _too_deep(what, request_id)
+            if not any(abs(number) >= _BEYOND_INT64 for number in floats):
+                return value
     try:
         value = json.loads(raw)
     except RecursionError as exc:
-        raise ProtocolError(f"{what} is nested too deeply (the limit is {MAX_DEPTH} levels)",
-                            code="too_deep", request_id=request_id) from exc
+        raise _too_deep(what, request_id) from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"{what} is not valid JSON: {exc}", code="invalid_json", request_id=request_id) from exc
-    text = raw if isinstance(raw, str) else raw.decode(errors="replace")
-    if not _bounded(value, clean=_UNSAFE_ESCAPE.search(text) is not None):
-        raise ProtocolError(f"{what} is nested too deeply (the limit is {MAX_DEPTH} levels)",
-                            code="too_deep", request_id=request_id)
+    if not (_cleaned_within_depth(value) if clean and isinstance(value, dict | list) else _bounded(value, [])):
+        raise _too_deep(what, request_id)
     return value
+
+
+# The floats orjson can make of an integer ``json`` reads exactly: those beyond a 64-bit integer.
+_BEYOND_INT64 = 2.0**63
+
+
+def _too_deep(what: str, request_id: str | None) -> ProtocolError:
+    return ProtocolError(f"{what} is nested too deeply (the limit is {MAX_DEPTH} levels)",
+                         code="too_deep", request_id=request_id)
 
 
 def _safe(text: str) -> str:
     return _UNSAFE.sub(REPLACEMENT, text)
 
 
-def _bounded(value: Any, *, clean: bool) -> bool:
-    """Whether ``value`` nests at most ``MAX_DEPTH`` levels; with ``clean``, its unsafe strings are
-    replaced in place."""
-    if not isinstance(value, dict | list):
-        return True
-    return _cleaned_within_depth(value) if clean else _within_depth(value, 1)
+def _bounded(value: Any, floats: list[float]) -> bool:
+    """Whether ``value`` nests at most ``MAX_DEPTH`` levels; its floats are added to ``floats``."""
+    kind = type(value)  # ``json.loads`` and ``orjson.loads`` make exact dicts, lists and floats
+    if kind is dict or kind is list:
+        return _within_depth(value, 1, floats)
+    if kind is float:
+        floats.append(value)
+    return True
 
 
-def _within_depth(container: dict[str, Any] | list[Any], depth: int) -> bool:
-    """Whether ``container``, at nesting level ``depth``, nests at most ``MAX_DEPTH`` levels: the
-    check of every request, which has nothing to clean. Recursive, but never more than
-    ``MAX_DEPTH`` calls deep; half the time of the cleaning walk."""
+def _within_depth(container: dict[str, Any] | list[Any], depth: int, floats: list[float]) -> bool:
+    """Whether ``container``, at nesting level ``depth``, nests at most ``MAX_DEPTH`` levels, adding
+    its floats to ``floats``: the check of every request, which has nothing to clean. Recursive,
+    but never more than ``MAX_DEPTH`` calls deep; half the time of the cleaning walk."""
     if depth > MAX_DEPTH:
         return False
     for item in container.values() if type(container) is dict else container:
-        kind = type(item)  # ``json.loads`` makes exact dicts and lists
-        if (kind is dict or kind is list) and not _within_depth(item, depth + 1):
-            return False
+        kind = type(item)
+        if kind is dict or kind is list:
+            if not _within_depth(item, depth + 1, floats):
+                return False
+        elif kind is float:
+            floats.append(item)
     return True
 
 

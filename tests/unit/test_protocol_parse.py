@@ -361,6 +361,28 @@ def test_lone_surrogates_and_nul_become_the_replacement_character(escaped: str, 
     json.dumps(event.messages).encode()  # sendable as UTF-8
 
 
+# Numbers as JSON text: orjson, which reads frames first, reads an integer beyond 64 bits as a
+# float and refuses NaN, infinities and a float too large; the rest both libraries read alike.
+NUMBERS = ["12", "-7", "2.5", "1e3", "-0.0", "9223372036854775807", "9223372036854775808", "18446744073709551615",
+           "18446744073709551616", "-9223372036854775808", "-9223372036854775809",
+           "123456789012345678901234567890", "1e19", "NaN", "Infinity", "-Infinity", "1e400"]
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_a_number_is_read_as_the_standard_library_reads_it(number: str) -> None:
+    """In the frame (a tool's output) and in a chat request's ``init.body`` (a message's metadata)."""
+    expected = json.loads(number)
+    frame = '{"type":"cf_agent_tool_result","toolCallId":"c1","toolName":"t","output":[' + number + "]}"
+    result = parse(frame, max_bytes=MAX)
+    assert isinstance(result, ToolResult)
+    message = {**USER_MESSAGE, "metadata": {"n": "@@"}}
+    raw_body = encode({"messages": [message]}).replace('"@@"', number)
+    request = parse(encode(chat_request(RID, raw_body=raw_body)), max_bytes=MAX)
+    assert isinstance(request, ChatRequest)
+    for got in (result.output[0], request.messages[0]["metadata"]["n"]):
+        assert type(got) is type(expected) and repr(got) == repr(expected)
+
+
 def test_a_request_may_carry_at_most_max_messages() -> None:
     raw = encode(chat_request(RID, body={"messages": [USER_MESSAGE] * 3}))
     assert isinstance(parse(raw, max_bytes=MAX, max_messages=3), ChatRequest)
