@@ -195,8 +195,8 @@ _PAIRED_PARTS: Final = (ToolCallPart, ToolReturnPart, RetryPromptPart)
 def _repaired(history: list[ModelMessage], repair_last_response: bool) -> list[ModelMessage]:
     """``repair_messages`` of the history, which is the history itself when it holds no tool call
     or result and its requests and responses alternate: its passes then drop, add and merge nothing.
-    That is every text-only conversation, where the repair's walks were a tenth of a turn's history
-    work (bench/README.md, "Twenty-eighth round"); ``tests/unit/test_history_conversion.py``
+    That is every text-only conversation, where the repair's walks were about a third of the
+    history's work (bench/README.md, "Twenty-eighth round"); ``tests/unit/test_history_conversion.py``
     compares the two."""
     previous_was_request = None
     for message in history:
