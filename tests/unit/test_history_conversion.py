@@ -157,7 +157,8 @@ def _whole_messages(transcript: list[dict[str, Any]]) -> list[Any]:
 
 
 def _built_histories() -> dict[str, list[Any]]:
-    """Histories no UI transcript converts to, each with something the repair changes."""
+    """Histories built by hand, each with what sends it through pydantic-ai's repair (adjacent
+    requests or responses, a call, a result), most with something the repair changes."""
     def ask(text: str) -> ModelRequest:
         return ModelRequest(parts=[UserPromptPart(text)])
 
