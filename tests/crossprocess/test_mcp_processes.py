@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.frames import chat_request, user_message
+from tests.support.frames import chat_request, message_text, user_message
 from tests.support.live import LiveStack, RedisServer
 from tests.support.mcp_server import McpHttpServer
 from tests.support.waiting import eventually, wait_until
@@ -119,7 +119,7 @@ def test_kill_minus_nine_in_the_middle_of_an_mcp_call_is_recovered(mcp_stack: An
     [call] = [p for p in history[1]["parts"] if p.get("toolCallId")]
     assert (call["type"], call["state"], call["errorText"]) == (
         "tool-slow", "output-error", "The tool call was interrupted before it finished")
-    text = "".join(p.get("text", "") for p in history[1]["parts"] if p["type"] == "text")
+    text = message_text(history[1])
     assert text == "slow failed: The tool call was interrupted before it finished."
     # Answered as interrupted, not run again: the server saw the one call the killed process made.
     assert mcp_server.started("slow") == 1

@@ -120,7 +120,6 @@ def kill_mid_stream(cut: Cut) -> dict[str, Any]:
     return history[1]
 
 
-
 def text_of_content(content: str | list[dict[str, Any]]) -> str:
     """A message's text, as Chat Completions (a string) or Anthropic (text blocks) sends it."""
     return content if isinstance(content, str) else "".join(block["text"] for block in content)

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support.frames import chat_request, user_message
+from tests.support.frames import chat_request, message_text, user_message
 from tests.support.live import LiveStack, RedisServer, ScriptProcess, database_url
 from tests.support.waiting import wait_until
 from tests.support.wsclient import open_socket, recv_json
@@ -132,7 +132,7 @@ def assert_recovered(survivor: Any, cookie: str, conversations: list[Conversatio
         assert [m["role"] for m in history] == ["user", "assistant"], (c.kind, history)
         assert history[0]["parts"][0]["text"] == c.prompt  # no user message lost
         reply = history[1]
-        text = "".join(p.get("text", "") for p in reply["parts"] if p["type"] == "text")
+        text = message_text(reply)
         tools = [p for p in reply["parts"] if p.get("toolCallId")]
         assert all(p["state"] not in ("input-streaming", "input-available") for p in tools), tools
         if c.kind in ("before-first-chunk", "mid-text"):

@@ -75,7 +75,6 @@ async def messages(handle: AgentHandle) -> list[dict[str, Any]]:
     return await database_sync_to_async(transcript.load)(handle.instance)
 
 
-
 async def replies(handle: AgentHandle) -> list[str]:
     return [message_text(m) for m in await messages(handle) if m["role"] == "assistant"]
 

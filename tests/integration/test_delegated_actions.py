@@ -60,7 +60,6 @@ def research_part(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return next(p for m in messages for p in m.get("parts", []) if p.get("type") == "tool-research")
 
 
-
 async def run(name: str, prompt: str, user: Any) -> list[dict[str, Any]]:
     handle = await DelegatingAgent.aget(name, owner=user)
     result = await handle.save_messages([prompt])

@@ -21,7 +21,16 @@ from agents_app.schedules import runs
 from tests.agents import GATE, STARTED, SlowStreamAgent
 from tests.conftest import connect
 from tests.lifecycle_agents import SEEN, TranscriptAgent, served
-from tests.support.frames import RESP, chat_request, chunks, is_done, open_agent, receive_until, user_message
+from tests.support.frames import (
+    RESP,
+    chat_request,
+    chunks,
+    is_done,
+    message_text,
+    open_agent,
+    receive_until,
+    user_message,
+)
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -254,7 +263,7 @@ async def test_continue_last_turn_append_extends_the_last_reply_as_ai_chat_agent
     assert not any(c["type"] == "message-metadata" and "continuation" in c["messageMetadata"] for c in chunks(frames))
     messages = await handle.get_messages()
     assert [m["role"] for m in messages] == ["user", "assistant"]
-    before = "".join(p.get("text", "") for p in messages[1]["parts"] if p["type"] == "text")
+    before = message_text(messages[1])
     assert before.endswith(GOING_ON) and before != GOING_ON
     assert "continuation" not in (messages[1].get("metadata") or {})
 

@@ -36,6 +36,7 @@ from tests.support.frames import (
     chunks,
     follow_continuation,
     is_done,
+    message_text,
     open_agent,
     receive_until,
     text_of,
@@ -263,7 +264,7 @@ async def test_cancel_mid_stream_closes_the_provider_stream(live: Live, ws: Any,
         assert server.stored("resp_fake1")["status"] == "cancelled"
     assert server.generated < 300
     stored = (await history(user, "cancel"))[-1]
-    partial = "".join(p.get("text", "") for p in stored["parts"] if p["type"] == "text")
+    partial = message_text(stored)
     assert partial.startswith("w0 w1 w2 ")
     assert len(partial.split()) < 300
 

@@ -18,6 +18,7 @@ from agents_app.llm.recovery import CONTINUE_PROMPT, RESPONSE_ID_KEY
 from agents_app.models import RecoveryIncident
 from tests.integration.test_chat_recovery import crash, text_chunks
 from tests.support.fake_provider import TextReply
+from tests.support.frames import message_text
 from tests.support.provider_protocols import PROTOCOLS, running
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,7 +41,7 @@ async def recover(user: Any, chunks: list[dict[str, Any]]) -> str:
     assert (await RecoveryIncident.objects.aget()).status == "completed"
     stored = await database_sync_to_async(transcript.load)(handle.instance)
     assert [m["role"] for m in stored] == ["user", "assistant"]
-    return "".join(p.get("text", "") for p in stored[1]["parts"] if p["type"] == "text")
+    return message_text(stored[1])
 
 
 def ends_of(protocol: Any, request: Any) -> tuple[dict[str, Any], dict[str, Any]]:

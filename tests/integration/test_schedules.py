@@ -72,7 +72,6 @@ def messages_of(instance: AgentInstance) -> list[dict[str, Any]]:
     return transcript.load(instance)
 
 
-
 # --------------------------------------------------------------------------------- prompt runs
 async def test_a_due_prompt_runs_once_as_a_turn_whose_message_is_marked_as_the_schedules(user, emitted, make_schedule):
     created = timezone.now()

@@ -34,7 +34,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PATIENCE = 15
 
 
-
 async def test_the_reference_parent_child_example(ws, user):
     a = await open_agent(ws, "/agents/parent-agent/p1")
     answer = await call(a, "c1", "research", "the history of Oslo")

@@ -30,7 +30,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.frames import chat_request, user_message
+from tests.support.frames import chat_request, message_text, user_message
 
 RESP = "cf_agent_use_chat_response"
 RECONNECT_DELAY = 0.2
@@ -110,7 +110,7 @@ class Chat:
         if frame.get("type") == "cf_agent_chat_messages":  # the transcript: the reply as stored so far
             messages = frame.get("messages") or []
             if messages and messages[-1].get("role") == "assistant":
-                self.stored(reply_text(messages[-1]))
+                self.stored(message_text(messages[-1]))
             return
         if frame.get("type") != RESP:
             return
@@ -185,14 +185,10 @@ async def _resume(base: str, chat: Chat, cookie: str, get_messages: Any) -> Clie
         if frame["type"] != "cf_agent_stream_resuming":  # nothing live now: what is stored, then what streams next
             messages = await asyncio.to_thread(get_messages, chat.path)
             if messages and messages[-1]["role"] == "assistant":
-                chat.stored(reply_text(messages[-1]))
+                chat.stored(message_text(messages[-1]))
         return sock
-
-
-def reply_text(message: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in message.get("parts", []) if p.get("type") == "text")
 
 
 def stored_reply(messages: list[dict[str, Any]]) -> tuple[list[str], str]:
     """The roles of a transcript and its last message's text."""
-    return [m["role"] for m in messages], reply_text(messages[-1]) if messages else ""
+    return [m["role"] for m in messages], message_text(messages[-1]) if messages else ""
