@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
-from channels.auth import AuthMiddleware
+from channels.auth import AuthMiddleware, UserLazyObject, get_user
 from channels.sessions import CookieMiddleware, InstanceSessionWrapper, SessionMiddleware
 from django.core.exceptions import BadRequest
 from django.http import HttpRequest, HttpResponse
@@ -44,7 +44,36 @@ class WebSocketSessionMiddleware(SessionMiddleware):
         return await self.inner(wrapper.scope, receive, send)
 
 
+class _UserOnFirstUse(UserLazyObject):
+    """``scope["user"]``, read from the scope's session the first time it is used, from sync code.
+
+    Channels' ``AuthMiddleware`` reads it before the consumer starts, in a thread hop of its own;
+    here it is read in the hop where the consumer first needs it (``ChatConsumer.connect``'s
+    ``registry.locate``), one hop instead of two on every connect (docs/decisions.md#session-and-user-reads).
+    Used on the event loop first, the read fails as any ORM call there does (``SynchronousOnlyOperation``).
+    """
+
+    def __init__(self, scope: dict[str, Any]) -> None:
+        super().__init__()
+        self.__dict__["_scope"] = scope  # LazyObject's __setattr__ would set it on the user
+
+    def _setup(self) -> None:
+        self._wrapped = get_user.func(self.__dict__["_scope"])
+
+
+class UserOnFirstUseMiddleware(AuthMiddleware):
+    """Channels' ``AuthMiddleware`` with ``scope["user"]`` resolved on first use (``_UserOnFirstUse``)."""
+
+    def populate_scope(self, scope: dict[str, Any]) -> None:
+        if "user" not in scope:
+            scope["user"] = _UserOnFirstUse(scope)
+        super().populate_scope(scope)  # its check that a session is there
+
+    async def resolve_scope(self, scope: dict[str, Any]) -> None:
+        """Nothing before the consumer: the user is read on first use."""
+
+
 def websocket_auth_stack(inner: Any) -> Any:
-    """``channels.auth.AuthMiddlewareStack`` with ``WebSocketSessionMiddleware``: cookies, the session,
-    ``scope["user"]``."""
-    return CookieMiddleware(WebSocketSessionMiddleware(AuthMiddleware(inner)))
+    """``channels.auth.AuthMiddlewareStack`` with ``WebSocketSessionMiddleware`` and the user read on
+    first use (``UserOnFirstUseMiddleware``): cookies, the session, ``scope["user"]``."""
+    return CookieMiddleware(WebSocketSessionMiddleware(UserOnFirstUseMiddleware(inner)))

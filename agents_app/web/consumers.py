@@ -22,6 +22,7 @@ from ..errors import AgentAccessError
 from ..lifecycle import connections
 from ..lifecycle import service as lifecycle
 from ..mcp import service as mcp
+from ..mcp import state as mcp_state
 from ..metrics import instruments as metrics
 from ..models import AgentInstance
 from ..protocol import frames, parse
@@ -40,6 +41,15 @@ _SERVER_CLOSED = "after sending 'websocket.close'"
 OFF_LOOP_CHARS = 256 * 1024
 # The answer to a frame whose handling failed for a reason of ours (logged with its traceback).
 INTERNAL_ERROR = "The server could not handle this frame; nothing was changed by it"
+
+
+def _located(slug: str, name: str, user: Any, owner: str | None,
+             sub: list[tuple[str, str]]) -> tuple[AgentInstance, mcp_state.Snapshot | None]:
+    """``registry.locate``, and an unsaved instance's MCP state with it (its class's servers: it has
+    no runtime ones, so nothing changes it before it goes out). A connect's first database hop,
+    where ``scope["user"]`` is read too (``thinkproject.middleware.UserOnFirstUseMiddleware``)."""
+    instance = registry.locate(slug, name, user, owner, sub)
+    return instance, mcp.snapshot(instance) if instance.pk is None else None
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
@@ -106,7 +116,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         metrics.OPEN_SOCKETS.inc()  # and dec() in disconnect, which every accepted connection reaches
         try:
             # Connecting stores nothing: a new address stays unsaved until its first message.
-            self.instance = await database_sync_to_async(registry.locate)(
+            self.instance, servers = await database_sync_to_async(_located)(
                 kwargs["slug"], kwargs["name"], self.scope.get("user"), owner,
                 registry.parse_sub_path(kwargs.get("sub", "")),
             )
@@ -127,7 +137,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             # An active or coming stream is announced first, before identity (docs/protocol.md#connect-sequence).
             await self.join(self.instance)
         await self.send_frame(frames.identity(name=self.instance.name, agent=self.instance.slug))
-        await self.send_frame((await database_sync_to_async(mcp.snapshot)(self.instance)).frame())
+        if servers is None:  # a stored instance's, read once in its group: a later change is broadcast to it
+            servers = await database_sync_to_async(mcp.snapshot)(self.instance)
+        await self.send_frame(servers.frame())
 
     async def join(self, instance: AgentInstance, *, resume: bool = True) -> None:
         """Follow a stored instance: its group, and (``resume``) the resume handshake of this connection."""

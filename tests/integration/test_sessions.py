@@ -9,6 +9,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.sessions.backends.db import SessionStore as DjangoSessionStore
 from django.contrib.sessions.models import Session
+from django.core.exceptions import SynchronousOnlyOperation
 from django.test import Client
 from django.utils import timezone
 
@@ -16,6 +17,7 @@ from agents_app.web.sessions import SessionStore, UserBackend
 from tests.conftest import ORIGIN
 from tests.support.sessions import session_key
 from thinkproject.asgi import application
+from thinkproject.middleware import websocket_auth_stack
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,3 +69,24 @@ async def test_a_socket_with_a_logged_out_session_is_refused(user: Any) -> None:
 
     await database_sync_to_async(log_out)()
     assert (await first_frame())["code"] == "NotAuthenticated"
+
+
+async def test_a_sockets_user_is_read_where_it_is_first_used(user: Any) -> None:
+    """The WebSocket stack leaves ``scope["user"]`` unread; the consumer's first database hop reads
+    it, as Channels' ``get_user`` does. Used first on the event loop, it fails as the ORM does there."""
+    key = await database_sync_to_async(session_key)(user)
+    scopes: list[dict[str, Any]] = []
+
+    async def consumer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        scopes.append(scope)
+
+    stack = websocket_auth_stack(consumer)
+    for cookie in (f"sessionid={key}", "sessionid=no-such-session", ""):
+        await stack({"type": "websocket", "path": "/", "headers": [(b"cookie", cookie.encode())]}, None, None)
+    signed_in, unknown, none = (scope["user"] for scope in scopes)
+    with pytest.raises(SynchronousOnlyOperation):
+        assert signed_in.is_authenticated
+    assert await database_sync_to_async(lambda: (signed_in.pk, signed_in.is_authenticated))() == (user.pk, True)
+    assert signed_in.get_username() == user.get_username()  # read once: the loop uses it as it is
+    for anonymous in (unknown, none):
+        assert await database_sync_to_async(lambda u=anonymous: u.is_authenticated)() is False
