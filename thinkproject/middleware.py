@@ -45,29 +45,30 @@ class WebSocketSessionMiddleware(SessionMiddleware):
 
 
 class _UserOnFirstUse(UserLazyObject):
-    """``scope["user"]``, read from the scope's session the first time it is used, from sync code.
+    """``scope["user"]``, read from the session the first time it is used, from sync code.
 
     Channels' ``AuthMiddleware`` reads it before the consumer starts, in a thread hop of its own;
     here it is read in the hop where the consumer first needs it (``ChatConsumer.connect``'s
-    ``registry.locate``), one hop instead of two on every connect (docs/decisions.md#session-and-user-reads).
+    ``registry.locate``), one hop instead of two on every connect (docs/decisions.md#websocket-session-middleware).
     Used on the event loop first, the read fails as any ORM call there does (``SynchronousOnlyOperation``).
     """
 
-    def __init__(self, scope: dict[str, Any]) -> None:
+    def __init__(self, session: Any) -> None:
         super().__init__()
-        self.__dict__["_scope"] = scope  # LazyObject's __setattr__ would set it on the user
+        self.__dict__["_session"] = session  # LazyObject's __setattr__ would set it on the user
 
     def _setup(self) -> None:
-        self._wrapped = get_user.func(self.__dict__["_scope"])
+        self._wrapped = get_user.func({"session": self.__dict__["_session"]})
 
 
 class UserOnFirstUseMiddleware(AuthMiddleware):
     """Channels' ``AuthMiddleware`` with ``scope["user"]`` resolved on first use (``_UserOnFirstUse``)."""
 
     def populate_scope(self, scope: dict[str, Any]) -> None:
+        if "session" not in scope:
+            raise ValueError("No session in the scope: SessionMiddleware must be above UserOnFirstUseMiddleware")
         if "user" not in scope:
-            scope["user"] = _UserOnFirstUse(scope)
-        super().populate_scope(scope)  # its check that a session is there
+            scope["user"] = _UserOnFirstUse(scope["session"])
 
     async def resolve_scope(self, scope: dict[str, Any]) -> None:
         """Nothing before the consumer: the user is read on first use."""
