@@ -263,14 +263,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 pass  # client state frames: this server keeps no client-writable state
 
     async def dispatch(self, message: dict[str, Any]) -> None:
-        """Relay fan-out batches, connect and handle frames straight away.
+        """Relay fan-out batches, connect, handle frames and disconnect straight away.
 
         Channels closes stale DB connections (a thread hop) before every handler. The relay of a
         streamed batch touches no database, and it runs once per batch of every reply; a frame's
         handlers reach the database only through ``database_sync_to_async``, which closes them
         itself before and after each call (``channels.db``), and the hop was one more on the way
         to every turn's admission. ``connect`` reads the database first through ``registry.locate``
-        on that same hop, before any hook of the agent's runs.
+        on that same hop, before any hook of the agent's runs. ``disconnect`` reaches it only
+        through such calls too (the ``on_close`` hook's), and Channels' ``websocket_disconnect``
+        closes stale connections once more after it.
         """
         if message["type"] == fanout.EVENT_TYPE:
             await self.chat_frames(message)
@@ -278,6 +280,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.websocket_receive(message)
         elif message["type"] == "websocket.connect":
             await self.websocket_connect(message)
+        elif message["type"] == "websocket.disconnect":
+            await self.websocket_disconnect(message)
         else:
             await super().dispatch(message)
 
