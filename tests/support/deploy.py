@@ -30,9 +30,8 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.frames import chat_request, message_text, user_message
+from tests.support.frames import RESP, chat_request, message_text, user_message
 
-RESP = "cf_agent_use_chat_response"
 RECONNECT_DELAY = 0.2
 _WORD = re.compile(r"^w(\d+) $")
 
